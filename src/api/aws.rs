@@ -1,0 +1,472 @@
+//! The AWS SDK client behind [`KinesisApi`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use aws_sdk_kinesis::Client;
+use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_kinesis::primitives::{Blob, DateTime};
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
+use aws_smithy_types::error::display::DisplayErrorContext;
+use bytes::Bytes;
+
+use super::{
+    ApiFuture, ChildShard, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordResult,
+    PutRecordsEntry, PutRecordsOutput, ShardDescription, StreamStatus, StreamSummary,
+};
+use crate::error::{KinesisError, Operation};
+use crate::position::StartingPoint;
+use crate::record::Record;
+
+/// Kinesis through the AWS SDK: AWS itself, LocalStack, or an emulator.
+///
+/// The endpoint, region and credentials come from the SDK configuration, so the standard
+/// settings apply: `AWS_REGION`, the credential chain, `AWS_ENDPOINT_URL` and
+/// `AWS_ENDPOINT_URL_KINESIS`.
+///
+/// ```no_run
+/// # async fn demo() {
+/// use kinesis_dataflow::api::AwsKinesis;
+///
+/// let kinesis = AwsKinesis::from_env().await;
+/// # let _ = kinesis;
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct AwsKinesis {
+    client: Client,
+    region: Arc<str>,
+}
+
+impl fmt::Debug for AwsKinesis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The SDK client's own Debug output is long; credentials are never printed either way.
+        f.debug_struct("AwsKinesis")
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AwsKinesis {
+    /// Wraps a ready SDK client.
+    #[must_use]
+    pub fn new(client: Client) -> Self {
+        let region = client
+            .config()
+            .region()
+            .map_or_else(|| "(no region configured)".to_owned(), ToString::to_string);
+        Self {
+            client,
+            region: region.into(),
+        }
+    }
+
+    /// Builds a client from a shared SDK configuration.
+    #[must_use]
+    pub fn from_conf(config: &aws_config::SdkConfig) -> Self {
+        Self::new(Client::new(config))
+    }
+
+    /// Builds a client from the standard AWS environment (region, credential chain, endpoint
+    /// overrides such as `AWS_ENDPOINT_URL_KINESIS`).
+    pub async fn from_env() -> Self {
+        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Self::from_conf(&config)
+    }
+
+    /// The SDK client underneath.
+    #[must_use]
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn error<E, R>(
+        &self,
+        operation: Operation,
+        stream: &str,
+        shard: Option<&str>,
+        err: SdkError<E, R>,
+    ) -> KinesisError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: fmt::Debug + Send + Sync + 'static,
+    {
+        let (code, message) = match &err {
+            SdkError::ServiceError(service) => (
+                service.err().code().map(str::to_owned),
+                service
+                    .err()
+                    .message()
+                    .map_or_else(|| DisplayErrorContext(&err).to_string(), str::to_owned),
+            ),
+            _ => (None, DisplayErrorContext(&err).to_string()),
+        };
+        classify(
+            operation,
+            stream,
+            shard,
+            &self.region,
+            code.as_deref(),
+            message,
+        )
+    }
+}
+
+/// Maps a service error code onto the crate's error.
+pub(crate) fn classify(
+    operation: Operation,
+    stream: &str,
+    shard: Option<&str>,
+    region: &str,
+    code: Option<&str>,
+    message: String,
+) -> KinesisError {
+    let stream = stream.to_owned();
+    let raw = message.to_lowercase();
+    let message = match shard {
+        Some(shard) if !message.contains(shard) => format!("shard `{shard}`: {message}"),
+        _ => message,
+    };
+    match code.unwrap_or_default() {
+        // Some emulators answer a sequence number the shard never issued with "not found";
+        // the service calls it an invalid argument, and so does this crate.
+        "ResourceNotFoundException" if raw.contains("sequencenumber") => {
+            KinesisError::InvalidArgument {
+                operation,
+                stream,
+                message,
+            }
+        }
+        "ResourceNotFoundException" => match shard {
+            Some(shard) if raw.contains(&shard.to_lowercase()) || raw.contains("shard") => {
+                KinesisError::ShardNotFound {
+                    operation,
+                    stream,
+                    shard: shard.to_owned(),
+                }
+            }
+            _ => KinesisError::StreamNotFound {
+                operation,
+                stream,
+                region: region.to_owned(),
+            },
+        },
+        "ProvisionedThroughputExceededException"
+        | "ThrottlingException"
+        | "KMSThrottlingException"
+        | "RequestLimitExceeded" => KinesisError::Throttled { operation, stream },
+        "LimitExceededException"
+            if matches!(
+                operation,
+                Operation::ListShards | Operation::DescribeStreamSummary
+            ) =>
+        {
+            KinesisError::Throttled { operation, stream }
+        }
+        "ExpiredIteratorException" => KinesisError::ExpiredIterator { operation, stream },
+        "InvalidArgumentException"
+        | "ValidationException"
+        | "ResourceInUseException"
+        | "LimitExceededException"
+        | "ExpiredNextTokenException" => KinesisError::InvalidArgument {
+            operation,
+            stream,
+            message,
+        },
+        "AccessDeniedException"
+        | "UnrecognizedClientException"
+        | "InvalidSignatureException"
+        | "IncompleteSignature"
+        | "ExpiredTokenException"
+        | "KMSAccessDeniedException"
+        | "KMSDisabledException"
+        | "KMSNotFoundException"
+        | "KMSInvalidStateException" => KinesisError::AccessDenied {
+            operation,
+            stream,
+            message,
+        },
+        _ => KinesisError::Service {
+            operation,
+            stream,
+            message,
+        },
+    }
+}
+
+fn to_system_time(time: Option<&DateTime>) -> Option<SystemTime> {
+    time.and_then(|t| SystemTime::try_from(*t).ok())
+}
+
+fn not_negative(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+impl KinesisApi for AwsKinesis {
+    fn region(&self) -> &str {
+        &self.region
+    }
+
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        next_token: Option<String>,
+    ) -> ApiFuture<'a, ListShardsPage> {
+        Box::pin(async move {
+            // The service refuses a stream name together with a continuation token.
+            let request = match next_token {
+                Some(token) => self.client.list_shards().next_token(token),
+                None => self.client.list_shards().stream_name(stream),
+            };
+            let out = request
+                .send()
+                .await
+                .map_err(|e| self.error(Operation::ListShards, stream, None, e))?;
+            let shards = out
+                .shards
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| {
+                    let (starting_hash_key, ending_hash_key) = s
+                        .hash_key_range
+                        .map(|r| (r.starting_hash_key, r.ending_hash_key))
+                        .unwrap_or_default();
+                    let (starting_sequence_number, ending_sequence_number) = s
+                        .sequence_number_range
+                        .map(|r| (r.starting_sequence_number, r.ending_sequence_number))
+                        .unwrap_or_default();
+                    ShardDescription {
+                        shard_id: s.shard_id,
+                        parent_shard_id: s.parent_shard_id,
+                        adjacent_parent_shard_id: s.adjacent_parent_shard_id,
+                        starting_hash_key,
+                        ending_hash_key,
+                        starting_sequence_number,
+                        ending_sequence_number,
+                    }
+                })
+                .collect();
+            Ok(ListShardsPage {
+                shards,
+                next_token: out.next_token,
+            })
+        })
+    }
+
+    fn get_shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        start: &'a StartingPoint,
+    ) -> ApiFuture<'a, String> {
+        Box::pin(async move {
+            let request = self
+                .client
+                .get_shard_iterator()
+                .stream_name(stream)
+                .shard_id(shard);
+            let request = match start {
+                StartingPoint::TrimHorizon => {
+                    request.shard_iterator_type(ShardIteratorType::TrimHorizon)
+                }
+                StartingPoint::Latest => request.shard_iterator_type(ShardIteratorType::Latest),
+                StartingPoint::AtTimestamp(ms) => request
+                    .shard_iterator_type(ShardIteratorType::AtTimestamp)
+                    .timestamp(DateTime::from_millis(
+                        i64::try_from(*ms).unwrap_or(i64::MAX),
+                    )),
+                StartingPoint::AtSequence(seq) => request
+                    .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+                    .starting_sequence_number(seq),
+                StartingPoint::AfterSequence(seq) => request
+                    .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                    .starting_sequence_number(seq),
+            };
+            let out = request
+                .send()
+                .await
+                .map_err(|e| self.error(Operation::GetShardIterator, stream, Some(shard), e))?;
+            out.shard_iterator.ok_or_else(|| KinesisError::Service {
+                operation: Operation::GetShardIterator,
+                stream: stream.to_owned(),
+                message: format!("the answer for shard `{shard}` carried no iterator"),
+            })
+        })
+    }
+
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a Arc<str>,
+        iterator: String,
+        limit: u32,
+    ) -> ApiFuture<'a, GetRecordsOutput> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_records()
+                .shard_iterator(iterator)
+                .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+                .send()
+                .await
+                .map_err(|e| self.error(Operation::GetRecords, stream, Some(shard), e))?;
+            let millis_behind_latest = out.millis_behind_latest.map(not_negative);
+            let records = out
+                .records
+                .into_iter()
+                .map(|r| {
+                    let arrival = to_system_time(r.approximate_arrival_timestamp.as_ref());
+                    Record::new(
+                        shard.clone(),
+                        r.sequence_number,
+                        r.partition_key.unwrap_or_default(),
+                        Bytes::from(r.data.into_inner()),
+                        arrival,
+                    )
+                    .with_millis_behind_latest(millis_behind_latest)
+                })
+                .collect();
+            let child_shards = out
+                .child_shards
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| ChildShard {
+                    shard_id: c.shard_id,
+                    parent_shards: c.parent_shards,
+                })
+                .collect();
+            Ok(GetRecordsOutput {
+                records,
+                next_shard_iterator: out.next_shard_iterator,
+                millis_behind_latest,
+                child_shards,
+            })
+        })
+    }
+
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: Vec<PutRecordsEntry>,
+    ) -> ApiFuture<'a, PutRecordsOutput> {
+        Box::pin(async move {
+            let mut request = self.client.put_records().stream_name(stream);
+            for entry in entries {
+                let built = PutRecordsRequestEntry::builder()
+                    .data(Blob::new(Vec::from(entry.data)))
+                    .partition_key(entry.partition_key)
+                    .set_explicit_hash_key(entry.explicit_hash_key)
+                    .build()
+                    .map_err(|e| KinesisError::InvalidArgument {
+                        operation: Operation::PutRecords,
+                        stream: stream.to_owned(),
+                        message: e.to_string(),
+                    })?;
+                request = request.records(built);
+            }
+            let out = request
+                .send()
+                .await
+                .map_err(|e| self.error(Operation::PutRecords, stream, None, e))?;
+            let results = out
+                .records
+                .into_iter()
+                .map(|r| match (r.shard_id, r.sequence_number, r.error_code) {
+                    (Some(shard_id), Some(sequence_number), None) => PutRecordResult::Stored {
+                        shard_id,
+                        sequence_number,
+                    },
+                    (_, _, code) => PutRecordResult::Failed {
+                        code: code.unwrap_or_else(|| "Unknown".to_owned()),
+                        message: r.error_message.unwrap_or_default(),
+                    },
+                })
+                .collect();
+            Ok(PutRecordsOutput { results })
+        })
+    }
+
+    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            self.client
+                .create_stream()
+                .stream_name(stream)
+                .shard_count(i32::try_from(shard_count).unwrap_or(i32::MAX))
+                .send()
+                .await
+                .map_err(|e| self.error(Operation::CreateStream, stream, None, e))?;
+            Ok(())
+        })
+    }
+
+    fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .describe_stream_summary()
+                .stream_name(stream)
+                .send()
+                .await
+                .map_err(|e| self.error(Operation::DescribeStreamSummary, stream, None, e))?;
+            let summary = out
+                .stream_description_summary
+                .ok_or_else(|| KinesisError::Service {
+                    operation: Operation::DescribeStreamSummary,
+                    stream: stream.to_owned(),
+                    message: "the answer carried no stream description".to_owned(),
+                })?;
+            use aws_sdk_kinesis::types::StreamStatus as S;
+            let status = match summary.stream_status {
+                S::Creating => StreamStatus::Creating,
+                S::Deleting => StreamStatus::Deleting,
+                S::Updating => StreamStatus::Updating,
+                _ => StreamStatus::Active,
+            };
+            Ok(StreamSummary {
+                stream_name: summary.stream_name,
+                status,
+                open_shard_count: u32::try_from(summary.open_shard_count).unwrap_or(0),
+                retention_period_hours: u32::try_from(summary.retention_period_hours).unwrap_or(0),
+            })
+        })
+    }
+
+    fn split_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        new_starting_hash_key: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            self.client
+                .split_shard()
+                .stream_name(stream)
+                .shard_to_split(shard)
+                .new_starting_hash_key(new_starting_hash_key)
+                .send()
+                .await
+                .map_err(|e| self.error(Operation::SplitShard, stream, Some(shard), e))?;
+            Ok(())
+        })
+    }
+
+    fn merge_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        adjacent: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            self.client
+                .merge_shards()
+                .stream_name(stream)
+                .shard_to_merge(shard)
+                .adjacent_shard_to_merge(adjacent)
+                .send()
+                .await
+                .map_err(|e| self.error(Operation::MergeShards, stream, Some(shard), e))?;
+            Ok(())
+        })
+    }
+}

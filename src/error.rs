@@ -1,0 +1,234 @@
+//! The crate's error type.
+//!
+//! [`KinesisError`] is the one error of the public API. Each message says what failed, on which
+//! resource, and what to do next. The predicates ([`KinesisError::is_retryable`] and friends) are
+//! how the reader decides between waiting, retrying and stopping.
+
+use std::fmt;
+
+/// The Kinesis or DynamoDB operation an error came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// `ListShards`.
+    ListShards,
+    /// `GetShardIterator`.
+    GetShardIterator,
+    /// `GetRecords`.
+    GetRecords,
+    /// `PutRecords`.
+    PutRecords,
+    /// `CreateStream`.
+    CreateStream,
+    /// `DescribeStreamSummary`.
+    DescribeStreamSummary,
+    /// `SplitShard`.
+    SplitShard,
+    /// `MergeShards`.
+    MergeShards,
+}
+
+impl Operation {
+    /// The operation's name as the service spells it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ListShards => "ListShards",
+            Self::GetShardIterator => "GetShardIterator",
+            Self::GetRecords => "GetRecords",
+            Self::PutRecords => "PutRecords",
+            Self::CreateStream => "CreateStream",
+            Self::DescribeStreamSummary => "DescribeStreamSummary",
+            Self::SplitShard => "SplitShard",
+            Self::MergeShards => "MergeShards",
+        }
+    }
+
+    /// The IAM action a caller needs for this operation.
+    #[must_use]
+    pub fn iam_action(self) -> String {
+        format!("kinesis:{}", self.as_str())
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything that can go wrong while reading from or writing to Kinesis.
+///
+/// The enum is `#[non_exhaustive]`: later versions add variants. Match on the ones you handle
+/// and keep a fallback arm.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum KinesisError {
+    /// The stream does not exist in the region the client talks to.
+    #[error(
+        "{operation}: stream `{stream}` was not found in region `{region}`; check the name and \
+         the region (AWS_REGION), or create it (CreateStream / `create_if_missing`)"
+    )]
+    StreamNotFound {
+        /// The call that failed.
+        operation: Operation,
+        /// The stream name.
+        stream: String,
+        /// The region the client was configured for.
+        region: String,
+    },
+
+    /// The shard does not exist in the stream (a typo, or it left the retention period).
+    #[error(
+        "{operation}: shard `{shard}` was not found in stream `{stream}`; list the stream's \
+         shards (ListShards) for the ids that exist"
+    )]
+    ShardNotFound {
+        /// The call that failed.
+        operation: Operation,
+        /// The stream name.
+        stream: String,
+        /// The shard id.
+        shard: String,
+    },
+
+    /// The service refused an argument: a malformed name, a sequence number of another shard,
+    /// an out-of-range hash key.
+    #[error("{operation} on stream `{stream}`: invalid argument: {message}")]
+    InvalidArgument {
+        /// The call that failed.
+        operation: Operation,
+        /// The stream name.
+        stream: String,
+        /// The service's explanation.
+        message: String,
+    },
+
+    /// The caller lacks permission for the call.
+    #[error(
+        "{operation} on stream `{stream}` was denied: {message}; grant the IAM action `{}` on \
+         the stream's ARN", operation.iam_action()
+    )]
+    AccessDenied {
+        /// The call that failed.
+        operation: Operation,
+        /// The stream name.
+        stream: String,
+        /// The service's explanation.
+        message: String,
+    },
+
+    /// The shard's read or write limit was exceeded; the reader waits and retries on its own.
+    #[error(
+        "{operation} on stream `{stream}` was throttled; the reader waits one poll interval and \
+         retries (lower the read rate if several applications read this stream)"
+    )]
+    Throttled {
+        /// The call that failed.
+        operation: Operation,
+        /// The stream name.
+        stream: String,
+    },
+
+    /// A shard iterator was older than five minutes; the reader fetches a new one on its own.
+    #[error(
+        "{operation} on stream `{stream}`: the shard iterator expired (they live five minutes); \
+         a new one is fetched from the checkpoint"
+    )]
+    ExpiredIterator {
+        /// The call that failed.
+        operation: Operation,
+        /// The stream name.
+        stream: String,
+    },
+
+    /// A call failed in a way that may succeed when retried: a 5xx answer, a dropped connection,
+    /// a timeout, a KMS hiccup.
+    #[error("{operation} on stream `{stream}` failed: {message}; it is retried")]
+    Service {
+        /// The call that failed.
+        operation: Operation,
+        /// The stream name.
+        stream: String,
+        /// What the service or the transport said.
+        message: String,
+    },
+
+    /// The shard reader gave up after too many failed calls in a row. The subscription releases
+    /// the shard's lease; the next shard listing takes it again and resumes from the checkpoint.
+    #[error(
+        "reader of shard `{shard}` in stream `{stream}` stopped after {failures} failures in a \
+         row; the last was: {last}"
+    )]
+    ReaderStopped {
+        /// The stream name.
+        stream: String,
+        /// The shard id.
+        shard: String,
+        /// How many calls failed in a row.
+        failures: u32,
+        /// The last failure.
+        last: Box<KinesisError>,
+    },
+
+    /// A record aggregated by the Kinesis Producer Library. It is reported instead of being
+    /// handed on as a [`Record`](crate::Record); settle it like any failed record so the
+    /// checkpoint moves past it.
+    #[error(
+        "record {sequence_number} of shard `{shard}` in stream `{stream}` is a KPL-aggregated \
+         record; this crate does not de-aggregate, so publish without KPL aggregation (or \
+         de-aggregate upstream). The record is skipped once settled"
+    )]
+    AggregatedRecord {
+        /// The stream name.
+        stream: String,
+        /// The shard id.
+        shard: String,
+        /// The record's sequence number.
+        sequence_number: String,
+    },
+
+    /// A setting was refused before any call was made.
+    #[error("invalid setting `{setting}` = {value}: {reason}")]
+    InvalidConfig {
+        /// The setting's name, as the builder method spells it.
+        setting: &'static str,
+        /// The refused value, rendered.
+        value: String,
+        /// What is allowed.
+        reason: String,
+    },
+}
+
+impl KinesisError {
+    /// True for a throttled call ([`KinesisError::Throttled`]).
+    #[must_use]
+    pub fn is_throttle(&self) -> bool {
+        matches!(self, Self::Throttled { .. })
+    }
+
+    /// True for an expired shard iterator ([`KinesisError::ExpiredIterator`]).
+    #[must_use]
+    pub fn is_expired_iterator(&self) -> bool {
+        matches!(self, Self::ExpiredIterator { .. })
+    }
+
+    /// True when retrying the same call can succeed (throttles, expired iterators after
+    /// renewal, transient service failures). Missing resources, refused arguments, denied
+    /// permissions and bad settings are not retryable: retrying cannot fix them.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Throttled { .. } | Self::ExpiredIterator { .. } | Self::Service { .. }
+        )
+    }
+
+    /// True for the error that ends a shard stream because the shard cannot be read any more
+    /// by this reader ([`KinesisError::ReaderStopped`], or any non-retryable call failure).
+    #[must_use]
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::ReaderStopped { .. })
+            || !(self.is_retryable() || matches!(self, Self::AggregatedRecord { .. }))
+    }
+}

@@ -1,0 +1,46 @@
+//! # kinesis-dataflow
+//!
+//! Amazon Kinesis Data Streams as Rust `Stream`s.
+//!
+//! The crate reads top to bottom like the data flows:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`api`] | the seam: a trait over the Kinesis calls, with the AWS SDK and in-memory implementations |
+//! | [`shard`] | one shard as a `Stream<Item = Result<Record, KinesisError>>` |
+//! | [`position`] | where a reader opens: positions, checkpoints, and the rule combining them |
+//! | [`record`] | the [`Record`] a reader yields |
+//! | [`error`] | [`KinesisError`], the crate's one error |
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), kinesis_dataflow::KinesisError> {
+//! use std::sync::Arc;
+//! use futures::StreamExt;
+//! use kinesis_dataflow::{MemoryKinesis, ShardReader, StartingPoint};
+//!
+//! let kinesis = MemoryKinesis::new();
+//! kinesis.add_stream("events", 1)?;
+//! for i in 0..3 {
+//!     kinesis.put("events", "key", format!("event {i}"))?;
+//! }
+//! let shard = ShardReader::new(Arc::new(kinesis), "events", "shardId-000000000000")
+//!     .open(StartingPoint::TrimHorizon)?;
+//! let events: Vec<_> = shard.take(3).map(|r| r.unwrap().into_data()).collect().await;
+//! assert_eq!(&events[2][..], b"event 2");
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+
+pub mod api;
+pub mod error;
+pub mod position;
+pub mod record;
+pub mod shard;
+
+pub use api::{AwsKinesis, KinesisApi, MemoryKinesis, SharedKinesis};
+pub use error::{KinesisError, Operation};
+pub use position::{Checkpoint, KinesisPosition, ShardOrigin, StartingPoint};
+pub use record::Record;
+pub use shard::{ReadSettings, SettledPosition, ShardEnd, ShardReader, ShardStream};

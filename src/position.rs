@@ -1,0 +1,242 @@
+//! Where a shard reader starts: positions, checkpoints, and the one rule that combines them.
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`KinesisPosition`] | a position a user names: `horizon()`, `latest()`, `timestamp(ms)`, `sequence(shard, seq)` |
+//! | [`StartingPoint`] | one iterator request: the five GetShardIterator types |
+//! | [`Checkpoint`] | what the lease store keeps per shard: a sequence number, or the shard's end |
+//! | [`ShardOrigin`] | why a reader is being started (at startup, as a child, as a takeover) |
+//! | [`starting_point`] | the rule: from those inputs, where the reader opens |
+//!
+//! The rule, in order:
+//!
+//! 1. A reader started at startup with a position from `start_at(..)` opens there, ahead of any
+//!    checkpoint. A `sequence(shard, seq)` position names one shard; the other shards are
+//!    treated as if no position had been given.
+//! 2. Otherwise a stored checkpoint opens the shard right AFTER the record it names.
+//! 3. Otherwise a child shard (one created by a split or a merge) opens at TRIM_HORIZON, so
+//!    none of its records is missed.
+//! 4. Otherwise the shard opens at LATEST.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A position in a stream that a subscription can open at.
+///
+/// ```
+/// use kinesis_dataflow::KinesisPosition;
+///
+/// let everything = KinesisPosition::horizon();
+/// let from_now = KinesisPosition::latest();
+/// let since = KinesisPosition::timestamp(1_700_000_000_000);
+/// let one = KinesisPosition::sequence("shardId-000000000000", "49590338271490256608559692538361571095921575989136588898");
+/// # let _ = (everything, from_now, since, one);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KinesisPosition {
+    /// The oldest record each shard still holds (TRIM_HORIZON).
+    Horizon,
+    /// After the newest record: only what arrives next (LATEST).
+    Latest,
+    /// The first record that arrived at or after this time, in milliseconds since the Unix
+    /// epoch (AT_TIMESTAMP).
+    Timestamp(u64),
+    /// One record of one shard, which is read first (AT_SEQUENCE_NUMBER).
+    Sequence {
+        /// The shard the sequence number belongs to.
+        shard: String,
+        /// The record's sequence number.
+        sequence_number: String,
+    },
+}
+
+impl KinesisPosition {
+    /// TRIM_HORIZON: the oldest record each shard still holds.
+    #[must_use]
+    pub fn horizon() -> Self {
+        Self::Horizon
+    }
+
+    /// LATEST: only records that arrive after the reader opens.
+    #[must_use]
+    pub fn latest() -> Self {
+        Self::Latest
+    }
+
+    /// AT_TIMESTAMP: the first record that arrived at or after `ms` (milliseconds since the
+    /// Unix epoch, by the service's arrival clock).
+    #[must_use]
+    pub fn timestamp(ms: u64) -> Self {
+        Self::Timestamp(ms)
+    }
+
+    /// AT_SEQUENCE_NUMBER: the record `seq` of `shard`, read first.
+    #[must_use]
+    pub fn sequence(shard: impl Into<String>, seq: impl Into<String>) -> Self {
+        Self::Sequence {
+            shard: shard.into(),
+            sequence_number: seq.into(),
+        }
+    }
+
+    /// Where this position opens `shard`, or `None` when it names another shard.
+    #[must_use]
+    pub fn for_shard(&self, shard: &str) -> Option<StartingPoint> {
+        Some(match self {
+            Self::Horizon => StartingPoint::TrimHorizon,
+            Self::Latest => StartingPoint::Latest,
+            Self::Timestamp(ms) => StartingPoint::AtTimestamp(*ms),
+            Self::Sequence {
+                shard: named,
+                sequence_number,
+            } => {
+                if named != shard {
+                    return None;
+                }
+                StartingPoint::AtSequence(sequence_number.clone())
+            }
+        })
+    }
+}
+
+/// One GetShardIterator request: the five iterator types and their arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StartingPoint {
+    /// `TRIM_HORIZON`.
+    TrimHorizon,
+    /// `LATEST`.
+    Latest,
+    /// `AT_TIMESTAMP`, milliseconds since the Unix epoch.
+    AtTimestamp(u64),
+    /// `AT_SEQUENCE_NUMBER`.
+    AtSequence(String),
+    /// `AFTER_SEQUENCE_NUMBER`.
+    AfterSequence(String),
+}
+
+impl StartingPoint {
+    /// The iterator type's name as the service spells it.
+    #[must_use]
+    pub fn iterator_type(&self) -> &'static str {
+        match self {
+            Self::TrimHorizon => "TRIM_HORIZON",
+            Self::Latest => "LATEST",
+            Self::AtTimestamp(_) => "AT_TIMESTAMP",
+            Self::AtSequence(_) => "AT_SEQUENCE_NUMBER",
+            Self::AfterSequence(_) => "AFTER_SEQUENCE_NUMBER",
+        }
+    }
+
+    /// `AT_TIMESTAMP` at a wall-clock time.
+    #[must_use]
+    pub fn at_time(time: SystemTime) -> Self {
+        let ms = time
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_millis();
+        Self::AtTimestamp(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+}
+
+/// What the lease store keeps for a shard.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Checkpoint {
+    /// Every record up to and including this sequence number is settled.
+    Sequence(String),
+    /// The shard is closed and every record of it is settled (SHARD_END).
+    ShardEnd,
+}
+
+/// Why a reader is being started; it decides the fallback when there is no checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShardOrigin {
+    /// One of the shards the subscription opened with.
+    Startup,
+    /// A child of a split or a merge, started after its parents finished.
+    Child,
+    /// A shard taken over later (from another instance, or after a reader stopped).
+    Takeover,
+}
+
+/// Where a reader of `shard` opens, by the rule in this module's docs.
+///
+/// Returns `None` when the checkpoint says the shard is finished (SHARD_END): there is
+/// nothing left to read.
+///
+/// ```
+/// use kinesis_dataflow::position::{starting_point, Checkpoint, ShardOrigin, StartingPoint};
+/// use kinesis_dataflow::KinesisPosition;
+///
+/// let cp = Checkpoint::Sequence("42".into());
+/// // A checkpoint opens the shard after the record it names...
+/// assert_eq!(
+///     starting_point("shardId-0", ShardOrigin::Takeover, None, Some(&cp)),
+///     Some(StartingPoint::AfterSequence("42".into()))
+/// );
+/// // ...but start_at(..) wins at startup.
+/// assert_eq!(
+///     starting_point("shardId-0", ShardOrigin::Startup, Some(&KinesisPosition::horizon()), Some(&cp)),
+///     Some(StartingPoint::TrimHorizon)
+/// );
+/// // A child without a checkpoint reads from its beginning; anything else from the tip.
+/// assert_eq!(starting_point("shardId-4", ShardOrigin::Child, None, None), Some(StartingPoint::TrimHorizon));
+/// assert_eq!(starting_point("shardId-0", ShardOrigin::Startup, None, None), Some(StartingPoint::Latest));
+/// ```
+#[must_use]
+pub fn starting_point(
+    shard: &str,
+    origin: ShardOrigin,
+    start_at: Option<&KinesisPosition>,
+    checkpoint: Option<&Checkpoint>,
+) -> Option<StartingPoint> {
+    if origin == ShardOrigin::Startup
+        && let Some(point) = start_at.and_then(|p| p.for_shard(shard))
+    {
+        return Some(point);
+    }
+    match checkpoint {
+        Some(Checkpoint::ShardEnd) => None,
+        Some(Checkpoint::Sequence(seq)) => Some(StartingPoint::AfterSequence(seq.clone())),
+        None if origin == ShardOrigin::Child => Some(StartingPoint::TrimHorizon),
+        None => Some(StartingPoint::Latest),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_position_applies_to_its_own_shard_only() {
+        let p = KinesisPosition::sequence("shardId-1", "7");
+        assert_eq!(
+            starting_point("shardId-1", ShardOrigin::Startup, Some(&p), None),
+            Some(StartingPoint::AtSequence("7".into()))
+        );
+        assert_eq!(
+            starting_point("shardId-2", ShardOrigin::Startup, Some(&p), None),
+            Some(StartingPoint::Latest)
+        );
+    }
+
+    #[test]
+    fn start_at_does_not_apply_to_later_readers() {
+        let p = KinesisPosition::horizon();
+        let cp = Checkpoint::Sequence("9".into());
+        assert_eq!(
+            starting_point("s", ShardOrigin::Takeover, Some(&p), Some(&cp)),
+            Some(StartingPoint::AfterSequence("9".into()))
+        );
+        assert_eq!(
+            starting_point("s", ShardOrigin::Takeover, Some(&p), None),
+            Some(StartingPoint::Latest)
+        );
+        assert_eq!(
+            starting_point("s", ShardOrigin::Child, Some(&p), None),
+            Some(StartingPoint::TrimHorizon)
+        );
+        assert_eq!(
+            starting_point("s", ShardOrigin::Startup, None, Some(&Checkpoint::ShardEnd)),
+            None
+        );
+    }
+}

@@ -1,0 +1,308 @@
+//! The read loop of one shard: one step is "wait as the rules say, then read once".
+//!
+//! [`Reader::step`] takes the reader by value and gives it back with the outcome, which is
+//! what lets [`ShardStream`](super::ShardStream) unfold it: the stream only starts the next
+//! step once its consumer has taken everything the previous step returned.
+
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::time::{Instant, sleep_until};
+
+use super::ShardEnd;
+use super::settings::ReadSettings;
+use crate::api::SharedKinesis;
+use crate::error::KinesisError;
+use crate::position::StartingPoint;
+use crate::record::{Record, cmp_sequence};
+
+/// The highest sequence number of a shard that is settled (checkpointed), shared between
+/// whoever settles records and the shard's reader.
+///
+/// The reader consults it only when its iterator expired: the new iterator then opens right
+/// after this record. The acknowledgement layer advances it; a reader without one falls back
+/// to the first record it read.
+#[derive(Debug, Clone, Default)]
+pub struct SettledPosition(Arc<Mutex<Option<String>>>);
+
+impl SettledPosition {
+    /// A position with nothing settled yet.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A position that starts at a stored checkpoint.
+    #[must_use]
+    pub fn at(sequence_number: impl Into<String>) -> Self {
+        Self(Arc::new(Mutex::new(Some(sequence_number.into()))))
+    }
+
+    /// Records that every record up to and including `sequence_number` is settled. A
+    /// sequence number lower than the current one is ignored: the position never moves back.
+    pub fn advance(&self, sequence_number: &str) {
+        let mut current = self.lock();
+        let newer = current
+            .as_deref()
+            .is_none_or(|c| cmp_sequence(sequence_number, c).is_gt());
+        if newer {
+            *current = Some(sequence_number.to_owned());
+        }
+    }
+
+    /// The highest settled sequence number, if any.
+    #[must_use]
+    pub fn get(&self) -> Option<String> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        // A poisoned lock still holds a valid sequence number.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// What one step of the reader produced.
+pub(crate) enum Step {
+    /// Records to hand on (possibly none), and the shard's end when this read reached it.
+    Batch(Vec<Record>, Option<ShardEnd>),
+    /// A failed call; the reader retries after the failure backoff.
+    Failed(KinesisError),
+    /// The reader gave up; the stream ends after reporting this.
+    Stopped(KinesisError),
+}
+
+pub(crate) struct Reader {
+    pub(crate) api: SharedKinesis,
+    pub(crate) stream: Arc<str>,
+    pub(crate) shard: Arc<str>,
+    pub(crate) settings: ReadSettings,
+    /// Where the reader was asked to open.
+    pub(crate) start: StartingPoint,
+    pub(crate) settled: Option<SettledPosition>,
+    /// The iterator of the next GetRecords; `None` when a new one must be fetched.
+    iterator: Option<String>,
+    /// Where the next GetShardIterator opens; `start` until an iterator expires.
+    reopen_at: StartingPoint,
+    /// When the first GetShardIterator was sent.
+    first_iterator_at: Option<SystemTime>,
+    first_read: Option<String>,
+    last_read: Option<String>,
+    /// After a re-open, records up to this one were already handed on and are dropped.
+    skip_through: Option<String>,
+    failures: u32,
+    expiries_in_row: u32,
+    /// No call before this instant (poll interval after an empty read, failure backoff).
+    not_before: Option<Instant>,
+    last_get_records: Option<Instant>,
+}
+
+impl Reader {
+    pub(crate) fn new(
+        api: SharedKinesis,
+        stream: Arc<str>,
+        shard: Arc<str>,
+        settings: ReadSettings,
+        start: StartingPoint,
+        settled: Option<SettledPosition>,
+    ) -> Self {
+        Self {
+            api,
+            stream,
+            shard,
+            settings,
+            reopen_at: start.clone(),
+            start,
+            settled,
+            iterator: None,
+            first_iterator_at: None,
+            first_read: None,
+            last_read: None,
+            skip_through: None,
+            failures: 0,
+            expiries_in_row: 0,
+            not_before: None,
+            last_get_records: None,
+        }
+    }
+
+    /// Runs one step and gives the reader back with its outcome.
+    pub(crate) async fn step(mut self: Box<Self>) -> (Box<Self>, Step) {
+        let step = self.step_inner().await;
+        (self, step)
+    }
+
+    async fn step_inner(&mut self) -> Step {
+        loop {
+            if let Some(at) = self.not_before.take() {
+                sleep_until(at).await;
+            }
+            let iterator = match self.iterator.take() {
+                Some(iterator) => iterator,
+                None => match self.fetch_iterator().await {
+                    Ok(iterator) => iterator,
+                    Err(step) => match step {
+                        Some(step) => return step,
+                        None => continue,
+                    },
+                },
+            };
+            if let (Some(gap), Some(last)) = (self.settings.min_gap(), self.last_get_records) {
+                sleep_until(last + gap).await;
+            }
+            let started = Instant::now();
+            self.last_get_records = Some(started);
+            let answer = self
+                .api
+                .get_records(
+                    &self.stream,
+                    &self.shard,
+                    iterator.clone(),
+                    self.settings.batch_size,
+                )
+                .await;
+            match answer {
+                Ok(out) => {
+                    self.failures = 0;
+                    self.expiries_in_row = 0;
+                    let answered_empty = out.records.is_empty();
+                    let records = self.take_new(out.records);
+                    let end = match out.next_shard_iterator {
+                        Some(next) => {
+                            self.iterator = Some(next);
+                            None
+                        }
+                        None => Some(ShardEnd {
+                            shard_id: self.shard.to_string(),
+                            child_shards: out.child_shards,
+                            last_sequence_number: self.last_read.clone(),
+                        }),
+                    };
+                    if end.is_none() && answered_empty {
+                        self.not_before = Some(Instant::now() + self.settings.poll_interval);
+                        tracing::trace!(
+                            millis_behind_latest = out.millis_behind_latest,
+                            "empty read, waiting one poll interval"
+                        );
+                    }
+                    if records.is_empty() && end.is_none() {
+                        continue;
+                    }
+                    return Step::Batch(records, end);
+                }
+                Err(e) if e.is_throttle() => {
+                    tracing::debug!(
+                        "read throttled, retrying the same iterator after one poll interval"
+                    );
+                    self.iterator = Some(iterator);
+                    self.not_before = Some(Instant::now() + self.settings.poll_interval);
+                }
+                Err(e) if e.is_expired_iterator() => {
+                    // The iterator is dead: the next step opens a new one. A fresh iterator
+                    // that expires again counts as a failure, so this cannot loop forever.
+                    self.expiries_in_row += 1;
+                    self.reopen_after_expiry();
+                    if self.expiries_in_row > 1 {
+                        return self.failed(e);
+                    }
+                }
+                Err(e) => {
+                    self.iterator = Some(iterator);
+                    return self.failed(e);
+                }
+            }
+        }
+    }
+
+    /// Fetches an iterator at `reopen_at`. `Err(None)` means "loop again" (throttled),
+    /// `Err(Some(step))` is a step to report.
+    async fn fetch_iterator(&mut self) -> Result<String, Option<Step>> {
+        let at = self.reopen_at.clone();
+        if self.first_iterator_at.is_none() {
+            self.first_iterator_at = Some(SystemTime::now());
+        }
+        match self
+            .api
+            .get_shard_iterator(&self.stream, &self.shard, &at)
+            .await
+        {
+            Ok(iterator) => {
+                tracing::debug!(iterator_type = at.iterator_type(), position = ?at, "new shard iterator");
+                Ok(iterator)
+            }
+            Err(e) if e.is_throttle() => {
+                tracing::debug!("GetShardIterator throttled, retrying after one poll interval");
+                self.not_before = Some(Instant::now() + self.settings.poll_interval);
+                Err(None)
+            }
+            Err(e) if e.is_retryable() => Err(Some(self.failed(e))),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot open the shard");
+                Err(Some(Step::Stopped(e)))
+            }
+        }
+    }
+
+    /// Chooses where to re-open after an expired iterator: after the settled record, else at
+    /// the first record this reader read, else where it first opened (a LATEST start becomes
+    /// the time its first iterator was issued). Never LATEST.
+    fn reopen_after_expiry(&mut self) {
+        let settled = self.settled.as_ref().and_then(SettledPosition::get);
+        self.reopen_at = match (settled, &self.first_read) {
+            (Some(seq), _) => StartingPoint::AfterSequence(seq),
+            (None, Some(first)) => StartingPoint::AtSequence(first.clone()),
+            (None, None) => match &self.start {
+                StartingPoint::Latest => {
+                    StartingPoint::at_time(self.first_iterator_at.unwrap_or_else(SystemTime::now))
+                }
+                other => other.clone(),
+            },
+        };
+        self.skip_through.clone_from(&self.last_read);
+        tracing::info!(
+            reopen_at = ?self.reopen_at,
+            "shard iterator expired, fetching a new one"
+        );
+    }
+
+    /// Drops records already handed on before a re-open, and tracks the first and last read.
+    fn take_new(&mut self, mut records: Vec<Record>) -> Vec<Record> {
+        if let Some(skip) = &self.skip_through {
+            let seen = records
+                .iter()
+                .take_while(|r| cmp_sequence(r.sequence_number(), skip).is_le())
+                .count();
+            if seen < records.len() {
+                self.skip_through = None;
+            }
+            records.drain(..seen);
+        }
+        if let Some(first) = records.first()
+            && self.first_read.is_none()
+        {
+            self.first_read = Some(first.sequence_number().to_owned());
+        }
+        if let Some(last) = records.last() {
+            self.last_read = Some(last.sequence_number().to_owned());
+        }
+        records
+    }
+
+    fn failed(&mut self, e: KinesisError) -> Step {
+        self.failures += 1;
+        if self.failures >= self.settings.max_failures {
+            tracing::error!(failures = self.failures, error = %e, "reader stopped");
+            return Step::Stopped(KinesisError::ReaderStopped {
+                stream: self.stream.to_string(),
+                shard: self.shard.to_string(),
+                failures: self.failures,
+                last: Box::new(e),
+            });
+        }
+        tracing::warn!(failures = self.failures, error = %e, "read failed, retrying");
+        self.not_before = Some(Instant::now() + self.settings.failure_backoff);
+        Step::Failed(e)
+    }
+}

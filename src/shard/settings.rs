@@ -1,0 +1,189 @@
+//! How a shard reader paces and sizes its reads.
+
+use std::time::Duration;
+
+use crate::api::MAX_GET_RECORDS_LIMIT;
+use crate::error::KinesisError;
+
+/// The default wait after a read that returned no records.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// The default number of records one GetRecords call asks for.
+pub const DEFAULT_BATCH_SIZE: u32 = 1_000;
+/// The service's limit of GetRecords calls per shard and second, shared by every consumer.
+pub const SERVICE_READS_PER_SECOND: u32 = 5;
+/// The wait after a failed call before the same call is tried again.
+pub const DEFAULT_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
+/// How many calls may fail in a row before the reader stops.
+pub const DEFAULT_MAX_FAILURES: u32 = 11;
+
+/// The pacing and sizing of one shard reader.
+///
+/// ```
+/// use std::time::Duration;
+/// use kinesis_dataflow::ReadSettings;
+///
+/// // Two applications read this stream: keep this one to half the shard's read budget.
+/// let settings = ReadSettings::default()
+///     .poll_interval(Duration::from_millis(500))
+///     .max_reads_per_second(2)
+///     .batch_size(500);
+/// assert!(settings.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadSettings {
+    pub(crate) poll_interval: Duration,
+    pub(crate) max_reads_per_second: Option<u32>,
+    pub(crate) batch_size: u32,
+    pub(crate) failure_backoff: Duration,
+    pub(crate) max_failures: u32,
+}
+
+impl Default for ReadSettings {
+    fn default() -> Self {
+        Self {
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            max_reads_per_second: Some(SERVICE_READS_PER_SECOND),
+            batch_size: DEFAULT_BATCH_SIZE,
+            failure_backoff: DEFAULT_FAILURE_BACKOFF,
+            max_failures: DEFAULT_MAX_FAILURES,
+        }
+    }
+}
+
+impl ReadSettings {
+    /// The wait after a read that returned no records, and after a throttled read
+    /// (default 1 s).
+    #[must_use]
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// The most GetRecords calls per second on one shard (default 5, the service's limit,
+    /// which every consumer of the shard shares). Lower it when several applications read the
+    /// stream.
+    #[must_use]
+    pub fn max_reads_per_second(mut self, reads: u32) -> Self {
+        self.max_reads_per_second = Some(reads);
+        self
+    }
+
+    /// Lifts the read-rate cap, for an emulator that does not enforce the service's limit
+    /// (benchmarks). Against AWS the service then throttles instead.
+    #[must_use]
+    pub fn unlimited_reads(mut self) -> Self {
+        self.max_reads_per_second = None;
+        self
+    }
+
+    /// How many records one GetRecords call asks for (default 1,000; at most 10,000).
+    #[must_use]
+    pub fn batch_size(mut self, records: u32) -> Self {
+        self.batch_size = records;
+        self
+    }
+
+    /// The wait after a failed call before it is tried again (default 1 s).
+    #[must_use]
+    pub fn failure_backoff(mut self, wait: Duration) -> Self {
+        self.failure_backoff = wait;
+        self
+    }
+
+    /// How many calls may fail in a row before the reader stops (default 11).
+    #[must_use]
+    pub fn max_failures(mut self, failures: u32) -> Self {
+        self.max_failures = failures;
+        self
+    }
+
+    /// The configured wait after an empty read.
+    #[must_use]
+    pub fn get_poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+
+    /// The configured batch size.
+    #[must_use]
+    pub fn get_batch_size(&self) -> u32 {
+        self.batch_size
+    }
+
+    /// The shortest gap between two GetRecords calls that the read-rate cap allows.
+    pub(crate) fn min_gap(&self) -> Option<Duration> {
+        self.max_reads_per_second
+            .map(|n| Duration::from_secs(1) / n.max(1))
+    }
+
+    /// Checks every setting; the error names the setting and the refused value.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::InvalidConfig`] for a zero poll interval, a zero read rate, a batch
+    /// size outside 1..=10,000, or zero allowed failures.
+    pub fn validate(&self) -> Result<(), KinesisError> {
+        if self.poll_interval.is_zero() {
+            return Err(KinesisError::InvalidConfig {
+                setting: "poll_interval",
+                value: format!("{:?}", self.poll_interval),
+                reason: "must be more than zero, or an idle shard is read in a busy loop".into(),
+            });
+        }
+        if self.max_reads_per_second == Some(0) {
+            return Err(KinesisError::InvalidConfig {
+                setting: "max_reads_per_second",
+                value: "0".into(),
+                reason: "must be at least 1 (use `unlimited_reads()` to lift the cap)".into(),
+            });
+        }
+        if !(1..=MAX_GET_RECORDS_LIMIT).contains(&self.batch_size) {
+            return Err(KinesisError::InvalidConfig {
+                setting: "batch_size",
+                value: self.batch_size.to_string(),
+                reason: format!("GetRecords takes 1 to {MAX_GET_RECORDS_LIMIT} records per call"),
+            });
+        }
+        if self.max_failures == 0 {
+            return Err(KinesisError::InvalidConfig {
+                setting: "max_failures",
+                value: "0".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_settings_name_themselves() {
+        let e = ReadSettings::default()
+            .batch_size(0)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("batch_size"), "{e}");
+        let e = ReadSettings::default()
+            .batch_size(10_001)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("10001"), "{e}");
+        let e = ReadSettings::default()
+            .poll_interval(Duration::ZERO)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("poll_interval"), "{e}");
+        let e = ReadSettings::default()
+            .max_reads_per_second(0)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("max_reads_per_second"), "{e}");
+        assert_eq!(
+            ReadSettings::default().min_gap(),
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(ReadSettings::default().unlimited_reads().min_gap(), None);
+    }
+}

@@ -1,0 +1,280 @@
+//! [`ShardStream`]: one shard as a `Stream` of records.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use futures::future::BoxFuture;
+use futures::stream::{FusedStream, Stream};
+use tracing::{Instrument, Span};
+
+use super::ShardEnd;
+use super::reader::{Reader, SettledPosition, Step};
+use super::settings::ReadSettings;
+use crate::api::SharedKinesis;
+use crate::error::KinesisError;
+use crate::position::StartingPoint;
+use crate::record::Record;
+
+/// The first four bytes of a record aggregated by the Kinesis Producer Library.
+pub const KPL_MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];
+
+/// Builds a [`ShardStream`]: which shard, how to read it, and where it opens.
+///
+/// ```
+/// # async fn demo() -> Result<(), kinesis_dataflow::KinesisError> {
+/// use std::sync::Arc;
+/// use futures::StreamExt;
+/// use kinesis_dataflow::api::{KinesisApi, MemoryKinesis};
+/// use kinesis_dataflow::{ShardReader, StartingPoint};
+///
+/// let kinesis = MemoryKinesis::new();
+/// kinesis.add_stream("orders", 1)?;
+/// kinesis.put("orders", "customer-1", "hello")?;
+///
+/// let mut shard = ShardReader::new(Arc::new(kinesis), "orders", "shardId-000000000000")
+///     .open(StartingPoint::TrimHorizon)?;
+/// let record = shard.next().await.unwrap()?;
+/// assert_eq!(&record.data()[..], b"hello");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use = "a reader does nothing until it is opened and polled"]
+pub struct ShardReader {
+    api: SharedKinesis,
+    stream: Arc<str>,
+    shard: Arc<str>,
+    settings: ReadSettings,
+    settled: Option<SettledPosition>,
+}
+
+impl fmt::Debug for ShardReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardReader")
+            .field("stream", &self.stream)
+            .field("shard", &self.shard)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShardReader {
+    /// A reader of `shard` in `stream`, with the default [`ReadSettings`].
+    pub fn new(
+        api: SharedKinesis,
+        stream: impl Into<Arc<str>>,
+        shard: impl Into<Arc<str>>,
+    ) -> Self {
+        Self {
+            api,
+            stream: stream.into(),
+            shard: shard.into(),
+            settings: ReadSettings::default(),
+            settled: None,
+        }
+    }
+
+    /// Reads with these settings.
+    pub fn settings(mut self, settings: ReadSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Shares the shard's settled position with whoever settles its records; an expired
+    /// iterator is then renewed right after it.
+    pub fn settled(mut self, settled: SettledPosition) -> Self {
+        self.settled = Some(settled);
+        self
+    }
+
+    /// Opens the shard at `start`. Nothing is read until the stream is polled.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::InvalidConfig`] when a setting is out of range.
+    pub fn open(self, start: StartingPoint) -> Result<ShardStream, KinesisError> {
+        self.settings.validate()?;
+        let span = tracing::info_span!("shard", stream = %self.stream, shard = %self.shard);
+        let reader = Reader::new(
+            self.api,
+            self.stream.clone(),
+            self.shard.clone(),
+            self.settings,
+            start,
+            self.settled,
+        );
+        Ok(ShardStream {
+            state: State::Idle(Box::new(reader)),
+            buffer: VecDeque::new(),
+            pending_end: None,
+            end: None,
+            stream: self.stream,
+            shard: self.shard,
+            span,
+        })
+    }
+}
+
+enum State {
+    /// Waiting to be polled before the next step.
+    Idle(Box<Reader>),
+    /// A step in flight.
+    Reading(BoxFuture<'static, (Box<Reader>, Step)>),
+    /// Finished: the shard ended or the reader stopped.
+    Done,
+}
+
+/// One shard as a `Stream` of records, unfolded from GetShardIterator and GetRecords.
+///
+/// * Each GetRecords asks for the batch size (1,000 by default) and the next call uses the
+///   answer's next iterator.
+/// * Pull-driven: a GetRecords call is only made while the stream is polled and everything
+///   the previous call returned has been taken. At most one answer, so at most `batch_size`
+///   records, is buffered.
+/// * A read with no records waits the poll interval before the next one; reads are spaced to
+///   stay under the read-rate cap (5 a second by default).
+/// * A throttled read waits one poll interval and retries the same iterator; it is not
+///   reported. An expired iterator is renewed after the settled position, else at the first
+///   record this reader read, else where it opened (a LATEST start becomes the time its first
+///   iterator was issued); never at LATEST. Records already handed on are not repeated.
+/// * Any other failed read is yielded as an `Err` item and retried with the same iterator after
+///   the failure backoff (1 s). After 11 failures in a row the stream yields
+///   [`KinesisError::ReaderStopped`] and ends. A shard that cannot be opened at all (unknown
+///   stream or shard, a sequence number the shard refuses) yields that error and ends.
+/// * A KPL-aggregated record is yielded as [`KinesisError::AggregatedRecord`], in its place in
+///   the order, and the stream goes on.
+/// * At the end of a closed shard the stream ends; [`ShardStream::shard_end`] then names the
+///   child shards.
+#[must_use = "streams do nothing unless polled"]
+pub struct ShardStream {
+    state: State,
+    buffer: VecDeque<Record>,
+    pending_end: Option<ShardEnd>,
+    end: Option<ShardEnd>,
+    stream: Arc<str>,
+    shard: Arc<str>,
+    span: Span,
+}
+
+impl fmt::Debug for ShardStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardStream")
+            .field("stream", &self.stream)
+            .field("shard", &self.shard)
+            .field("buffered", &self.buffer.len())
+            .field("end", &self.end)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShardStream {
+    /// The stream name.
+    #[must_use]
+    pub fn stream_name(&self) -> &str {
+        &self.stream
+    }
+
+    /// The shard id.
+    #[must_use]
+    pub fn shard_id(&self) -> &str {
+        &self.shard
+    }
+
+    /// Set once the stream ended because the shard is closed and fully read: the shard's last
+    /// record and its children.
+    #[must_use]
+    pub fn shard_end(&self) -> Option<&ShardEnd> {
+        self.end.as_ref()
+    }
+
+    /// How many records are read but not yet taken.
+    #[must_use]
+    pub fn buffered_len(&self) -> usize {
+        self.buffer.len()
+    }
+
+    fn hand_on(&self, record: Record) -> Result<Record, KinesisError> {
+        if record.data().starts_with(&KPL_MAGIC) {
+            tracing::warn!(
+                parent: &self.span,
+                sequence_number = record.sequence_number(),
+                "KPL-aggregated record reported as an error"
+            );
+            return Err(KinesisError::AggregatedRecord {
+                stream: self.stream.to_string(),
+                shard: self.shard.to_string(),
+                sequence_number: record.sequence_number().to_owned(),
+            });
+        }
+        Ok(record)
+    }
+}
+
+impl Stream for ShardStream {
+    type Item = Result<Record, KinesisError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(record) = this.buffer.pop_front() {
+                return Poll::Ready(Some(this.hand_on(record)));
+            }
+            if let Some(end) = this.pending_end.take() {
+                tracing::info!(
+                    parent: &this.span,
+                    children = ?end.child_shards.iter().map(|c| c.shard_id.as_str()).collect::<Vec<_>>(),
+                    "shard end reached"
+                );
+                this.end = Some(end);
+                this.state = State::Done;
+                return Poll::Ready(None);
+            }
+            match &mut this.state {
+                State::Done => return Poll::Ready(None),
+                State::Idle(_) => {
+                    let State::Idle(reader) = std::mem::replace(&mut this.state, State::Done)
+                    else {
+                        unreachable!("matched Idle above")
+                    };
+                    let step = reader.step().instrument(this.span.clone());
+                    this.state = State::Reading(Box::pin(step));
+                }
+                State::Reading(future) => {
+                    let (reader, step) = ready!(future.as_mut().poll(cx));
+                    match step {
+                        Step::Batch(records, end) => {
+                            this.state = State::Idle(reader);
+                            this.buffer.extend(records);
+                            this.pending_end = end;
+                        }
+                        Step::Failed(e) => {
+                            this.state = State::Idle(reader);
+                            return Poll::Ready(Some(Err(e)));
+                        }
+                        Step::Stopped(e) => {
+                            this.state = State::Done;
+                            return Poll::Ready(Some(Err(e)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self.state {
+            State::Done if self.pending_end.is_none() => {
+                (self.buffer.len(), Some(self.buffer.len()))
+            }
+            _ => (self.buffer.len(), None),
+        }
+    }
+}
+
+impl FusedStream for ShardStream {
+    fn is_terminated(&self) -> bool {
+        matches!(self.state, State::Done) && self.buffer.is_empty() && self.pending_end.is_none()
+    }
+}

@@ -1,0 +1,451 @@
+//! The shard reader's timing and recovery rules, on the in-memory transport with paused tokio
+//! time: every wait below is virtual, so the assertions are exact and never depend on the
+//! machine's speed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kinesis_dataflow::api::memory::{Call, Fault};
+use kinesis_dataflow::{
+    KinesisError, MemoryKinesis, Operation, ReadSettings, Record, SettledPosition, ShardReader,
+    ShardStream, SharedKinesis, StartingPoint,
+};
+use tokio::time::{Instant, timeout};
+
+const STREAM: &str = "events";
+const SHARD0: &str = "shardId-000000000000";
+const KPL_MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];
+
+fn kinesis_with(records: usize) -> (MemoryKinesis, SharedKinesis) {
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, 1).unwrap();
+    for i in 0..records {
+        memory.put(STREAM, "key", format!("r{i}")).unwrap();
+    }
+    let shared: SharedKinesis = Arc::new(memory.clone());
+    (memory, shared)
+}
+
+fn open(api: &SharedKinesis, settings: ReadSettings, at: StartingPoint) -> ShardStream {
+    ShardReader::new(api.clone(), STREAM, SHARD0)
+        .settings(settings)
+        .open(at)
+        .unwrap()
+}
+
+async fn take(stream: &mut ShardStream, n: usize) -> Vec<Record> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        match timeout(Duration::from_secs(3600), stream.next()).await {
+            Ok(Some(Ok(r))) => out.push(r),
+            other => panic!("expected a record, got {other:?}"),
+        }
+    }
+    out
+}
+
+fn text(r: &Record) -> String {
+    String::from_utf8(r.data().to_vec()).unwrap()
+}
+
+fn calls_of(memory: &MemoryKinesis, op: Operation) -> Vec<Call> {
+    memory
+        .calls()
+        .into_iter()
+        .filter(|c| c.operation == op)
+        .collect()
+}
+
+fn gaps(calls: &[Call]) -> Vec<Duration> {
+    calls.windows(2).map(|w| w[1].at - w[0].at).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_read_waits_the_poll_interval() {
+    let (memory, api) = kinesis_with(0);
+    let mut shard = open(&api, ReadSettings::default(), StartingPoint::Latest);
+    assert!(
+        timeout(Duration::from_millis(3500), shard.next())
+            .await
+            .is_err()
+    );
+    let reads = calls_of(&memory, Operation::GetRecords);
+    assert_eq!(reads.len(), 4, "reads at 0, 1, 2 and 3 s");
+    assert!(
+        gaps(&reads).iter().all(|g| *g == Duration::from_secs(1)),
+        "{:?}",
+        gaps(&reads)
+    );
+
+    let (memory, api) = kinesis_with(0);
+    let settings = ReadSettings::default().poll_interval(Duration::from_millis(250));
+    let mut shard = open(&api, settings, StartingPoint::Latest);
+    assert!(
+        timeout(Duration::from_millis(1100), shard.next())
+            .await
+            .is_err()
+    );
+    let reads = calls_of(&memory, Operation::GetRecords);
+    assert_eq!(reads.len(), 5, "reads at 0, 250, 500, 750 and 1000 ms");
+}
+
+#[tokio::test(start_paused = true)]
+async fn reads_stay_under_the_rate_cap() {
+    for (settings, gap) in [
+        (ReadSettings::default(), Duration::from_millis(200)),
+        (
+            ReadSettings::default().max_reads_per_second(2),
+            Duration::from_millis(500),
+        ),
+        (ReadSettings::default().unlimited_reads(), Duration::ZERO),
+    ] {
+        let (memory, api) = kinesis_with(20);
+        let mut shard = open(&api, settings.batch_size(1), StartingPoint::TrimHorizon);
+        let read = take(&mut shard, 20).await;
+        assert_eq!(text(&read[19]), "r19");
+        let reads = calls_of(&memory, Operation::GetRecords);
+        assert_eq!(reads.len(), 20);
+        assert!(reads.iter().all(|c| c.limit == Some(1)));
+        for g in gaps(&reads) {
+            assert_eq!(g, gap);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn asks_for_a_thousand_records_or_the_batch_size() {
+    let (memory, api) = kinesis_with(3);
+    take(
+        &mut open(&api, ReadSettings::default(), StartingPoint::TrimHorizon),
+        3,
+    )
+    .await;
+    assert_eq!(
+        calls_of(&memory, Operation::GetRecords)[0].limit,
+        Some(1000)
+    );
+    let (memory, api) = kinesis_with(3);
+    take(
+        &mut open(
+            &api,
+            ReadSettings::default().batch_size(250),
+            StartingPoint::TrimHorizon,
+        ),
+        3,
+    )
+    .await;
+    assert_eq!(calls_of(&memory, Operation::GetRecords)[0].limit, Some(250));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttled_read_waits_one_interval_and_keeps_its_iterator() {
+    let (memory, api) = kinesis_with(3);
+    memory.inject(Fault::throttle(Operation::GetRecords).times(2));
+    let mut shard = open(&api, ReadSettings::default(), StartingPoint::TrimHorizon);
+    let read = take(&mut shard, 3).await;
+    assert_eq!(
+        read.iter().map(text).collect::<Vec<_>>(),
+        ["r0", "r1", "r2"]
+    );
+    let reads = calls_of(&memory, Operation::GetRecords);
+    assert_eq!(reads.len(), 3, "two throttled reads, then the good one");
+    assert_eq!(
+        gaps(&reads),
+        [Duration::from_secs(1), Duration::from_secs(1)]
+    );
+    assert_eq!(
+        reads[0].iterator, reads[2].iterator,
+        "the same iterator is retried"
+    );
+    assert_eq!(calls_of(&memory, Operation::GetShardIterator).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_read_is_reported_then_retried() {
+    let (memory, api) = kinesis_with(2);
+    memory.inject(Fault::fail(Operation::GetRecords, "injected 500").times(1));
+    let mut shard = open(&api, ReadSettings::default(), StartingPoint::TrimHorizon);
+    match shard.next().await {
+        Some(Err(KinesisError::Service { message, .. })) => {
+            assert!(message.contains("injected 500"))
+        }
+        other => panic!("expected the failure on the stream, got {other:?}"),
+    }
+    let read = take(&mut shard, 2).await;
+    assert_eq!(text(&read[0]), "r0", "nothing lost after the failure");
+    let reads = calls_of(&memory, Operation::GetRecords);
+    assert_eq!(gaps(&reads), [Duration::from_secs(1)]);
+    assert_eq!(reads[0].iterator, reads[1].iterator);
+}
+
+#[tokio::test(start_paused = true)]
+async fn eleven_failures_in_a_row_stop_the_reader() {
+    // Ten failures: reported, and the reader goes on.
+    let (memory, api) = kinesis_with(1);
+    memory.inject(Fault::fail(Operation::GetRecords, "boom").times(10));
+    let mut shard = open(&api, ReadSettings::default(), StartingPoint::TrimHorizon);
+    for _ in 0..10 {
+        assert!(matches!(
+            shard.next().await,
+            Some(Err(KinesisError::Service { .. }))
+        ));
+    }
+    assert_eq!(text(&take(&mut shard, 1).await[0]), "r0");
+
+    // Eleven: the eleventh ends the stream with a terminal error.
+    let (memory, api) = kinesis_with(1);
+    memory.inject(Fault::fail(Operation::GetRecords, "boom").times(11));
+    let mut shard = open(&api, ReadSettings::default(), StartingPoint::TrimHorizon);
+    let started = Instant::now();
+    for _ in 0..10 {
+        assert!(matches!(
+            shard.next().await,
+            Some(Err(KinesisError::Service { .. }))
+        ));
+    }
+    match shard.next().await {
+        Some(Err(KinesisError::ReaderStopped {
+            failures,
+            shard: id,
+            last,
+            ..
+        })) => {
+            assert_eq!(failures, 11);
+            assert_eq!(id, SHARD0);
+            assert!(last.to_string().contains("boom"));
+        }
+        other => panic!("expected ReaderStopped, got {other:?}"),
+    }
+    assert!(
+        shard.next().await.is_none(),
+        "the stream ends after stopping"
+    );
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(10),
+        "one second between tries"
+    );
+    assert!(shard.shard_end().is_none(), "a stop is not a shard end");
+}
+
+fn reopened_at(memory: &MemoryKinesis) -> Vec<StartingPoint> {
+    calls_of(memory, Operation::GetShardIterator)
+        .into_iter()
+        .map(|c| c.starting_point.unwrap())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_iterator_is_renewed_after_the_settled_record() {
+    let (memory, api) = kinesis_with(6);
+    let settled = SettledPosition::new();
+    let mut shard = ShardReader::new(api.clone(), STREAM, SHARD0)
+        .settings(ReadSettings::default().batch_size(2))
+        .settled(settled.clone())
+        .open(StartingPoint::TrimHorizon)
+        .unwrap();
+    let first = take(&mut shard, 2).await;
+    settled.advance(first[0].sequence_number());
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    let rest = take(&mut shard, 4).await;
+    assert_eq!(
+        rest.iter().map(text).collect::<Vec<_>>(),
+        ["r2", "r3", "r4", "r5"]
+    );
+    assert_eq!(
+        reopened_at(&memory),
+        [
+            StartingPoint::TrimHorizon,
+            StartingPoint::AfterSequence(first[0].sequence_number().to_owned())
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_iterator_with_nothing_settled_reopens_at_the_first_record_read() {
+    let (memory, api) = kinesis_with(6);
+    let start = StartingPoint::AfterSequence(memory_seq(&api, 0).await);
+    memory.clear_calls();
+    let mut shard = open(&api, ReadSettings::default().batch_size(2), start);
+    let first = take(&mut shard, 2).await;
+    assert_eq!(text(&first[0]), "r1");
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    let rest = take(&mut shard, 3).await;
+    assert_eq!(
+        rest.iter().map(text).collect::<Vec<_>>(),
+        ["r3", "r4", "r5"],
+        "no repeat, no gap"
+    );
+    let opened = reopened_at(&memory);
+    assert_eq!(
+        opened[1],
+        StartingPoint::AtSequence(first[0].sequence_number().to_owned())
+    );
+}
+
+/// The sequence number of the `index`th record, as a TRIM_HORIZON reader sees it.
+async fn memory_seq(api: &SharedKinesis, index: usize) -> String {
+    let it = api
+        .get_shard_iterator(STREAM, SHARD0, &StartingPoint::TrimHorizon)
+        .await
+        .unwrap();
+    let out = api
+        .get_records(STREAM, &Arc::from(SHARD0), it, 10_000)
+        .await
+        .unwrap();
+    out.records[index].sequence_number().to_owned()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_latest_iterator_reopens_at_its_issue_time_not_at_latest() {
+    let (memory, api) = kinesis_with(2);
+    // Arrival times have millisecond resolution: records of the very millisecond the LATEST
+    // iterator is issued in would be read by the AT_TIMESTAMP recovery too.
+    std::thread::sleep(Duration::from_millis(5));
+    let mut shard = open(&api, ReadSettings::default(), StartingPoint::Latest);
+    assert!(
+        timeout(Duration::from_millis(100), shard.next())
+            .await
+            .is_err(),
+        "nothing yet"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+    memory.put(STREAM, "key", "new-1").unwrap();
+    memory.put(STREAM, "key", "new-2").unwrap();
+    // The consumer stalls for longer than an iterator lives.
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    let read = take(&mut shard, 2).await;
+    assert_eq!(
+        read.iter().map(text).collect::<Vec<_>>(),
+        ["new-1", "new-2"],
+        "nothing skipped"
+    );
+    let opened = reopened_at(&memory);
+    assert_eq!(opened[0], StartingPoint::Latest);
+    assert!(
+        matches!(opened[1], StartingPoint::AtTimestamp(_)),
+        "{opened:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_expiry_recovery_opens_at_latest() {
+    // One reader per recovery path; after each, the renewed iterators are never LATEST.
+    let (memory, api) = kinesis_with(4);
+    let mut shard = open(
+        &api,
+        ReadSettings::default().batch_size(1),
+        StartingPoint::Latest,
+    );
+    assert!(
+        timeout(Duration::from_millis(10), shard.next())
+            .await
+            .is_err()
+    );
+    memory.put(STREAM, "key", "a").unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(301)).await;
+        memory.put(STREAM, "key", "b").unwrap();
+        let _ = take(&mut shard, 1).await;
+    }
+    let opened = reopened_at(&memory);
+    assert!(opened.len() >= 3, "{opened:?}");
+    assert!(
+        opened[1..].iter().all(|p| *p != StartingPoint::Latest),
+        "{opened:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_aggregated_record_is_reported_and_reading_goes_on() {
+    let (memory, api) = kinesis_with(0);
+    memory.put(STREAM, "key", "plain-1").unwrap();
+    let mut aggregated = KPL_MAGIC.to_vec();
+    aggregated.extend_from_slice(b"protobuf...");
+    let (_, agg_seq) = memory.put(STREAM, "key", aggregated).unwrap();
+    memory.put(STREAM, "key", "plain-2").unwrap();
+    let mut shard = open(&api, ReadSettings::default(), StartingPoint::TrimHorizon);
+    assert_eq!(text(&take(&mut shard, 1).await[0]), "plain-1");
+    match shard.next().await {
+        Some(Err(KinesisError::AggregatedRecord {
+            shard,
+            sequence_number,
+            stream,
+        })) => {
+            assert_eq!(shard, SHARD0);
+            assert_eq!(stream, STREAM);
+            assert_eq!(sequence_number, agg_seq);
+        }
+        other => panic!("expected AggregatedRecord, got {other:?}"),
+    }
+    assert_eq!(text(&take(&mut shard, 1).await[0]), "plain-2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_read_is_issued_while_the_stream_is_not_polled() {
+    let (memory, api) = kinesis_with(10);
+    let mut shard = open(
+        &api,
+        ReadSettings::default().batch_size(2),
+        StartingPoint::TrimHorizon,
+    );
+    take(&mut shard, 1).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(memory.call_count(Operation::GetRecords), 1);
+    assert_eq!(shard.buffered_len(), 1, "at most one answer is buffered");
+    take(&mut shard, 1).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        memory.call_count(Operation::GetRecords),
+        1,
+        "the buffer is drained first"
+    );
+    take(&mut shard, 1).await;
+    assert_eq!(memory.call_count(Operation::GetRecords), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_shard_ends_with_its_children() {
+    let (memory, api) = kinesis_with(3);
+    api.split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
+        .await
+        .unwrap();
+    memory.put(STREAM, "key", "child").unwrap();
+    let mut shard = open(&api, ReadSettings::default(), StartingPoint::TrimHorizon);
+    let read = take(&mut shard, 3).await;
+    assert!(shard.next().await.is_none());
+    let end = shard.shard_end().expect("shard end");
+    assert_eq!(end.child_shards.len(), 2);
+    assert_eq!(
+        end.last_sequence_number.as_deref(),
+        Some(read[2].sequence_number())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_settings_are_refused_when_opening() {
+    let (_memory, api) = kinesis_with(0);
+    let err = ShardReader::new(api, STREAM, SHARD0)
+        .settings(ReadSettings::default().batch_size(20_000))
+        .open(StartingPoint::Latest)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KinesisError::InvalidConfig {
+                setting: "batch_size",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn shard_streams_are_send_and_static() {
+    fn check<T: Send + 'static>() {}
+    check::<ShardStream>();
+    check::<Record>();
+    check::<KinesisError>();
+}
