@@ -16,7 +16,9 @@ use kinesis_dataflow::{KinesisError, MemoryKinesis, ReadSettings, ShardReader, S
 
 const STREAM: &str = "shipments";
 const SHARDS: u32 = 4;
-const CUSTOMERS: [&str; 6] = ["ada", "grace", "linus", "margaret", "dennis", "barbara"];
+const CUSTOMERS: [&str; 8] = [
+    "ada", "grace", "linus", "margaret", "dennis", "barbara", "ken", "frances",
+];
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), KinesisError> {
@@ -26,7 +28,7 @@ async fn main() -> Result<(), KinesisError> {
     println!("created stream `{STREAM}` with {SHARDS} shards (in memory)\n");
 
     // Publish: each customer's shipments carry the customer as partition key.
-    let entries: Vec<PutRecordsEntry> = (0..24)
+    let entries: Vec<PutRecordsEntry> = (0..32)
         .map(|seq| {
             let customer = CUSTOMERS[seq % CUSTOMERS.len()];
             PutRecordsEntry {
