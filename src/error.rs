@@ -188,6 +188,10 @@ pub enum KinesisError {
         sequence_number: String,
     },
 
+    /// The lease table answered with an error (see [`LeaseError`](crate::lease::LeaseError)).
+    #[error("lease store: {0}")]
+    LeaseStore(#[from] crate::lease::LeaseError),
+
     /// A setting was refused before any call was made.
     #[error("invalid setting `{setting}` = {value}: {reason}")]
     InvalidConfig {
@@ -218,10 +222,11 @@ impl KinesisError {
     /// permissions and bad settings are not retryable: retrying cannot fix them.
     #[must_use]
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Throttled { .. } | Self::ExpiredIterator { .. } | Self::Service { .. }
-        )
+        match self {
+            Self::Throttled { .. } | Self::ExpiredIterator { .. } | Self::Service { .. } => true,
+            Self::LeaseStore(e) => e.is_retryable(),
+            _ => false,
+        }
     }
 
     /// True for the error that ends a shard stream because the shard cannot be read any more

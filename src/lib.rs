@@ -8,6 +8,9 @@
 //! |---|---|
 //! | [`api`] | the seam: a trait over the Kinesis calls, with the AWS SDK and in-memory implementations |
 //! | [`shard`] | one shard as a `Stream<Item = Result<Record, KinesisError>>` |
+//! | [`subscription`] | the shards this instance holds, merged, children gated on parents |
+//! | [`ack`] | deliveries, the ack sink, and the per-shard ledger behind checkpoints |
+//! | [`lease`] | leases and checkpoints in DynamoDB (or in memory) |
 //! | [`position`] | where a reader opens: positions, checkpoints, and the rule combining them |
 //! | [`record`] | the [`Record`] a reader yields |
 //! | [`error`] | [`KinesisError`], the crate's one error |
@@ -33,14 +36,27 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
+pub mod ack;
 pub mod api;
 pub mod error;
+pub mod lease;
 pub mod position;
 pub mod record;
 pub mod shard;
+pub mod subscription;
 
+pub use ack::{AckSink, AckToken, Delivery, Settlement};
 pub use api::{AwsKinesis, KinesisApi, MemoryKinesis, SharedKinesis};
 pub use error::{KinesisError, Operation};
+pub use lease::{
+    DynamoLeaseStore, Lease, LeaseError, LeaseStore, MemoryLeaseStore, SharedLeaseStore,
+};
 pub use position::{Checkpoint, KinesisPosition, ShardOrigin, StartingPoint};
 pub use record::Record;
 pub use shard::{ReadSettings, SettledPosition, ShardEnd, ShardReader, ShardStream};
+pub use subscription::{ShutdownHandle, Subscription, SubscriptionBuilder};
+
+/// The README's code, compiled as doctests so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -13,7 +13,9 @@
 //! 1. A reader started at startup with a position from `start_at(..)` opens there, ahead of any
 //!    checkpoint. A `sequence(shard, seq)` position names one shard; the other shards are
 //!    treated as if no position had been given.
-//! 2. Otherwise a stored checkpoint opens the shard right AFTER the record it names.
+//! 2. Otherwise a stored checkpoint opens the shard right AFTER the record it names. A
+//!    checkpoint that only records where an earlier reader began (nothing settled yet,
+//!    [`Checkpoint::Start`]) opens the shard there.
 //! 3. Otherwise a child shard (one created by a split or a merge) opens at TRIM_HORIZON, so
 //!    none of its records is missed.
 //! 4. Otherwise the shard opens at LATEST.
@@ -140,10 +142,71 @@ impl StartingPoint {
 /// What the lease store keeps for a shard.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Checkpoint {
+    /// A reader opened the shard here and has settled nothing yet. Written when a lease is
+    /// taken without a checkpoint, so that whoever takes the shard over after a crash resumes
+    /// where that reader began instead of skipping to the tip. Never `LATEST`: a reader that
+    /// opens at LATEST records the time it opened (AT_TIMESTAMP).
+    Start(StartingPoint),
     /// Every record up to and including this sequence number is settled.
     Sequence(String),
     /// The shard is closed and every record of it is settled (SHARD_END).
     ShardEnd,
+}
+
+impl Checkpoint {
+    /// The text form a lease store keeps: a sequence number, `SHARD_END`, `TRIM_HORIZON`,
+    /// `AT_TIMESTAMP:<ms>`, `AT_SEQUENCE_NUMBER:<seq>` or `AFTER_SEQUENCE_NUMBER:<seq>`.
+    ///
+    /// ```
+    /// use kinesis_dataflow::{Checkpoint, StartingPoint};
+    ///
+    /// for cp in [
+    ///     Checkpoint::Sequence("4959".into()),
+    ///     Checkpoint::ShardEnd,
+    ///     Checkpoint::Start(StartingPoint::TrimHorizon),
+    ///     Checkpoint::Start(StartingPoint::AtTimestamp(1_700_000_000_000)),
+    /// ] {
+    ///     assert_eq!(Checkpoint::decode(&cp.encode()), Some(cp));
+    /// }
+    /// ```
+    #[must_use]
+    pub fn encode(&self) -> String {
+        match self {
+            Self::Sequence(seq) => seq.clone(),
+            Self::ShardEnd => "SHARD_END".to_owned(),
+            Self::Start(StartingPoint::TrimHorizon) => "TRIM_HORIZON".to_owned(),
+            Self::Start(StartingPoint::Latest) => "LATEST".to_owned(),
+            Self::Start(StartingPoint::AtTimestamp(ms)) => format!("AT_TIMESTAMP:{ms}"),
+            Self::Start(StartingPoint::AtSequence(seq)) => format!("AT_SEQUENCE_NUMBER:{seq}"),
+            Self::Start(StartingPoint::AfterSequence(seq)) => {
+                format!("AFTER_SEQUENCE_NUMBER:{seq}")
+            }
+        }
+    }
+
+    /// Parses [`encode`](Self::encode)'s form; `None` for anything else.
+    #[must_use]
+    pub fn decode(text: &str) -> Option<Self> {
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        Some(match text {
+            "SHARD_END" => Self::ShardEnd,
+            "TRIM_HORIZON" => Self::Start(StartingPoint::TrimHorizon),
+            "LATEST" => Self::Start(StartingPoint::Latest),
+            seq if digits(seq) => Self::Sequence(seq.to_owned()),
+            other => {
+                let (kind, value) = other.split_once(':')?;
+                if !digits(value) {
+                    return None;
+                }
+                Self::Start(match kind {
+                    "AT_TIMESTAMP" => StartingPoint::AtTimestamp(value.parse().ok()?),
+                    "AT_SEQUENCE_NUMBER" => StartingPoint::AtSequence(value.to_owned()),
+                    "AFTER_SEQUENCE_NUMBER" => StartingPoint::AfterSequence(value.to_owned()),
+                    _ => return None,
+                })
+            }
+        })
+    }
 }
 
 /// Why a reader is being started; it decides the fallback when there is no checkpoint.
@@ -196,6 +259,7 @@ pub fn starting_point(
     match checkpoint {
         Some(Checkpoint::ShardEnd) => None,
         Some(Checkpoint::Sequence(seq)) => Some(StartingPoint::AfterSequence(seq.clone())),
+        Some(Checkpoint::Start(point)) => Some(point.clone()),
         None if origin == ShardOrigin::Child => Some(StartingPoint::TrimHorizon),
         None => Some(StartingPoint::Latest),
     }

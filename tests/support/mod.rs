@@ -722,3 +722,12 @@ pub async fn wait_table_active(client: &aws_sdk_dynamodb::Client, table: &str) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Sends the library's tracing to the test output, filtered by `RUST_LOG` (nothing when it is
+/// unset). Safe to call from every test.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}

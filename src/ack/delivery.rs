@@ -1,0 +1,159 @@
+//! [`Delivery`]: a value together with what settles it.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use super::tracker::{Settlement, ShardAcks};
+
+/// The right (and duty) to settle one delivered record.
+///
+/// Settle it with [`ack`](Self::ack) or [`skip`](Self::skip). A token dropped without being
+/// settled settles the record as [`Settlement::Dropped`]: the checkpoint may pass it, the
+/// shard never stalls on it, and the drop is counted and logged at debug level. This is what
+/// makes `filter` work: a record filtered out of a pipeline is settled by being dropped.
+/// Anything that must be redelivered has to stay unsettled (keep the token) until it is done.
+#[must_use = "a delivery that is dropped without being settled counts as dropped"]
+pub struct AckToken {
+    acks: Arc<ShardAcks>,
+    index: u64,
+    settled: bool,
+}
+
+impl fmt::Debug for AckToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AckToken")
+            .field("shard", &self.acks.shard())
+            .field("index", &self.index)
+            .field("settled", &self.settled)
+            .finish()
+    }
+}
+
+impl AckToken {
+    pub(crate) fn new(acks: Arc<ShardAcks>, index: u64) -> Self {
+        Self {
+            acks,
+            index,
+            settled: false,
+        }
+    }
+
+    /// Settles the record as processed.
+    pub fn ack(mut self) {
+        self.settle(Settlement::Acked);
+    }
+
+    /// Settles the record as deliberately not processed.
+    pub fn skip(mut self) {
+        self.settle(Settlement::Skipped);
+    }
+
+    /// Settles the record as `how`.
+    pub fn settle_as(mut self, how: Settlement) {
+        self.settle(how);
+    }
+
+    /// The id of the shard the record came from.
+    #[must_use]
+    pub fn shard_id(&self) -> &str {
+        self.acks.shard()
+    }
+
+    fn settle(&mut self, how: Settlement) {
+        if !self.settled {
+            self.settled = true;
+            self.acks.settle(self.index, how);
+        }
+    }
+}
+
+impl Drop for AckToken {
+    fn drop(&mut self) {
+        if !self.settled {
+            tracing::debug!(
+                stream = %self.acks.stream(),
+                shard = %self.acks.shard(),
+                "delivery dropped without being settled; counted as dropped"
+            );
+            self.settle(Settlement::Dropped);
+        }
+    }
+}
+
+/// A value delivered from a shard, carrying the token that settles it.
+///
+/// `Delivery` keeps its token through [`map`](Self::map), `filter` (a filtered-out delivery
+/// is settled when dropped) and `.chunks(n)` (a `Vec<Delivery<T>>` settles element by
+/// element, or all at once through the [`AckSink`](super::AckSink)).
+#[must_use = "a delivery that is dropped without being settled counts as dropped"]
+pub struct Delivery<T> {
+    value: T,
+    token: AckToken,
+}
+
+impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("value", &self.value)
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+impl<T> Delivery<T> {
+    /// Pairs a value with its token.
+    pub fn new(value: T, token: AckToken) -> Self {
+        Self { value, token }
+    }
+
+    /// The delivered value.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// Transforms the value, keeping the token.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Delivery<U> {
+        Delivery {
+            value: f(self.value),
+            token: self.token,
+        }
+    }
+
+    /// Splits the delivery into its value and its token.
+    pub fn into_parts(self) -> (T, AckToken) {
+        (self.value, self.token)
+    }
+
+    /// Settles the delivery as processed and returns the value.
+    pub fn ack(self) -> T {
+        self.token.ack();
+        self.value
+    }
+
+    /// Settles the delivery as skipped and returns the value.
+    pub fn skip(self) -> T {
+        self.token.skip();
+        self.value
+    }
+
+    /// The id of the shard the value came from.
+    #[must_use]
+    pub fn shard_id(&self) -> &str {
+        self.token.shard_id()
+    }
+}
+
+impl<T> Deref for Delivery<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> DerefMut for Delivery<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+}

@@ -1,0 +1,305 @@
+//! Per-shard bookkeeping of delivered and settled records.
+//!
+//! Records are registered in shard order as they are handed out and settled in any order.
+//! The checkpoint candidate is the last record of the contiguous settled prefix, so it never
+//! passes a record that is still in flight.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+
+use tokio::sync::Notify;
+
+use crate::position::Checkpoint;
+use crate::shard::SettledPosition;
+
+/// How a delivery was settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Settlement {
+    /// Processed: the checkpoint may pass it.
+    Acked,
+    /// Deliberately not processed (filtered out, undecodable, aggregated): the checkpoint may
+    /// pass it.
+    Skipped,
+    /// Dropped without being settled. Counted and logged; the checkpoint may pass it.
+    Dropped,
+}
+
+#[derive(Debug)]
+struct Slot {
+    sequence_number: String,
+    settled: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Index of `pending[0]`.
+    base: u64,
+    pending: VecDeque<Slot>,
+    /// The last record of the contiguous settled prefix.
+    settled_through: Option<String>,
+    /// The shard's reader reached the shard's end.
+    ended: bool,
+    acked: u64,
+    skipped: u64,
+    dropped: u64,
+    /// Woken when in-flight records are settled (back-pressure).
+    waiting_reader: Option<Waker>,
+}
+
+/// The settlement ledger of one shard reader.
+#[derive(Debug)]
+pub struct ShardAcks {
+    stream: Arc<str>,
+    shard: Arc<str>,
+    state: Mutex<State>,
+    settled: SettledPosition,
+    /// Notified when the checkpoint candidate becomes SHARD_END.
+    finished: Notify,
+}
+
+/// Counts of settlements on one shard, for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AckCounts {
+    /// Deliveries acknowledged.
+    pub acked: u64,
+    /// Deliveries skipped.
+    pub skipped: u64,
+    /// Deliveries dropped without settlement.
+    pub dropped: u64,
+    /// Deliveries handed out and not settled yet.
+    pub in_flight: u64,
+}
+
+impl ShardAcks {
+    /// A ledger for `shard`, starting at the stored checkpoint (if any).
+    #[must_use]
+    pub fn new(stream: Arc<str>, shard: Arc<str>, checkpoint: Option<&str>) -> Arc<Self> {
+        let settled = checkpoint.map_or_else(SettledPosition::new, SettledPosition::at);
+        Arc::new(Self {
+            stream,
+            shard,
+            state: Mutex::new(State {
+                settled_through: checkpoint.map(str::to_owned),
+                ..State::default()
+            }),
+            settled,
+            finished: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The stream name.
+    #[must_use]
+    pub fn stream(&self) -> &Arc<str> {
+        &self.stream
+    }
+
+    /// The shard id.
+    #[must_use]
+    pub fn shard(&self) -> &Arc<str> {
+        &self.shard
+    }
+
+    /// The settled position the shard's reader renews an expired iterator after.
+    #[must_use]
+    pub fn settled_position(&self) -> SettledPosition {
+        self.settled.clone()
+    }
+
+    /// Registers the next record handed out; returns its index for settling.
+    pub fn register(&self, sequence_number: &str) -> u64 {
+        let mut state = self.lock();
+        let index = state.base + state.pending.len() as u64;
+        state.pending.push_back(Slot {
+            sequence_number: sequence_number.to_owned(),
+            settled: false,
+        });
+        index
+    }
+
+    /// Settles the record at `index`. Settling twice is harmless.
+    pub fn settle(&self, index: u64, how: Settlement) {
+        let (waker, finished) = {
+            let mut state = self.lock();
+            let Some(offset) = index.checked_sub(state.base) else {
+                return;
+            };
+            let Some(slot) = state.pending.get_mut(offset as usize) else {
+                return;
+            };
+            if slot.settled {
+                return;
+            }
+            slot.settled = true;
+            match how {
+                Settlement::Acked => state.acked += 1,
+                Settlement::Skipped => state.skipped += 1,
+                Settlement::Dropped => state.dropped += 1,
+            }
+            let mut advanced = None;
+            while state.pending.front().is_some_and(|s| s.settled) {
+                let slot = state.pending.pop_front().expect("front exists");
+                state.base += 1;
+                advanced = Some(slot.sequence_number);
+            }
+            if let Some(seq) = advanced {
+                self.settled.advance(&seq);
+                state.settled_through = Some(seq);
+            }
+            (
+                state.waiting_reader.take(),
+                state.ended && state.pending.is_empty(),
+            )
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        if finished {
+            self.finished.notify_waiters();
+            self.finished.notify_one();
+        }
+    }
+
+    /// Registers a record and settles it at once (a record reported as an error, such as a
+    /// KPL-aggregated one, which no consumer will settle).
+    pub fn register_settled(&self, sequence_number: &str, how: Settlement) {
+        let index = self.register(sequence_number);
+        self.settle(index, how);
+    }
+
+    /// Marks that the reader reached the shard's end: once everything in flight is settled,
+    /// the checkpoint becomes SHARD_END.
+    pub fn mark_ended(&self) {
+        let finished = {
+            let mut state = self.lock();
+            state.ended = true;
+            state.pending.is_empty()
+        };
+        if finished {
+            self.finished.notify_waiters();
+            self.finished.notify_one();
+        }
+    }
+
+    /// The checkpoint to write now: SHARD_END once the shard ended and everything is settled,
+    /// else the last record of the settled prefix.
+    #[must_use]
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        let state = self.lock();
+        if state.ended && state.pending.is_empty() {
+            return Some(Checkpoint::ShardEnd);
+        }
+        state.settled_through.clone().map(Checkpoint::Sequence)
+    }
+
+    /// True once the shard ended and every record of it is settled.
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        let state = self.lock();
+        state.ended && state.pending.is_empty()
+    }
+
+    /// Waits until the shard is finished.
+    pub async fn finished(&self) {
+        loop {
+            let notified = self.finished.notified();
+            if self.is_finished() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// How many records are handed out and not settled.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// Returns true when fewer than `limit` records are in flight; otherwise stores `waker`
+    /// to be woken by the next settlement and returns false.
+    pub fn has_room(&self, limit: usize, waker: &Waker) -> bool {
+        let mut state = self.lock();
+        if state.pending.len() < limit {
+            return true;
+        }
+        state.waiting_reader = Some(waker.clone());
+        false
+    }
+
+    /// Settlement counts so far.
+    #[must_use]
+    pub fn counts(&self) -> AckCounts {
+        let state = self.lock();
+        AckCounts {
+            acked: state.acked,
+            skipped: state.skipped,
+            dropped: state.dropped,
+            in_flight: state.pending.len() as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acks() -> Arc<ShardAcks> {
+        ShardAcks::new("s".into(), "shardId-0".into(), None)
+    }
+
+    #[test]
+    fn the_checkpoint_never_passes_an_unsettled_record() {
+        let acks = acks();
+        let ids: Vec<u64> = (1..=5).map(|i| acks.register(&i.to_string())).collect();
+        acks.settle(ids[2], Settlement::Acked);
+        acks.settle(ids[1], Settlement::Acked);
+        assert_eq!(acks.checkpoint(), None, "record 1 is still in flight");
+        acks.settle(ids[0], Settlement::Acked);
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("3".into())));
+        acks.settle(ids[4], Settlement::Skipped);
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("3".into())));
+        acks.settle(ids[3], Settlement::Dropped);
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("5".into())));
+        assert_eq!(acks.settled_position().get().as_deref(), Some("5"));
+        let counts = acks.counts();
+        assert_eq!(
+            (
+                counts.acked,
+                counts.skipped,
+                counts.dropped,
+                counts.in_flight
+            ),
+            (3, 1, 1, 0)
+        );
+    }
+
+    #[test]
+    fn shard_end_waits_for_the_last_settlement() {
+        let acks = acks();
+        let a = acks.register("1");
+        acks.mark_ended();
+        assert!(!acks.is_finished());
+        assert_eq!(acks.checkpoint(), None);
+        acks.settle(a, Settlement::Acked);
+        assert!(acks.is_finished());
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::ShardEnd));
+    }
+
+    #[test]
+    fn settling_twice_or_unknown_indexes_is_harmless() {
+        let acks = ShardAcks::new("s".into(), "x".into(), Some("7"));
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("7".into())));
+        let a = acks.register("8");
+        acks.settle(a, Settlement::Acked);
+        acks.settle(a, Settlement::Skipped);
+        acks.settle(99, Settlement::Acked);
+        assert_eq!(acks.counts().acked, 1);
+        assert_eq!(acks.counts().skipped, 0);
+    }
+}

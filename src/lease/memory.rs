@@ -1,0 +1,381 @@
+//! The in-process lease table.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
+use crate::position::Checkpoint;
+
+/// The table name [`MemoryLeaseStore`] reports in its errors.
+const TABLE: &str = "(in-memory)";
+
+/// The operation name of a checkpoint write (counted per shard).
+const CHECKPOINT: &str = "checkpoint";
+
+/// The owner named in [`LeaseError::Lost`] when the caller's lease had no owner at all.
+const NO_OWNER: &str = "(no owner)";
+
+/// An in-process lease table: the same conditional semantics as the DynamoDB table, for one
+/// process (several consumers sharing one store) and for tests.
+///
+/// Clones share the table. Every write is conditional on the owner and counter the caller last
+/// saw, exactly like [`DynamoLeaseStore`](super::DynamoLeaseStore), so a stale view fails with
+/// [`LeaseError::Lost`].
+///
+/// Two test knobs let other layers exercise their failure paths:
+/// [`set_unavailable`](Self::set_unavailable) makes every call fail with
+/// [`LeaseError::Unavailable`], and [`writes`](Self::writes) /
+/// [`checkpoint_writes`](Self::checkpoint_writes) count successful writes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), kinesis_dataflow::LeaseError> {
+/// use kinesis_dataflow::{Checkpoint, Lease, LeaseStore, MemoryLeaseStore};
+///
+/// let store = MemoryLeaseStore::new();
+/// store.prepare().await?;
+/// store.create(&Lease::new("events", "shardId-000000000000", vec![])).await?;
+///
+/// let seen = store.list("events").await?.remove(0);
+/// let held = store.take(&seen, "worker-a").await?;
+/// assert_eq!(held.owner.as_deref(), Some("worker-a"));
+///
+/// // Another instance working from the same (now stale) view loses the race.
+/// assert!(store.take(&seen, "worker-b").await.unwrap_err().is_lost());
+///
+/// let held = store.checkpoint(&held, &Checkpoint::Sequence("42".into())).await?;
+/// assert_eq!(held.checkpoint, Some(Checkpoint::Sequence("42".into())));
+/// assert_eq!(store.checkpoint_writes("events", "shardId-000000000000"), 1);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryLeaseStore {
+    state: Arc<Mutex<State>>,
+    unavailable: Arc<AtomicBool>,
+}
+
+/// Everything behind the lock.
+#[derive(Debug, Default)]
+struct State {
+    rows: BTreeMap<(String, String), Lease>,
+    writes: u64,
+    checkpoint_writes: HashMap<(String, String), u64>,
+}
+
+impl MemoryLeaseStore {
+    /// An empty table.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes every call fail with [`LeaseError::Unavailable`] while `unavailable` is true, as
+    /// if the table could not be reached. The rows are kept and are served again once it is
+    /// set back to false.
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// How many writes succeeded so far (a `create` that added a row, and every successful
+    /// `take`, `renew`, `checkpoint` and `release`), across all streams.
+    #[must_use]
+    pub fn writes(&self) -> u64 {
+        self.lock().writes
+    }
+
+    /// How many checkpoints were written successfully for one shard of one stream.
+    #[must_use]
+    pub fn checkpoint_writes(&self, stream: &str, shard: &str) -> u64 {
+        self.lock()
+            .checkpoint_writes
+            .get(&(stream.to_owned(), shard.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The table. A panic while the lock was held cannot leave a row half-written (every
+    /// write replaces whole values), so a poisoned lock is simply taken over.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn check_available(&self, operation: &'static str) -> Result<(), LeaseError> {
+        if self.unavailable.load(Ordering::SeqCst) {
+            return Err(LeaseError::Unavailable {
+                table: TABLE.to_owned(),
+                operation,
+                message: "the in-memory lease store is set unavailable (set_unavailable(true))"
+                    .to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn do_list(&self, stream: &str) -> Result<Vec<Lease>, LeaseError> {
+        self.check_available("list")?;
+        let state = self.lock();
+        Ok(state
+            .rows
+            .range((stream.to_owned(), String::new())..)
+            .take_while(|((s, _), _)| s == stream)
+            .map(|(_, lease)| lease.clone())
+            .collect())
+    }
+
+    fn do_create(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        self.check_available("create")?;
+        let mut state = self.lock();
+        let key = (lease.stream.clone(), lease.shard_id.clone());
+        if state.rows.contains_key(&key) {
+            return Ok(false);
+        }
+        state.rows.insert(key, lease.clone());
+        state.writes += 1;
+        Ok(true)
+    }
+
+    /// Applies `write` to the stored row when its owner and counter are those in `lease`
+    /// (`expected_owner` is the owner the row must have), bumping the counter, all under one
+    /// lock. `writer` is the owner named in [`LeaseError::Lost`].
+    fn write(
+        &self,
+        operation: &'static str,
+        lease: &Lease,
+        expected_owner: Option<&str>,
+        writer: &str,
+        write: impl FnOnce(&mut Lease),
+    ) -> Result<Lease, LeaseError> {
+        self.check_available(operation)?;
+        let lost = || LeaseError::Lost {
+            stream: lease.stream.clone(),
+            shard: lease.shard_id.clone(),
+            owner: writer.to_owned(),
+        };
+        let mut state = self.lock();
+        let key = (lease.stream.clone(), lease.shard_id.clone());
+        let row = state.rows.get_mut(&key).ok_or_else(lost)?;
+        if row.owner.as_deref() != expected_owner || row.counter != lease.counter {
+            return Err(lost());
+        }
+        let counter = row
+            .counter
+            .checked_add(1)
+            .ok_or_else(|| LeaseError::Invalid {
+                table: TABLE.to_owned(),
+                operation,
+                message: format!(
+                    "the counter of shard `{}` of stream `{}` cannot grow past u64::MAX",
+                    lease.shard_id, lease.stream
+                ),
+            })?;
+        write(row);
+        row.counter = counter;
+        let written = row.clone();
+        state.writes += 1;
+        if operation == CHECKPOINT {
+            *state.checkpoint_writes.entry(key).or_default() += 1;
+        }
+        Ok(written)
+    }
+
+    /// The same as [`write`](Self::write) for the holder's own operations: the row must be
+    /// held by `lease.owner`, which must be set.
+    fn write_held(
+        &self,
+        operation: &'static str,
+        lease: &Lease,
+        write: impl FnOnce(&mut Lease),
+    ) -> Result<Lease, LeaseError> {
+        let Some(owner) = lease.owner.as_deref() else {
+            self.check_available(operation)?;
+            return Err(LeaseError::Lost {
+                stream: lease.stream.clone(),
+                shard: lease.shard_id.clone(),
+                owner: NO_OWNER.to_owned(),
+            });
+        };
+        self.write(operation, lease, Some(owner), owner, write)
+    }
+}
+
+impl LeaseStore for MemoryLeaseStore {
+    fn prepare(&self) -> LeaseFuture<'_, ()> {
+        Box::pin(async move { self.check_available("prepare") })
+    }
+
+    fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
+        Box::pin(async move { self.do_list(stream) })
+    }
+
+    fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
+        Box::pin(async move { self.do_create(lease) })
+    }
+
+    fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease> {
+        Box::pin(async move {
+            self.write("take", lease, lease.owner.as_deref(), owner, |row| {
+                row.owner = Some(owner.to_owned());
+            })
+        })
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
+        Box::pin(async move { self.write_held("renew", lease, |_| {}) })
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        lease: &'a Lease,
+        checkpoint: &'a Checkpoint,
+    ) -> LeaseFuture<'a, Lease> {
+        Box::pin(async move {
+            self.write_held(CHECKPOINT, lease, |row| {
+                row.checkpoint = Some(checkpoint.clone());
+            })
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
+        Box::pin(async move {
+            self.write_held("release", lease, |row| {
+                row.owner = None;
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block<T>(future: LeaseFuture<'_, T>) -> Result<T, LeaseError> {
+        futures::executor::block_on(future)
+    }
+
+    fn seeded() -> (MemoryLeaseStore, Lease) {
+        let store = MemoryLeaseStore::new();
+        let lease = Lease::new("s", "shardId-0", vec![]);
+        assert!(block(store.create(&lease)).unwrap());
+        (store, lease)
+    }
+
+    #[test]
+    fn create_inserts_once_and_keeps_the_first_row() {
+        let (store, lease) = seeded();
+        let mut other = lease.clone();
+        other.parents = vec!["p".into()];
+        assert!(!block(store.create(&other)).unwrap());
+        assert_eq!(block(store.list("s")).unwrap(), vec![lease]);
+        assert_eq!(store.writes(), 1);
+    }
+
+    #[test]
+    fn take_bumps_the_counter_and_fences_a_stale_view() {
+        let (store, free) = seeded();
+        let held = block(store.take(&free, "a")).unwrap();
+        assert_eq!((held.owner.as_deref(), held.counter), (Some("a"), 1));
+        let err = block(store.take(&free, "b")).unwrap_err();
+        assert!(
+            matches!(&err, LeaseError::Lost { owner, shard, stream }
+                if owner == "b" && shard == "shardId-0" && stream == "s"),
+            "{err:?}"
+        );
+        // Taking over from the current view works (an expired lease).
+        let stolen = block(store.take(&held, "b")).unwrap();
+        assert_eq!((stolen.owner.as_deref(), stolen.counter), (Some("b"), 2));
+        assert_eq!(store.writes(), 3);
+    }
+
+    #[test]
+    fn take_of_a_missing_row_is_lost() {
+        let store = MemoryLeaseStore::new();
+        let err = block(store.take(&Lease::new("s", "x", vec![]), "a")).unwrap_err();
+        assert!(err.is_lost(), "{err:?}");
+    }
+
+    #[test]
+    fn holder_operations_require_owner_and_counter() {
+        let (store, free) = seeded();
+        // Not held at all.
+        let err = block(store.renew(&free)).unwrap_err();
+        assert!(matches!(&err, LeaseError::Lost { owner, .. } if owner == NO_OWNER));
+        let held = block(store.take(&free, "a")).unwrap();
+        let renewed = block(store.renew(&held)).unwrap();
+        assert_eq!(renewed.counter, 2);
+        // The old view's counter is stale now.
+        assert!(block(store.renew(&held)).unwrap_err().is_lost());
+        // A view claiming another owner with the right counter is refused too.
+        let mut impostor = renewed.clone();
+        impostor.owner = Some("b".into());
+        let err = block(store.release(&impostor)).unwrap_err();
+        assert!(matches!(&err, LeaseError::Lost { owner, .. } if owner == "b"));
+        let released = block(store.release(&renewed)).unwrap();
+        assert_eq!((released.owner, released.counter), (None, 3));
+    }
+
+    #[test]
+    fn checkpoint_is_fenced_and_counted() {
+        let (store, free) = seeded();
+        let held = block(store.take(&free, "a")).unwrap();
+        let cp = Checkpoint::Sequence("10".into());
+        let held = block(store.checkpoint(&held, &cp)).unwrap();
+        assert_eq!(held.checkpoint, Some(cp.clone()));
+        let _stolen = block(store.take(&held, "b")).unwrap();
+        let err = block(store.checkpoint(&held, &Checkpoint::ShardEnd)).unwrap_err();
+        assert!(matches!(&err, LeaseError::Lost { owner, .. } if owner == "a"));
+        assert_eq!(block(store.list("s")).unwrap()[0].checkpoint, Some(cp));
+        assert_eq!(store.checkpoint_writes("s", "shardId-0"), 1);
+        assert_eq!(store.checkpoint_writes("s", "other"), 0);
+    }
+
+    #[test]
+    fn list_is_per_stream_and_ordered_by_shard() {
+        let store = MemoryLeaseStore::new();
+        for (stream, shard) in [("b", "2"), ("a", "3"), ("b", "1"), ("a", "1"), ("ab", "0")] {
+            assert!(block(store.create(&Lease::new(stream, shard, vec![]))).unwrap());
+        }
+        let shards = |stream| {
+            block(store.list(stream))
+                .unwrap()
+                .into_iter()
+                .map(|l| l.shard_id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(shards("a"), ["1", "3"]);
+        assert_eq!(shards("b"), ["1", "2"]);
+        assert_eq!(shards("ab"), ["0"]);
+        assert!(shards("c").is_empty());
+    }
+
+    #[test]
+    fn unavailable_fails_every_call_and_keeps_rows() {
+        let (store, free) = seeded();
+        let shared = store.clone();
+        shared.set_unavailable(true);
+        let errors = [
+            block(store.prepare()).unwrap_err(),
+            block(store.list("s")).unwrap_err(),
+            block(store.create(&free)).unwrap_err(),
+            block(store.take(&free, "a")).unwrap_err(),
+            block(store.renew(&free)).unwrap_err(),
+            block(store.checkpoint(&free, &Checkpoint::ShardEnd)).unwrap_err(),
+            block(store.release(&free)).unwrap_err(),
+        ];
+        for err in errors {
+            assert!(err.is_retryable(), "{err:?}");
+        }
+        assert_eq!(store.writes(), 1);
+        shared.set_unavailable(false);
+        assert_eq!(block(store.list("s")).unwrap(), vec![free]);
+    }
+
+    #[test]
+    fn futures_are_lazy() {
+        let (store, free) = seeded();
+        let pending = store.take(&free, "a");
+        assert_eq!(store.writes(), 1);
+        drop(pending);
+        assert_eq!(block(store.list("s")).unwrap()[0].owner, None);
+    }
+}

@@ -1,0 +1,113 @@
+//! Leases and checkpoints: which instance reads which shard, and how far it got.
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`LeaseStore`] | the conditional operations on the lease table |
+//! | [`DynamoLeaseStore`] | the DynamoDB table (the default for the AWS transport) |
+//! | [`MemoryLeaseStore`] | an in-process table (one instance, or the in-memory transport) |
+//! | [`Lease`] | one row: stream, shard, owner, counter, checkpoint, parents |
+//! | [`LeaseError`] | what the store can answer instead |
+//!
+//! Every write is conditional on the row being what the writer last saw (owner and counter),
+//! so two instances can never both believe they hold a shard, and a checkpoint is only
+//! written while its writer still holds the lease (fencing). Every successful write bumps the
+//! counter; other instances decide a lease has expired when its counter has not moved for the
+//! lease duration on their own monotonic clock, so clock skew between hosts cannot steal a
+//! live lease.
+
+mod dynamo;
+mod error;
+mod memory;
+
+pub use dynamo::DynamoLeaseStore;
+pub use error::LeaseError;
+pub use memory::MemoryLeaseStore;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use crate::position::Checkpoint;
+
+/// The future every lease store call returns.
+pub type LeaseFuture<'a, T> = BoxFuture<'a, Result<T, LeaseError>>;
+
+/// A shared handle to any lease store.
+pub type SharedLeaseStore = Arc<dyn LeaseStore>;
+
+/// One row of the lease table: one shard of one stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The stream name.
+    pub stream: String,
+    /// The shard id.
+    pub shard_id: String,
+    /// The instance holding the lease, `None` when nobody does.
+    pub owner: Option<String>,
+    /// Bumped by every write; the fencing token and the liveness signal.
+    pub counter: u64,
+    /// How far the shard is settled.
+    pub checkpoint: Option<Checkpoint>,
+    /// The shard's parents (none, one for a split, two for a merge).
+    pub parents: Vec<String>,
+}
+
+impl Lease {
+    /// A new, unowned lease with no checkpoint.
+    #[must_use]
+    pub fn new(
+        stream: impl Into<String>,
+        shard_id: impl Into<String>,
+        parents: Vec<String>,
+    ) -> Self {
+        Self {
+            stream: stream.into(),
+            shard_id: shard_id.into(),
+            owner: None,
+            counter: 0,
+            checkpoint: None,
+            parents,
+        }
+    }
+
+    /// True once the shard is fully read and settled.
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.checkpoint == Some(Checkpoint::ShardEnd)
+    }
+}
+
+/// The lease table's operations. Each write is conditional and returns the row as written.
+///
+/// A condition that no longer holds (another instance wrote the row in between) is
+/// [`LeaseError::Lost`]: the caller's view is stale and, for a holder, the lease is gone.
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Makes the store usable: creates the table when it is missing and waits until it is
+    /// ready. Idempotent.
+    fn prepare(&self) -> LeaseFuture<'_, ()>;
+
+    /// Every lease of `stream`.
+    fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>>;
+
+    /// Adds an unowned lease for a shard unless a row exists; `true` when it was added.
+    fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool>;
+
+    /// Takes `lease` for `owner`, on condition that its owner and counter are still those in
+    /// `lease`. Returns the lease as now held (owner set, counter bumped).
+    fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease>;
+
+    /// Renews a held lease: bumps the counter, on condition of owner and counter.
+    fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease>;
+
+    /// Writes a checkpoint into a held lease (bumping the counter), on condition of owner and
+    /// counter: a checkpoint is never written by an instance that lost the lease.
+    fn checkpoint<'a>(
+        &'a self,
+        lease: &'a Lease,
+        checkpoint: &'a Checkpoint,
+    ) -> LeaseFuture<'a, Lease>;
+
+    /// Gives a held lease up (owner removed, counter bumped), on condition of owner and
+    /// counter, so another instance can take it at once.
+    fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease>;
+}

@@ -1,0 +1,107 @@
+//! The settings of a subscription.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::clock::{Clock, TokioClock};
+
+use crate::error::KinesisError;
+use crate::position::KinesisPosition;
+use crate::shard::ReadSettings;
+
+/// How often the stream's shards are listed.
+pub const DEFAULT_LIST_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a lease lives without its counter moving before others may take it.
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(10);
+/// How often settled progress is written to the lease table, per shard at most.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a graceful stop or hand-off waits for in-flight deliveries.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many deliveries of one shard may be unsettled before its reader pauses.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 10_000;
+
+/// Every setting of a subscription, with the defaults above.
+#[derive(Debug, Clone)]
+pub struct SubscriptionConfig {
+    pub(crate) owner: String,
+    pub(crate) start_at: Option<KinesisPosition>,
+    pub(crate) read: ReadSettings,
+    pub(crate) list_interval: Duration,
+    pub(crate) lease_duration: Duration,
+    pub(crate) checkpoint_interval: Duration,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) max_in_flight: usize,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+impl SubscriptionConfig {
+    pub(crate) fn new(owner: String) -> Self {
+        Self {
+            owner,
+            start_at: None,
+            read: ReadSettings::default(),
+            list_interval: DEFAULT_LIST_INTERVAL,
+            lease_duration: DEFAULT_LEASE_DURATION,
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            clock: Arc::new(TokioClock),
+        }
+    }
+
+    /// The lease holder renews every third of the lease duration.
+    pub(crate) fn renew_interval(&self) -> Duration {
+        self.lease_duration / 3
+    }
+
+    /// A holder that could not renew for this long stops reading, before others may take
+    /// the lease.
+    pub(crate) fn give_up_after(&self) -> Duration {
+        self.lease_duration * 2 / 3
+    }
+
+    /// True when a shard without a checkpoint opens at the tip (no position, or LATEST).
+    pub(crate) fn opens_at_tip(&self) -> bool {
+        matches!(self.start_at, None | Some(KinesisPosition::Latest))
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), KinesisError> {
+        self.read.validate()?;
+        let positive = [
+            ("list_interval", self.list_interval),
+            ("lease_duration", self.lease_duration),
+            ("checkpoint_interval", self.checkpoint_interval),
+        ];
+        for (setting, value) in positive {
+            if value.is_zero() {
+                return Err(KinesisError::InvalidConfig {
+                    setting,
+                    value: format!("{value:?}"),
+                    reason: "must be more than zero".into(),
+                });
+            }
+        }
+        if self.lease_duration < Duration::from_millis(300) {
+            return Err(KinesisError::InvalidConfig {
+                setting: "lease_duration",
+                value: format!("{:?}", self.lease_duration),
+                reason: "must be at least 300 ms (renewals run every third of it)".into(),
+            });
+        }
+        if self.owner.is_empty() || self.owner.len() > 256 {
+            return Err(KinesisError::InvalidConfig {
+                setting: "owner",
+                value: format!("{:?}", self.owner),
+                reason: "must be 1 to 256 characters".into(),
+            });
+        }
+        if self.max_in_flight == 0 {
+            return Err(KinesisError::InvalidConfig {
+                setting: "max_in_flight",
+                value: "0".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,375 @@
+//! Subscriptions: every shard this instance holds, merged into one `Stream` of deliveries.
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`Subscription`] | the merged `Stream<Item = Result<Delivery<Record>, KinesisError>>` |
+//! | [`SubscriptionBuilder`] | stream, lease store, owner, position, intervals |
+//! | [`ShutdownHandle`] | stops a subscription gracefully from anywhere |
+//! | [`SubscriptionConfig`] | the settings and their defaults |
+//!
+//! A background task (spawned on the current tokio runtime) lists the stream's shards every
+//! `list_interval`, keeps one lease row per shard in the lease store, takes the leases nobody
+//! holds (or whose holder stopped renewing), renews them every third of `lease_duration`,
+//! writes each shard's checkpoint at most once per `checkpoint_interval`, and starts a child
+//! shard only after every parent is read to its end and checkpointed as SHARD_END.
+//!
+//! Instances balance shards between them: each one records itself in the lease table, and an
+//! instance holding more than its share hands the excess off gracefully (it stops reading,
+//! waits for in-flight deliveries, writes the checkpoint, releases), so a shard is never read
+//! by two instances at once while both are healthy.
+//!
+//! Stopping: [`Subscription::shutdown`] (or a [`ShutdownHandle`]) stops reading, waits up to
+//! `shutdown_timeout` for in-flight deliveries to be settled, flushes checkpoints and releases
+//! the leases, so another instance resumes exactly where this one stopped. Dropping a
+//! subscription starts the same graceful stop in the background (so `take(n)` and other
+//! pipelines that drop the stream behave). [`Subscription::abort`] stops the way a crashed
+//! process does: nothing is flushed or released, and the leases are taken over once they
+//! expire.
+
+mod clock;
+mod config;
+mod coordinator;
+mod pump;
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::StreamMap;
+
+pub use clock::{Clock, ShiftedClock, TokioClock};
+pub use config::{
+    DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LEASE_DURATION, DEFAULT_LIST_INTERVAL,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_SHUTDOWN_TIMEOUT, SubscriptionConfig,
+};
+
+use self::coordinator::{Command, Coordinator};
+use self::pump::ShardPump;
+use crate::ack::Delivery;
+use crate::api::SharedKinesis;
+use crate::error::KinesisError;
+use crate::lease::SharedLeaseStore;
+use crate::position::KinesisPosition;
+use crate::record::Record;
+use crate::shard::ReadSettings;
+
+/// Builds a [`Subscription`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), kinesis_dataflow::KinesisError> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use futures::StreamExt;
+/// use kinesis_dataflow::{KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription};
+///
+/// let kinesis = MemoryKinesis::new();
+/// kinesis.add_stream("orders", 2)?;
+/// kinesis.put("orders", "customer-1", "first order")?;
+///
+/// let mut orders = Subscription::builder(Arc::new(kinesis), Arc::new(MemoryLeaseStore::new()), "orders")
+///     .start_at(KinesisPosition::horizon())
+///     .start()
+///     .await?;
+/// let delivery = orders.next().await.unwrap()?;
+/// assert_eq!(&delivery.data()[..], b"first order");
+/// delivery.ack();
+/// orders.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until started"]
+pub struct SubscriptionBuilder {
+    api: SharedKinesis,
+    store: SharedLeaseStore,
+    stream: Arc<str>,
+    config: SubscriptionConfig,
+}
+
+impl fmt::Debug for SubscriptionBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubscriptionBuilder")
+            .field("stream", &self.stream)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A fresh owner id: host name, process id and a random suffix.
+fn default_owner() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".to_owned());
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    format!(
+        "{host}-{}-{:08x}",
+        std::process::id(),
+        hasher.finish() as u32
+    )
+}
+
+impl SubscriptionBuilder {
+    /// The id this instance holds leases as (default: host, pid and a random suffix). Give
+    /// each instance its own.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.config.owner = owner.into();
+        self
+    }
+
+    /// Where the shards the subscription opens with start, ahead of their checkpoints.
+    /// Shards opened later (children, takeovers) resume from their checkpoints.
+    pub fn start_at(mut self, position: KinesisPosition) -> Self {
+        self.config.start_at = Some(position);
+        self
+    }
+
+    /// How each shard is read.
+    pub fn read_settings(mut self, settings: ReadSettings) -> Self {
+        self.config.read = settings;
+        self
+    }
+
+    /// How often the shards are listed (default 10 s).
+    pub fn list_interval(mut self, every: Duration) -> Self {
+        self.config.list_interval = every;
+        self
+    }
+
+    /// How long a lease lives without renewal before others may take it (default 10 s).
+    pub fn lease_duration(mut self, duration: Duration) -> Self {
+        self.config.lease_duration = duration;
+        self
+    }
+
+    /// The most frequent checkpoint write per shard (default 5 s).
+    pub fn checkpoint_interval(mut self, every: Duration) -> Self {
+        self.config.checkpoint_interval = every;
+        self
+    }
+
+    /// How long a graceful stop or hand-off waits for in-flight deliveries (default 10 s).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shutdown_timeout = timeout;
+        self
+    }
+
+    /// How many deliveries of one shard may be unsettled before its reader pauses
+    /// (default 10,000).
+    pub fn max_in_flight(mut self, deliveries: usize) -> Self {
+        self.config.max_in_flight = deliveries;
+        self
+    }
+
+    /// The clock lease expiry is judged by (default: the tokio clock). Only differences on
+    /// this clock matter, so a host whose clock is off cannot steal live leases.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.config.clock = clock;
+        self
+    }
+
+    /// Checks the settings, prepares the lease store (creating its table when missing) and
+    /// starts the background task on the current tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::InvalidConfig`] for a refused setting, and
+    /// [`KinesisError::LeaseStore`] when the lease table cannot be prepared.
+    pub async fn start(self) -> Result<Subscription, KinesisError> {
+        self.config.validate()?;
+        self.store.prepare().await?;
+        let (commands_tx, commands) = mpsc::unbounded_channel();
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (done_tx, done_rx) = watch::channel(false);
+        let owner = self.config.owner.clone();
+        let span = tracing::info_span!("subscription", stream = %self.stream, owner = %owner);
+        let coordinator = Coordinator::new(
+            self.api,
+            self.store,
+            self.stream.clone(),
+            self.config,
+            commands_tx,
+            shutdown_rx,
+            done_tx,
+        );
+        let task = tokio::spawn(tracing::Instrument::instrument(coordinator.run(), span));
+        Ok(Subscription {
+            shards: StreamMap::new(),
+            commands,
+            closing: false,
+            task: Some(task),
+            handle: ShutdownHandle {
+                shutdown: Arc::new(shutdown_tx),
+                done: done_rx,
+            },
+            stream: self.stream,
+            owner,
+        })
+    }
+}
+
+/// Stops a subscription gracefully; cloneable, usable from any task.
+#[derive(Debug, Clone)]
+pub struct ShutdownHandle {
+    shutdown: Arc<watch::Sender<bool>>,
+    done: watch::Receiver<bool>,
+}
+
+impl ShutdownHandle {
+    /// Stops reading, waits (up to the shutdown timeout) for in-flight deliveries to be
+    /// settled, flushes checkpoints and releases the leases. Returns when that is done.
+    /// Deliveries must keep being settled meanwhile, so run it beside the pipeline.
+    pub async fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|d| *d).await;
+    }
+}
+
+/// Every shard this instance holds, as one `Stream` of deliveries.
+///
+/// Each shard's records come in order; shards are interleaved. Items are `Err` when a read
+/// failed (the reader retries on its own) or a shard listing failed, and for KPL-aggregated
+/// records (settled as skipped automatically). The stream ends after a graceful shutdown.
+#[must_use = "streams do nothing unless polled"]
+pub struct Subscription {
+    shards: StreamMap<String, ShardPump>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    closing: bool,
+    task: Option<JoinHandle<()>>,
+    handle: ShutdownHandle,
+    stream: Arc<str>,
+    owner: String,
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription")
+            .field("stream", &self.stream)
+            .field("owner", &self.owner)
+            .field("shards", &self.shards.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Subscription {
+    /// Starts building a subscription to `stream`, with leases in `store`.
+    pub fn builder(
+        api: SharedKinesis,
+        store: SharedLeaseStore,
+        stream: impl Into<Arc<str>>,
+    ) -> SubscriptionBuilder {
+        SubscriptionBuilder {
+            api,
+            store,
+            stream: stream.into(),
+            config: SubscriptionConfig::new(default_owner()),
+        }
+    }
+
+    /// The owner id this instance holds leases as.
+    #[must_use]
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The shards being read right now.
+    #[must_use]
+    pub fn shards(&self) -> Vec<String> {
+        let mut shards: Vec<String> = self.shards.keys().cloned().collect();
+        shards.sort();
+        shards
+    }
+
+    /// A handle that stops this subscription gracefully from elsewhere.
+    #[must_use]
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.handle.clone()
+    }
+
+    /// Stops gracefully: see [`ShutdownHandle::shutdown`]. Deliveries already handed out can
+    /// still be settled while this runs.
+    pub async fn shutdown(&mut self) {
+        self.handle.shutdown().await;
+        self.shards.clear();
+        self.closing = true;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Stops at once, as a crashed process would: nothing is flushed or released, and the
+    /// leases are taken over by other instances once they expire. Deliveries already handed out
+    /// are redelivered from the last written checkpoint.
+    pub fn abort(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    fn apply(&mut self, command: Command) -> Option<KinesisError> {
+        match command {
+            Command::Add(shard, pump) => {
+                self.shards.insert(shard, *pump);
+            }
+            Command::Remove(shard) => {
+                self.shards.remove(&shard);
+            }
+            Command::Error(e) => return Some(e),
+            Command::Close => {
+                self.closing = true;
+                self.shards.clear();
+            }
+        }
+        None
+    }
+}
+
+impl Drop for Subscription {
+    /// Dropping a running subscription stops it gracefully in the background: reading stops,
+    /// in-flight deliveries get up to the shutdown timeout, checkpoints are flushed and the
+    /// leases released. Await [`ShutdownHandle::shutdown`] to know when that is done.
+    fn drop(&mut self) {
+        if self.task.take().is_some() {
+            let _ = self.handle.shutdown.send(true);
+        }
+    }
+}
+
+impl Stream for Subscription {
+    type Item = Result<Delivery<Record>, KinesisError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            match this.commands.poll_recv(cx) {
+                Poll::Ready(Some(command)) => {
+                    if let Some(e) = this.apply(command) {
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                }
+                Poll::Ready(None) => {
+                    this.closing = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        if this.closing {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.shards).poll_next(cx) {
+            Poll::Ready(Some((_, item))) => Poll::Ready(Some(item)),
+            // No shard right now: the command channel wakes this stream when one is added.
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        }
+    }
+}

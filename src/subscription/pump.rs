@@ -1,0 +1,122 @@
+//! [`ShardPump`]: one shard stream turned into deliveries, with back-pressure and revocation.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use pin_project_lite::pin_project;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::ack::{AckToken, Delivery, Settlement, ShardAcks};
+use crate::error::KinesisError;
+use crate::record::Record;
+use crate::shard::{ShardEnd, ShardStream};
+
+/// Why a shard's reader finished.
+#[derive(Debug)]
+pub(crate) enum PumpEnd {
+    /// The shard is closed and fully read.
+    ShardEnd(ShardEnd),
+    /// The reader stopped (too many failures, or the shard cannot be opened).
+    Stopped,
+}
+
+/// A message from a pump to the coordinator.
+#[derive(Debug)]
+pub(crate) struct PumpEvent {
+    pub(crate) shard: Arc<str>,
+    pub(crate) end: PumpEnd,
+}
+
+pin_project! {
+    /// A shard stream whose records become [`Delivery`]s registered with the shard's ledger.
+    ///
+    /// * Back-pressure: while `max_in_flight` deliveries of this shard are unsettled, the pump
+    ///   yields nothing (and so its reader reads nothing) until one is settled.
+    /// * Revocation: once `revoked` is set (the lease is lost or being handed off), the pump
+    ///   ends at once and drops whatever it had read.
+    /// * A KPL-aggregated record is reported as its error and settled as skipped at once.
+    #[must_use = "streams do nothing unless polled"]
+    pub(crate) struct ShardPump {
+        #[pin]
+        inner: ShardStream,
+        acks: Arc<ShardAcks>,
+        revoked: Arc<AtomicBool>,
+        max_in_flight: usize,
+        events: UnboundedSender<PumpEvent>,
+        done: bool,
+    }
+}
+
+impl ShardPump {
+    pub(crate) fn new(
+        inner: ShardStream,
+        acks: Arc<ShardAcks>,
+        revoked: Arc<AtomicBool>,
+        max_in_flight: usize,
+        events: UnboundedSender<PumpEvent>,
+    ) -> Self {
+        Self {
+            inner,
+            acks,
+            revoked,
+            max_in_flight,
+            events,
+            done: false,
+        }
+    }
+}
+
+impl Stream for ShardPump {
+    type Item = Result<Delivery<Record>, KinesisError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        if *this.done || this.revoked.load(Ordering::Acquire) {
+            *this.done = true;
+            return Poll::Ready(None);
+        }
+        if !this.acks.has_room(*this.max_in_flight, cx.waker()) {
+            return Poll::Pending;
+        }
+        match this.inner.as_mut().poll_next(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(record))) => {
+                if this.revoked.load(Ordering::Acquire) {
+                    *this.done = true;
+                    return Poll::Ready(None);
+                }
+                let index = this.acks.register(record.sequence_number());
+                let token = AckToken::new(this.acks.clone(), index);
+                Poll::Ready(Some(Ok(Delivery::new(record, token))))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                if let KinesisError::AggregatedRecord {
+                    sequence_number, ..
+                } = &e
+                {
+                    this.acks
+                        .register_settled(sequence_number, Settlement::Skipped);
+                }
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                *this.done = true;
+                let end = match this.inner.shard_end() {
+                    Some(end) => {
+                        this.acks.mark_ended();
+                        PumpEnd::ShardEnd(end.clone())
+                    }
+                    None => PumpEnd::Stopped,
+                };
+                let _ = this.events.send(PumpEvent {
+                    shard: this.acks.shard().clone(),
+                    end,
+                });
+                Poll::Ready(None)
+            }
+        }
+    }
+}

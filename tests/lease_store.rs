@@ -1,0 +1,735 @@
+//! The lease stores' contract: one suite run against [`MemoryLeaseStore`] and against
+//! [`DynamoLeaseStore`] on dynalite (a fresh table per test), plus DynamoDB-only checks of the
+//! table itself and of the error mapping.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextMut;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::operation::create_table::CreateTableInput;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, TableStatus,
+};
+use futures::StreamExt;
+use kinesis_dataflow::{
+    Checkpoint, DynamoLeaseStore, Lease, LeaseError, LeaseStore, MemoryLeaseStore, SharedLeaseStore,
+};
+
+const STREAM: &str = "orders";
+const SHARD: &str = "shardId-000000000000";
+
+/// Where to look when a DynamoDB test fails.
+fn logs() -> String {
+    format!("emulator logs: {}", support::logs_dir().display())
+}
+
+fn shard(i: usize) -> String {
+    format!("shardId-{i:012}")
+}
+
+fn memory_store() -> SharedLeaseStore {
+    Arc::new(MemoryLeaseStore::new())
+}
+
+/// A prepared store on a fresh table, listing in small pages so every `list` paginates.
+async fn dynamo_store() -> SharedLeaseStore {
+    let table = support::unique_name("leases");
+    let store = DynamoLeaseStore::new(support::dynamodb_client(), &table)
+        .expect("a valid table name")
+        .with_scan_page_size(7);
+    store
+        .prepare()
+        .await
+        .unwrap_or_else(|err| panic!("prepare {table}: {err} ({})", logs()));
+    Arc::new(store)
+}
+
+/// The only lease of `stream` on `shard`, as listed now.
+async fn current(store: &SharedLeaseStore, stream: &str, shard: &str) -> Lease {
+    store
+        .list(stream)
+        .await
+        .unwrap_or_else(|err| panic!("list {stream}: {err} ({})", logs()))
+        .into_iter()
+        .find(|lease| lease.shard_id == shard)
+        .unwrap_or_else(|| panic!("no lease for {stream}/{shard} ({})", logs()))
+}
+
+/// A created lease, then taken by `owner`.
+async fn held_by(store: &SharedLeaseStore, owner: &str) -> Lease {
+    let free = Lease::new(STREAM, SHARD, vec![]);
+    assert!(store.create(&free).await.expect("create"), "{}", logs());
+    store.take(&free, owner).await.expect("take a free lease")
+}
+
+fn assert_lost(err: &LeaseError, expected_owner: &str) {
+    assert!(
+        matches!(err, LeaseError::Lost { stream, shard, owner }
+            if stream == STREAM && shard == SHARD && owner == expected_owner),
+        "expected Lost for {expected_owner}, got {err:?} ({})",
+        logs()
+    );
+    assert!(!err.is_retryable());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shared suite: each function runs once per store.
+
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::memory_store()).await;
+                }
+            )*
+        }
+        mod dynamodb {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::dynamo_store().await).await;
+                }
+            )*
+        }
+    };
+}
+
+both_stores!(
+    prepare_is_idempotent,
+    create_is_idempotent,
+    create_stores_the_lease_as_given,
+    racing_takes_have_one_winner,
+    renew_bumps_the_counter_until_stolen,
+    checkpoint_is_fenced,
+    release_frees_the_lease_for_another_owner,
+    shard_end_round_trips,
+    streams_share_a_table_without_mixing,
+    parents_round_trip,
+    list_paginates_and_orders_by_shard,
+    writes_by_a_non_holder_are_lost,
+);
+
+async fn prepare_is_idempotent(store: SharedLeaseStore) {
+    store.prepare().await.expect("prepare again");
+    store.prepare().await.expect("and again");
+    assert!(store.list(STREAM).await.expect("list").is_empty());
+}
+
+async fn create_is_idempotent(store: SharedLeaseStore) {
+    let lease = Lease::new(STREAM, SHARD, vec![]);
+    assert!(store.create(&lease).await.expect("create"));
+    let held = store.take(&lease, "a").await.expect("take");
+    // A second create (another instance discovering the same shard) changes nothing.
+    let mut again = Lease::new(STREAM, SHARD, vec!["shardId-000000000009".into()]);
+    assert!(!store.create(&again).await.expect("create again"));
+    again.checkpoint = Some(Checkpoint::ShardEnd);
+    assert!(!store.create(&again).await.expect("create a third time"));
+    assert_eq!(store.list(STREAM).await.expect("list"), vec![held]);
+}
+
+async fn create_stores_the_lease_as_given(store: SharedLeaseStore) {
+    let mut lease = Lease::new(STREAM, SHARD, vec!["shardId-000000000007".into()]);
+    lease.checkpoint = Some(Checkpoint::Sequence("4959".into()));
+    lease.counter = 41;
+    assert!(store.create(&lease).await.expect("create"));
+    assert_eq!(current(&store, STREAM, SHARD).await, lease);
+    let held = store.take(&lease, "a").await.expect("take");
+    assert_eq!(held.counter, 42);
+    assert_eq!(held.checkpoint, lease.checkpoint);
+}
+
+async fn racing_takes_have_one_winner(store: SharedLeaseStore) {
+    for round in 0..5 {
+        let shard_id = shard(round);
+        let free = Lease::new(STREAM, &shard_id, vec![]);
+        assert!(store.create(&free).await.expect("create"));
+        // Round 0 races for a free lease; later rounds for an expired one (held by "old").
+        let view = if round == 0 {
+            free
+        } else {
+            store.take(&free, "old").await.expect("take as old")
+        };
+        let race = |owner: &'static str| {
+            let store = Arc::clone(&store);
+            let view = view.clone();
+            tokio::spawn(async move { (owner, store.take(&view, owner).await) })
+        };
+        let (a, b) = (race("a"), race("b"));
+        let results = [a.await.expect("task a"), b.await.expect("task b")];
+        let winners: Vec<_> = results
+            .iter()
+            .filter_map(|(owner, result)| result.as_ref().ok().map(|lease| (*owner, lease)))
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {results:?} ({})", logs());
+        let (winner, won) = winners[0];
+        assert_eq!(won.owner.as_deref(), Some(winner));
+        assert_eq!(won.counter, view.counter + 1);
+        for (owner, result) in &results {
+            if let Err(err) = result {
+                assert!(
+                    matches!(err, LeaseError::Lost { shard, owner: o, .. }
+                        if *shard == shard_id && o == owner),
+                    "round {round}: {err:?}"
+                );
+            }
+        }
+        assert_eq!(&current(&store, STREAM, &shard_id).await, won);
+    }
+}
+
+async fn renew_bumps_the_counter_until_stolen(store: SharedLeaseStore) {
+    let held = held_by(&store, "a").await;
+    assert_eq!((held.owner.as_deref(), held.counter), (Some("a"), 1));
+    let renewed = store.renew(&held).await.expect("renew");
+    assert_eq!((renewed.owner.as_deref(), renewed.counter), (Some("a"), 2));
+    let renewed = store.renew(&renewed).await.expect("renew again");
+    assert_eq!(renewed.counter, 3);
+    // A stale view (the counter moved on) is refused even for the holder.
+    assert_lost(&store.renew(&held).await.unwrap_err(), "a");
+
+    // "b" saw the counter stand still and takes the lease over.
+    let stolen = store.take(&renewed, "b").await.expect("take over");
+    assert_eq!((stolen.owner.as_deref(), stolen.counter), (Some("b"), 4));
+    assert_lost(&store.renew(&renewed).await.unwrap_err(), "a");
+    assert_eq!(current(&store, STREAM, SHARD).await, stolen);
+}
+
+async fn checkpoint_is_fenced(store: SharedLeaseStore) {
+    let held = held_by(&store, "a").await;
+    let first =
+        Checkpoint::Sequence("49590338271490256608559692538361571095921575989136588898".into());
+    let held = store.checkpoint(&held, &first).await.expect("checkpoint");
+    assert_eq!(held.checkpoint.as_ref(), Some(&first));
+    assert_eq!(held.counter, 2);
+
+    let stolen = store.take(&held, "b").await.expect("steal");
+    let err = store
+        .checkpoint(&held, &Checkpoint::Sequence("99".into()))
+        .await
+        .unwrap_err();
+    assert_lost(&err, "a");
+    let stored = current(&store, STREAM, SHARD).await;
+    assert_eq!(stored.checkpoint.as_ref(), Some(&first), "{}", logs());
+    assert_eq!(stored, stolen);
+
+    // The new holder can move it on.
+    let moved = store
+        .checkpoint(&stolen, &Checkpoint::Sequence("100".into()))
+        .await
+        .expect("checkpoint by the new holder");
+    assert_eq!(moved.checkpoint, Some(Checkpoint::Sequence("100".into())));
+}
+
+async fn release_frees_the_lease_for_another_owner(store: SharedLeaseStore) {
+    let held = held_by(&store, "a").await;
+    let held = store
+        .checkpoint(&held, &Checkpoint::Sequence("7".into()))
+        .await
+        .expect("checkpoint");
+    let released = store.release(&held).await.expect("release");
+    assert_eq!(released.owner, None);
+    assert_eq!(released.counter, held.counter + 1);
+    assert_eq!(released.checkpoint, held.checkpoint);
+    assert_eq!(current(&store, STREAM, SHARD).await, released);
+
+    // Released once: the holder's old view cannot write any more.
+    assert_lost(&store.release(&held).await.unwrap_err(), "a");
+    assert_lost(&store.renew(&held).await.unwrap_err(), "a");
+    // Taking from the stale held view fails; from the released view it works at once.
+    assert_lost(&store.take(&held, "b").await.unwrap_err(), "b");
+    let taken = store
+        .take(&released, "b")
+        .await
+        .expect("take after release");
+    assert_eq!(
+        (taken.owner.as_deref(), taken.counter),
+        (Some("b"), released.counter + 1)
+    );
+    assert_eq!(taken.checkpoint, Some(Checkpoint::Sequence("7".into())));
+}
+
+async fn shard_end_round_trips(store: SharedLeaseStore) {
+    let held = held_by(&store, "a").await;
+    assert!(!held.is_finished());
+    let done = store
+        .checkpoint(&held, &Checkpoint::ShardEnd)
+        .await
+        .expect("checkpoint SHARD_END");
+    assert!(done.is_finished());
+    let stored = current(&store, STREAM, SHARD).await;
+    assert_eq!(stored.checkpoint, Some(Checkpoint::ShardEnd));
+    assert!(stored.is_finished());
+    let released = store.release(&done).await.expect("release");
+    assert!(released.is_finished());
+}
+
+async fn streams_share_a_table_without_mixing(store: SharedLeaseStore) {
+    for stream in ["clicks", "views", "clicks-archive"] {
+        for i in 0..3 {
+            assert!(
+                store
+                    .create(&Lease::new(stream, shard(i), vec![]))
+                    .await
+                    .expect("create")
+            );
+        }
+    }
+    let clicks = store.list("clicks").await.expect("list clicks");
+    let taken = store.take(&clicks[1], "a").await.expect("take");
+    assert_eq!(taken.stream, "clicks");
+
+    let clicks = store.list("clicks").await.expect("list clicks");
+    let views = store.list("views").await.expect("list views");
+    let archive = store.list("clicks-archive").await.expect("list archive");
+    for (stream, leases) in [
+        ("clicks", &clicks),
+        ("views", &views),
+        ("clicks-archive", &archive),
+    ] {
+        assert_eq!(leases.len(), 3, "{stream}: {leases:?}");
+        assert!(leases.iter().all(|l| l.stream == stream), "{leases:?}");
+    }
+    assert_eq!(clicks[1].owner.as_deref(), Some("a"));
+    assert!(
+        views
+            .iter()
+            .chain(&archive)
+            .all(|l| l.owner.is_none() && l.counter == 0)
+    );
+    assert!(store.list("nothing-here").await.expect("list").is_empty());
+}
+
+async fn parents_round_trip(store: SharedLeaseStore) {
+    let leases = [
+        Lease::new(STREAM, shard(0), vec![]),
+        Lease::new(STREAM, shard(1), vec![]),
+        Lease::new(STREAM, shard(2), vec![shard(0)]),
+        Lease::new(STREAM, shard(3), vec![shard(0)]),
+        Lease::new(STREAM, shard(4), vec![shard(2), shard(3)]),
+    ];
+    for lease in &leases {
+        assert!(store.create(lease).await.expect("create"));
+    }
+    assert_eq!(store.list(STREAM).await.expect("list"), leases);
+    let merged = store.take(&leases[4], "a").await.expect("take");
+    assert_eq!(merged.parents, vec![shard(2), shard(3)]);
+}
+
+async fn list_paginates_and_orders_by_shard(store: SharedLeaseStore) {
+    const SHARDS: usize = 120;
+    // Created in a scrambled order, mixed with another stream's rows.
+    let mut expected: Vec<Lease> = (0..SHARDS)
+        .map(|i| Lease::new(STREAM, shard(i), vec![]))
+        .collect();
+    let mut rows: Vec<Lease> = expected.clone();
+    rows.extend((0..10).map(|i| Lease::new("other", shard(i), vec![])));
+    rows.reverse();
+    rows.swap(3, 77);
+    let created: Vec<bool> = futures::stream::iter(rows.iter())
+        .map(|lease| {
+            let store = Arc::clone(&store);
+            async move { store.create(lease).await }
+        })
+        .buffer_unordered(8)
+        .map(|result| result.expect("create"))
+        .collect()
+        .await;
+    assert!(created.iter().all(|c| *c));
+
+    let first = store.take(&expected[57], "a").await.expect("take");
+    expected[57] = first;
+    let listed = store.list(STREAM).await.expect("list");
+    assert_eq!(listed.len(), SHARDS, "{}", logs());
+    assert_eq!(listed, expected);
+    assert_eq!(store.list("other").await.expect("list other").len(), 10);
+}
+
+async fn writes_by_a_non_holder_are_lost(store: SharedLeaseStore) {
+    // A row that does not exist cannot be taken (take never creates).
+    let missing = Lease::new(STREAM, SHARD, vec![]);
+    assert_lost(&store.take(&missing, "a").await.unwrap_err(), "a");
+    assert!(store.list(STREAM).await.expect("list").is_empty());
+
+    // Holder operations need an owner in the caller's view.
+    assert!(store.create(&missing).await.expect("create"));
+    for err in [
+        store.renew(&missing).await.unwrap_err(),
+        store.release(&missing).await.unwrap_err(),
+        store
+            .checkpoint(&missing, &Checkpoint::ShardEnd)
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(err.is_lost(), "{err:?}");
+    }
+    // A view claiming an owner the row does not have is refused.
+    let mut claimed = missing.clone();
+    claimed.owner = Some("a".into());
+    assert_lost(&store.renew(&claimed).await.unwrap_err(), "a");
+    // Taking a free lease from a view that says someone holds it is refused as well.
+    assert_lost(&store.take(&claimed, "b").await.unwrap_err(), "b");
+    assert_eq!(current(&store, STREAM, SHARD).await, missing);
+}
+
+// ---------------------------------------------------------------------------------------------
+// DynamoDB only: the table itself.
+
+/// A store without a page limit, on a table that does not exist yet.
+fn unprepared_store() -> DynamoLeaseStore {
+    DynamoLeaseStore::new(support::dynamodb_client(), support::unique_name("leases"))
+        .expect("a valid table name")
+}
+
+async fn raw_item(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    key: &str,
+) -> std::collections::HashMap<String, AttributeValue> {
+    client
+        .get_item()
+        .table_name(table)
+        .key("leaseKey", AttributeValue::S(key.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("GetItem {key}: {err:?} ({})", logs()))
+        .item
+        .unwrap_or_else(|| panic!("no row {key} ({})", logs()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_creates_a_missing_on_demand_table() {
+    let store = unprepared_store();
+    let client = store.client().clone();
+    let missing = client
+        .describe_table()
+        .table_name(store.table())
+        .send()
+        .await;
+    assert!(missing.is_err(), "the table exists already: {missing:?}");
+
+    // Two instances starting at once: both create-or-wait, both succeed.
+    let other = DynamoLeaseStore::new(support::dynamodb_client(), store.table()).unwrap();
+    let (a, b) = futures::join!(store.prepare(), other.prepare());
+    a.unwrap_or_else(|err| panic!("prepare: {err} ({})", logs()));
+    b.unwrap_or_else(|err| panic!("concurrent prepare: {err} ({})", logs()));
+
+    let described = client
+        .describe_table()
+        .table_name(store.table())
+        .send()
+        .await
+        .expect("DescribeTable");
+    let table = described.table().expect("a table description");
+    assert_eq!(table.table_status(), Some(&TableStatus::Active));
+    assert_eq!(
+        table.billing_mode_summary().and_then(|b| b.billing_mode()),
+        Some(&BillingMode::PayPerRequest),
+        "{table:?}"
+    );
+    let keys = table.key_schema();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(keys[0].attribute_name(), "leaseKey");
+    assert_eq!(keys[0].key_type(), &KeyType::Hash);
+
+    store.prepare().await.expect("prepare is idempotent");
+    // Usable at once, with the default (unlimited) Scan pages too.
+    assert!(
+        store
+            .create(&Lease::new(STREAM, SHARD, vec![]))
+            .await
+            .expect("create")
+    );
+    assert_eq!(store.list(STREAM).await.expect("list").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_follow_the_documented_schema() {
+    let store = unprepared_store();
+    store.prepare().await.expect("prepare");
+    let client = store.client().clone();
+    let key = format!("{STREAM}#{SHARD}");
+
+    let free = Lease::new(STREAM, SHARD, vec!["shardId-000000000001".into()]);
+    assert!(store.create(&free).await.expect("create"));
+    let row = raw_item(&client, store.table(), &key).await;
+    assert_eq!(row["streamName"], AttributeValue::S(STREAM.into()));
+    assert_eq!(row["shardId"], AttributeValue::S(SHARD.into()));
+    assert_eq!(row["leaseCounter"], AttributeValue::N("0".into()));
+    assert_eq!(
+        row["parentShardIds"],
+        AttributeValue::L(vec![AttributeValue::S("shardId-000000000001".into())])
+    );
+    assert!(
+        matches!(row["lastWrittenAt"], AttributeValue::N(_)),
+        "{row:?}"
+    );
+    assert!(
+        !row.contains_key("leaseOwner") && !row.contains_key("checkpoint"),
+        "{row:?}"
+    );
+
+    let held = store.take(&free, "worker-1").await.expect("take");
+    let held = store
+        .checkpoint(&held, &Checkpoint::ShardEnd)
+        .await
+        .expect("checkpoint");
+    let row = raw_item(&client, store.table(), &key).await;
+    assert_eq!(row["leaseOwner"], AttributeValue::S("worker-1".into()));
+    assert_eq!(row["leaseCounter"], AttributeValue::N("2".into()));
+    assert_eq!(row["checkpoint"], AttributeValue::S("SHARD_END".into()));
+
+    store.release(&held).await.expect("release");
+    let row = raw_item(&client, store.table(), &key).await;
+    assert!(!row.contains_key("leaseOwner"), "{row:?}");
+    assert_eq!(row["leaseCounter"], AttributeValue::N("3".into()));
+}
+
+#[tokio::test]
+async fn invalid_table_names_are_refused_before_any_call() {
+    let conf = support::sdk_config();
+    for bad in [
+        "ab",
+        "lease table",
+        "leases/prod",
+        "tablé",
+        &"x".repeat(256),
+    ] {
+        let err = DynamoLeaseStore::from_conf(&conf, bad).unwrap_err();
+        assert!(
+            matches!(&err, LeaseError::InvalidConfig { setting: "lease_table", value, .. }
+                if value.contains(bad)),
+            "{bad}: {err:?}"
+        );
+        assert!(err.to_string().contains("lease_table"), "{err}");
+    }
+    let ok = DynamoLeaseStore::from_conf(&conf, DynamoLeaseStore::default_table_name("my app"))
+        .expect("the default name is valid");
+    assert_eq!(ok.table(), "kinesis-dataflow-my-app");
+}
+
+/// Renames the table of every CreateTable call, so the service sees a name it refuses while
+/// the store believes it asked for a valid one.
+#[derive(Debug)]
+struct RenameTableOnCreate(&'static str);
+
+impl Intercept for RenameTableOnCreate {
+    fn name(&self) -> &'static str {
+        "RenameTableOnCreate"
+    }
+
+    fn modify_before_serialization(
+        &self,
+        context: &mut BeforeSerializationInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(input) = context.input_mut().downcast_mut::<CreateTableInput>() {
+            input.table_name = Some(self.0.to_owned());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_table_name_the_service_refuses_names_the_table_and_the_call() {
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        support::dynamodb_config_builder()
+            .interceptor(RenameTableOnCreate("refused name!"))
+            .build(),
+    );
+    let table = support::unique_name("leases");
+    let store = DynamoLeaseStore::new(client, &table).expect("valid locally");
+    let err = store.prepare().await.unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::Invalid { table: t, operation: "CreateTable", message }
+            if *t == table && message.contains("ValidationException")),
+        "{err:?} ({})",
+        logs()
+    );
+    assert!(!err.is_retryable());
+    let text = err.to_string();
+    assert!(
+        text.contains(&table) && text.contains("CreateTable"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_table_is_table_not_found() {
+    let store = unprepared_store();
+    let err = store.list(STREAM).await.unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::TableNotFound { table, operation: "Scan" } if table == store.table()),
+        "{err:?} ({})",
+        logs()
+    );
+    let lease = Lease::new(STREAM, SHARD, vec![]);
+    let err = store.create(&lease).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LeaseError::TableNotFound {
+                operation: "PutItem",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = store.take(&lease, "a").await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LeaseError::TableNotFound {
+                operation: "UpdateItem",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(store.table()), "{err}");
+}
+
+#[tokio::test]
+async fn a_malformed_row_names_its_key_and_attribute() {
+    let store = unprepared_store();
+    store.prepare().await.expect("prepare");
+    store
+        .client()
+        .put_item()
+        .table_name(store.table())
+        .item("leaseKey", AttributeValue::S(format!("{STREAM}#broken")))
+        .item("streamName", AttributeValue::S(STREAM.into()))
+        .item("shardId", AttributeValue::S("broken".into()))
+        .item("leaseCounter", AttributeValue::S("seven".into()))
+        .send()
+        .await
+        .expect("PutItem");
+    let err = store.list(STREAM).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(
+            &err,
+            LeaseError::Invalid {
+                operation: "Scan",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("orders#broken") && text.contains("leaseCounter"),
+        "{text}"
+    );
+    // Other streams in the same table are unaffected.
+    assert!(store.list("other").await.expect("list other").is_empty());
+}
+
+#[tokio::test]
+async fn a_table_with_another_key_is_refused() {
+    let client = support::dynamodb_client();
+    let table = support::unique_name("not-leases");
+    client
+        .create_table()
+        .table_name(&table)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .expect("CreateTable");
+    support::wait_table_active(&client, &table).await;
+    let store = DynamoLeaseStore::new(client, &table).unwrap();
+    let err = store.prepare().await.unwrap_err();
+    assert!(
+        matches!(&err, LeaseError::Invalid { operation: "DescribeTable", message, .. }
+            if message.contains("leaseKey") && message.contains("id (HASH)")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_endpoint_is_unavailable() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let conf = aws_sdk_dynamodb::config::Builder::from(&support::sdk_config())
+        .endpoint_url(format!("http://127.0.0.1:{port}"))
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .operation_timeout(Duration::from_secs(5))
+                .build(),
+        )
+        .build();
+    let store = DynamoLeaseStore::new(aws_sdk_dynamodb::Client::from_conf(conf), "leases").unwrap();
+    for err in [
+        store.prepare().await.unwrap_err(),
+        store.list(STREAM).await.unwrap_err(),
+        store
+            .take(&Lease::new(STREAM, SHARD, vec![]), "a")
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(err.is_retryable(), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("`leases`"), "{text}");
+        assert!(!text.contains("test"), "credentials leak? {text}");
+    }
+}
+
+#[tokio::test]
+async fn small_scan_pages_are_followed() {
+    let table = support::unique_name("leases");
+    let store = DynamoLeaseStore::new(support::dynamodb_client(), &table)
+        .unwrap()
+        .with_scan_page_size(3);
+    store.prepare().await.expect("prepare");
+    for i in 0..20 {
+        assert!(
+            store
+                .create(&Lease::new(STREAM, shard(i), vec![]))
+                .await
+                .expect("create")
+        );
+    }
+    // The service really answers such a Scan in several pages...
+    let page = store
+        .client()
+        .scan()
+        .table_name(&table)
+        .limit(3)
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("Scan");
+    assert_eq!(page.items().len(), 3);
+    assert!(page.last_evaluated_key().is_some(), "{page:?}");
+    // ...and the store follows them all.
+    let listed = store.list(STREAM).await.expect("list");
+    let shards: Vec<String> = listed.into_iter().map(|l| l.shard_id).collect();
+    assert_eq!(shards, (0..20).map(shard).collect::<Vec<_>>());
+}

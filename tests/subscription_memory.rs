@@ -1,0 +1,359 @@
+//! Subscription rules that need faults or exact control: out-of-order acks, coalesced
+//! checkpoint writes, dropped deliveries, an unreachable lease store, and a skewed clock. They
+//! run on the in-memory transport and lease store.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use kinesis_dataflow::lease::LeaseFuture;
+use kinesis_dataflow::subscription::ShiftedClock;
+use kinesis_dataflow::{
+    AckSink, Checkpoint, Delivery, KinesisPosition, Lease, LeaseError, LeaseStore, MemoryKinesis,
+    MemoryLeaseStore, ReadSettings, Record, SharedKinesis, Subscription, SubscriptionBuilder,
+};
+
+const STREAM: &str = "orders";
+const SHARD0: &str = "shardId-000000000000";
+
+fn setup(shards: u32, records: usize) -> (MemoryKinesis, SharedKinesis, MemoryLeaseStore) {
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, shards).unwrap();
+    for i in 0..records {
+        memory
+            .put(STREAM, &format!("key-{}", i % 7), format!("{i:05}"))
+            .unwrap();
+    }
+    let api: SharedKinesis = Arc::new(memory.clone());
+    (memory, api, MemoryLeaseStore::new())
+}
+
+fn builder(api: &SharedKinesis, store: &MemoryLeaseStore, owner: &str) -> SubscriptionBuilder {
+    Subscription::builder(api.clone(), Arc::new(store.clone()), STREAM)
+        .owner(owner)
+        .start_at(KinesisPosition::horizon())
+        .read_settings(
+            ReadSettings::default()
+                .poll_interval(Duration::from_millis(50))
+                .unlimited_reads(),
+        )
+        .list_interval(Duration::from_millis(200))
+        .lease_duration(Duration::from_millis(900))
+        .checkpoint_interval(Duration::from_millis(100))
+}
+
+async fn take(sub: &mut Subscription, n: usize) -> Vec<Delivery<Record>> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        match tokio::time::timeout(Duration::from_secs(20), sub.next()).await {
+            Ok(Some(Ok(d))) => out.push(d),
+            other => panic!("expected a delivery, got {other:?}"),
+        }
+    }
+    out
+}
+
+async fn stored_checkpoint(store: &MemoryLeaseStore, shard: &str) -> Option<Checkpoint> {
+    store
+        .list(STREAM)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|l| l.shard_id == shard)
+        .and_then(|l| l.checkpoint)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_order_acks_never_move_the_checkpoint_past_an_unsettled_record() {
+    let (_memory, api, store) = setup(1, 50);
+    let mut sub = builder(&api, &store, "a").start().await.unwrap();
+    let mut deliveries = take(&mut sub, 50).await;
+    let seqs: Vec<String> = deliveries
+        .iter()
+        .map(|d| d.sequence_number().to_owned())
+        .collect();
+    let held_back = deliveries.remove(10);
+    // Settle the rest in reverse order.
+    while let Some(d) = deliveries.pop() {
+        d.ack();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        stored_checkpoint(&store, SHARD0).await,
+        Some(Checkpoint::Sequence(seqs[9].clone())),
+        "the checkpoint stops before the unsettled record"
+    );
+    held_back.ack();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        stored_checkpoint(&store, SHARD0).await,
+        Some(Checkpoint::Sequence(seqs[49].clone()))
+    );
+    sub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_writes_are_coalesced_per_interval() {
+    let (memory, api, store) = setup(1, 0);
+    let sub = builder(&api, &store, "a")
+        .checkpoint_interval(Duration::from_millis(250))
+        .start()
+        .await
+        .unwrap();
+    let handle = sub.shutdown_handle();
+    // A producer writing steadily while the pipeline acks everything at once.
+    let producer = tokio::spawn(async move {
+        for i in 0..2_000 {
+            memory.put(STREAM, &format!("k{i}"), "x").unwrap();
+            if i % 100 == 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+    let pipeline = tokio::spawn(
+        sub.filter_map(|item| async move { item.ok() })
+            .chunks(64)
+            .map(Ok)
+            .forward(AckSink::new()),
+    );
+    let started = tokio::time::Instant::now();
+    producer.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    handle.shutdown().await;
+    let elapsed = started.elapsed();
+    let _ = pipeline.await;
+    let writes = store.checkpoint_writes(STREAM, SHARD0);
+    let allowed = (elapsed.as_millis() / 250) as u64 + 2;
+    assert!(writes >= 2, "checkpoints were written ({writes})");
+    assert!(
+        writes <= allowed,
+        "{writes} checkpoint writes in {elapsed:?} (at most {allowed})"
+    );
+    let last = store
+        .list(STREAM)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|l| l.shard_id == SHARD0)
+        .unwrap();
+    assert!(last.owner.is_none(), "released on shutdown");
+    assert!(matches!(last.checkpoint, Some(Checkpoint::Sequence(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_delivery_is_counted_and_does_not_stall_the_shard() {
+    let (_memory, api, store) = setup(1, 20);
+    let sub = builder(&api, &store, "a").start().await.unwrap();
+    let handle = sub.shutdown_handle();
+    // `filter` drops the odd records without settling them.
+    let kept: Vec<Delivery<Record>> = sub
+        .filter_map(|item| async move { item.ok() })
+        .filter(|d| futures::future::ready(d.data()[4] % 2 == 0))
+        .take(10)
+        .collect()
+        .await;
+    let last_seq = kept.last().unwrap().sequence_number().to_owned();
+    let mut sink = AckSink::new();
+    sink.send_all(&mut futures::stream::iter(kept.into_iter().map(Ok)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Record 19 (odd) was never delivered past `take`, so the checkpoint is record 18.
+    assert_eq!(
+        stored_checkpoint(&store, SHARD0).await,
+        Some(Checkpoint::Sequence(last_seq))
+    );
+    handle.shutdown().await;
+}
+
+/// One instance's view of the lease store, which can be cut off while others still reach it.
+#[derive(Debug, Clone)]
+struct CutOff {
+    inner: MemoryLeaseStore,
+    down: Arc<AtomicBool>,
+    /// Writes this instance got through, by kind.
+    checkpoints: Arc<AtomicU64>,
+}
+
+impl CutOff {
+    fn new(inner: &MemoryLeaseStore) -> Self {
+        Self {
+            inner: inner.clone(),
+            down: Arc::default(),
+            checkpoints: Arc::default(),
+        }
+    }
+
+    fn check(&self, operation: &'static str) -> Result<(), LeaseError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(LeaseError::Unavailable {
+                table: "(cut off)".into(),
+                operation,
+                message: "connection refused".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl LeaseStore for CutOff {
+    fn prepare(&self) -> LeaseFuture<'_, ()> {
+        Box::pin(async move {
+            self.check("prepare")?;
+            self.inner.prepare().await
+        })
+    }
+    fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
+        Box::pin(async move {
+            self.check("list")?;
+            self.inner.list(stream).await
+        })
+    }
+    fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
+        Box::pin(async move {
+            self.check("create")?;
+            self.inner.create(lease).await
+        })
+    }
+    fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease> {
+        Box::pin(async move {
+            self.check("take")?;
+            self.inner.take(lease, owner).await
+        })
+    }
+    fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
+        Box::pin(async move {
+            self.check("renew")?;
+            self.inner.renew(lease).await
+        })
+    }
+    fn checkpoint<'a>(
+        &'a self,
+        lease: &'a Lease,
+        checkpoint: &'a Checkpoint,
+    ) -> LeaseFuture<'a, Lease> {
+        Box::pin(async move {
+            self.check("checkpoint")?;
+            let written = self.inner.checkpoint(lease, checkpoint).await?;
+            self.checkpoints.fetch_add(1, Ordering::SeqCst);
+            Ok(written)
+        })
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
+        Box::pin(async move {
+            self.check("release")?;
+            self.inner.release(lease).await
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_cut_off_from_the_lease_store_stops_reading_and_cannot_checkpoint() {
+    let (memory, api, store) = setup(1, 10);
+    let a_view = CutOff::new(&store);
+    let mut a = Subscription::builder(api.clone(), Arc::new(a_view.clone()), STREAM)
+        .owner("a")
+        .start_at(KinesisPosition::horizon())
+        .read_settings(
+            ReadSettings::default()
+                .poll_interval(Duration::from_millis(50))
+                .unlimited_reads(),
+        )
+        .list_interval(Duration::from_millis(200))
+        .lease_duration(Duration::from_millis(900))
+        .checkpoint_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    for d in take(&mut a, 10).await {
+        d.ack();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(a.shards(), [SHARD0]);
+    let checkpoint_before = stored_checkpoint(&store, SHARD0).await;
+    assert!(checkpoint_before.is_some());
+
+    // A loses the lease table; B still reaches it.
+    a_view.down.store(true, Ordering::SeqCst);
+    let cut_at = tokio::time::Instant::now();
+    memory.put(STREAM, "k", "after-cut").unwrap();
+    let mut late = Vec::new();
+    while !a.shards().is_empty() {
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(3),
+            "A keeps reading without a lease"
+        );
+        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(20), a.next()).await {
+            late.push(d);
+        }
+    }
+    let a_stopped = cut_at.elapsed();
+    assert!(
+        a_stopped < Duration::from_millis(900),
+        "A stops within the lease duration ({a_stopped:?})"
+    );
+
+    let mut b = builder(&api, &store, "b").start().await.unwrap();
+    let got = take(&mut b, 1).await;
+    let b_took = cut_at.elapsed();
+    assert!(b_took > a_stopped, "B reads only after A stopped");
+    assert_eq!(
+        &got[0].data()[..],
+        b"after-cut",
+        "B resumes from A's checkpoint"
+    );
+    got.into_iter().for_each(|d| drop(d.ack()));
+
+    // A comes back and settles what it still had: none of it reaches the lease table.
+    let a_writes = a_view.checkpoints.load(Ordering::SeqCst);
+    a_view.down.store(false, Ordering::SeqCst);
+    for d in late {
+        d.ack();
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        a_view.checkpoints.load(Ordering::SeqCst),
+        a_writes,
+        "no checkpoint from A"
+    );
+    let lease = store
+        .list(STREAM)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|l| l.shard_id == SHARD0)
+        .unwrap();
+    assert_eq!(lease.owner.as_deref(), Some("b"));
+    assert!(a.shards().is_empty(), "A did not take the live lease back");
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skewed_clock_does_not_steal_a_live_lease() {
+    let (_memory, api, store) = setup(1, 0);
+    let mut a = builder(&api, &store, "a").start().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while a.shards().is_empty() {
+            let _ = tokio::time::timeout(Duration::from_millis(50), a.next()).await;
+        }
+    })
+    .await
+    .unwrap();
+    // B's clock runs ten minutes ahead.
+    let mut b = builder(&api, &store, "b")
+        .clock(Arc::new(ShiftedClock(Duration::from_secs(600))))
+        .start()
+        .await
+        .unwrap();
+    let until = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < until {
+        let _ = tokio::time::timeout(Duration::from_millis(50), a.next()).await;
+        let _ = tokio::time::timeout(Duration::from_millis(50), b.next()).await;
+    }
+    assert_eq!(a.shards(), [SHARD0], "A keeps its live lease");
+    assert!(b.shards().is_empty(), "B took nothing");
+    a.shutdown().await;
+    b.shutdown().await;
+}
