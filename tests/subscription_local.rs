@@ -262,6 +262,7 @@ async fn a_vanished_instance_is_taken_over_from_its_checkpoint() {
     })
     .await;
     let a_shards = a.shards();
+    let crashed = tokio::time::Instant::now();
     let got_a = a.vanish().await;
     let rest = publish(&api, &stream, 8, 200..300).await;
     // B takes A's shard once the lease expires (3 s), then resumes from the checkpoint.
@@ -269,6 +270,7 @@ async fn a_vanished_instance_is_taken_over_from_its_checkpoint() {
         a_shards.iter().all(|s| b.shards().contains(s))
     })
     .await;
+    eprintln!("crashed shard taken over after {:?}", crashed.elapsed());
     wait_until("every record", Duration::from_secs(60), || {
         let all: Vec<Got> = got_a.iter().cloned().chain(b.got()).collect();
         distinct_payloads(&all).len() >= first + rest

@@ -357,3 +357,54 @@ async fn a_skewed_clock_does_not_steal_a_live_lease() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_reader_releases_its_lease_and_the_shard_is_read_again_from_the_checkpoint() {
+    use kinesis_dataflow::api::memory::Fault;
+    use kinesis_dataflow::{KinesisError, Operation};
+
+    let (memory, api, store) = setup(1, 5);
+    let mut sub = builder(&api, &store, "a")
+        .read_settings(
+            ReadSettings::default()
+                .poll_interval(Duration::from_millis(50))
+                .failure_backoff(Duration::from_millis(10))
+                .unlimited_reads(),
+        )
+        .start()
+        .await
+        .unwrap();
+    let first = take(&mut sub, 5).await;
+    let last_settled = first.last().unwrap().sequence_number().to_owned();
+    first.into_iter().for_each(|d| drop(d.ack()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        stored_checkpoint(&store, SHARD0).await,
+        Some(Checkpoint::Sequence(last_settled))
+    );
+
+    memory.inject(Fault::fail(Operation::GetRecords, "injected outage").times(11));
+    memory.put(STREAM, "k", "after-outage").unwrap();
+    let mut failures = 0;
+    let mut stopped = false;
+    let next = loop {
+        match tokio::time::timeout(Duration::from_secs(20), sub.next()).await {
+            Ok(Some(Err(KinesisError::ReaderStopped { failures: n, .. }))) => {
+                assert_eq!(n, 11);
+                stopped = true;
+            }
+            Ok(Some(Err(_))) => failures += 1,
+            Ok(Some(Ok(d))) => break d,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(stopped, "the eleventh failure stops the reader");
+    assert_eq!(failures, 10, "ten failures reported before the stop");
+    assert_eq!(
+        &next.data()[..],
+        b"after-outage",
+        "read again from the checkpoint, nothing repeated"
+    );
+    next.ack();
+    sub.shutdown().await;
+}

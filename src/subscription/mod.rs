@@ -275,6 +275,28 @@ impl Subscription {
         }
     }
 
+    /// Starts building a subscription on AWS (or whatever the SDK configuration points at),
+    /// with the default lease store: a DynamoDB table named after `application`
+    /// ([`DynamoLeaseStore::default_table_name`](crate::lease::DynamoLeaseStore::default_table_name)),
+    /// created when missing. Several streams may share one table.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::LeaseStore`] when the derived table name is refused.
+    pub fn aws(
+        config: &aws_config::SdkConfig,
+        application: &str,
+        stream: impl Into<Arc<str>>,
+    ) -> Result<SubscriptionBuilder, KinesisError> {
+        let table = crate::lease::DynamoLeaseStore::default_table_name(application);
+        let store = crate::lease::DynamoLeaseStore::from_conf(config, table)?;
+        Ok(Self::builder(
+            Arc::new(crate::api::AwsKinesis::from_conf(config)),
+            Arc::new(store),
+            stream,
+        ))
+    }
+
     /// The owner id this instance holds leases as.
     #[must_use]
     pub fn owner(&self) -> &str {

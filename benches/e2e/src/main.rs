@@ -1,0 +1,737 @@
+//! End-to-end drain benchmark: kinesis-dataflow over the AWS SDK against ferrokinesis.
+//!
+//! ```text
+//! cargo run --release --manifest-path benches/e2e/Cargo.toml -- [--quick] [--records N] [--rounds R]
+//! ```
+//!
+//! The binary starts ferrokinesis (embedded as a library) in a child process of its own (itself,
+//! run as `drain --serve-emulator`), so the CPU time read from `/proc/self/stat` is the
+//! client's alone. It creates a 4-shard stream, loads a backlog of N 100-byte records with
+//! PutRecords (500 a call, several calls in flight, spread over the shards by partition key),
+//! then drains the backlog from TRIM_HORIZON three ways, in a rotating order over the rounds:
+//!
+//! * (a) baseline: the raw SDK, one tokio task per shard, GetShardIterator then GetRecords
+//!   (Limit 10,000) along NextShardIterator until the shard's share of the backlog is read;
+//! * (b) `Subscription` over `AwsKinesis` with a fresh `MemoryLeaseStore` and owner each round,
+//!   every delivery acknowledged through the `AckSink`;
+//! * (c) four `ShardReader`s merged with `futures::stream::select_all`.
+//!
+//! It prints, per way, the median records/s, the median of the per-round ratios to (a), and
+//! the CPU seconds per 100,000 records of this process and of the emulator process. Times are
+//! reported, never asserted on.
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_config::{BehaviorVersion, Region};
+use aws_sdk_kinesis::Client;
+use aws_sdk_kinesis::config::Credentials;
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType, StreamStatus};
+use futures::{StreamExt, TryStreamExt};
+use kinesis_dataflow::{
+    AckSink, AwsKinesis, KinesisPosition, MemoryLeaseStore, ReadSettings, ShardReader,
+    SharedKinesis, StartingPoint, Subscription,
+};
+
+type BoxError = Box<dyn Error + Send + Sync>;
+type Result<T, E = BoxError> = std::result::Result<T, E>;
+
+const STREAM: &str = "e2e-drain";
+const SHARDS: i32 = 4;
+const RECORD_BYTES: usize = 100;
+const PUT_BATCH: usize = 500;
+const PUTS_IN_FLIGHT: usize = 4;
+const GET_LIMIT: u32 = 10_000;
+const DEFAULT_RECORDS: usize = 200_000;
+const DEFAULT_ROUNDS: usize = 3;
+const QUICK_RECORDS: usize = 20_000;
+/// A drain that takes longer than this has stalled (the emulator serves 200,000 records in
+/// a few seconds).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
+/// The line the emulator process prints once it listens.
+const READY_PREFIX: &str = "ferrokinesis listening on port ";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--serve-emulator") {
+        return serve_emulator();
+    }
+    let options = match Options::parse(&args) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("{message}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    if options.help {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    // The same runtime for all three ways: 2 workers, the machine's core count.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(options))
+}
+
+const USAGE: &str = "\
+drain: end-to-end drain benchmark of kinesis-dataflow against ferrokinesis
+
+usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
+
+  --records N   backlog size, 100-byte records (default 200000)
+  --rounds R    timed rounds; each round drains the backlog once per way (default 3)
+  --quick       smoke run: --records 20000 --rounds 1
+  --help        this text";
+
+#[derive(Debug)]
+struct Options {
+    records: usize,
+    rounds: usize,
+    help: bool,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Self, String> {
+        let mut options = Options {
+            records: DEFAULT_RECORDS,
+            rounds: DEFAULT_ROUNDS,
+            help: false,
+        };
+        let (mut records, mut rounds) = (None, None);
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let mut number = |name: &str| -> Result<usize, String> {
+                let value = it.next().ok_or_else(|| format!("{name} needs a value"))?;
+                match value.replace('_', "").parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(format!("{name}: `{value}` is not a positive number")),
+                }
+            };
+            match arg.as_str() {
+                "--records" => records = Some(number("--records")?),
+                "--rounds" => rounds = Some(number("--rounds")?),
+                "--quick" => {
+                    options.records = QUICK_RECORDS;
+                    options.rounds = 1;
+                }
+                "--help" | "-h" => options.help = true,
+                other => return Err(format!("unknown argument `{other}`")),
+            }
+        }
+        options.records = records.unwrap_or(options.records);
+        options.rounds = rounds.unwrap_or(options.rounds);
+        Ok(options)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The emulator process
+// ---------------------------------------------------------------------------------------------
+
+/// `drain --serve-emulator`: ferrokinesis on a free port of 127.0.0.1, until stdin closes
+/// (the parent exited or dropped its end).
+fn serve_emulator() -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let options = ferrokinesis::store::StoreOptions {
+            // CreateStream completes in 10 ms instead of the simulated 500 ms.
+            create_stream_ms: 10,
+            delete_stream_ms: 10,
+            update_stream_ms: 10,
+            // The default caps open shards at 10 across all streams.
+            shard_limit: 1_000,
+            // The default 300 s (the service's) is enough for one drain; a slow machine is
+            // given slack so an expiry never lands inside a timed drain.
+            iterator_ttl_seconds: 3_600,
+            // Write throttling (1 MB/s, 1,000 records/s per shard) stays off: the backlog is
+            // loaded as fast as the emulator takes it. Reads are never rate-limited.
+            enforce_limits: false,
+            ..ferrokinesis::store::StoreOptions::default()
+        };
+        let (app, _store) = ferrokinesis::create_app(options);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        std::thread::spawn(|| {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            std::process::exit(0);
+        });
+        println!("{READY_PREFIX}{port}");
+        axum::serve(listener, app).await?;
+        Ok(())
+    })
+}
+
+/// The emulator child process; killed when dropped.
+struct Emulator {
+    child: Child,
+    /// Held open: the child exits when it closes.
+    _stdin: ChildStdin,
+    port: u16,
+}
+
+impl Emulator {
+    fn start() -> Result<Self> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("--serve-emulator")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or("no stdin pipe to the emulator")?;
+        let stdout = child.stdout.take().ok_or("no stdout pipe from the emulator")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let port = line
+            .trim()
+            .strip_prefix(READY_PREFIX)
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| format!("the emulator did not start: {line:?}"))?;
+        Ok(Self {
+            child,
+            _stdin: stdin,
+            port,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU time
+// ---------------------------------------------------------------------------------------------
+
+/// Reads user + system CPU time of a process from `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy)]
+struct CpuClock {
+    ticks_per_second: f64,
+}
+
+impl CpuClock {
+    fn new() -> Self {
+        let ticks = Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|t| *t > 0.0)
+            .unwrap_or(100.0);
+        Self {
+            ticks_per_second: ticks,
+        }
+    }
+
+    /// CPU seconds (utime + stime) of `pid` ("self" for this process); 0 when unreadable.
+    fn seconds(&self, pid: &str) -> f64 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return 0.0;
+        };
+        // The command name (field 2) is in parentheses and may hold spaces: count from the
+        // last `)`. Fields 14 and 15 (utime, stime) are then the 12th and 13th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+            .sum();
+        ticks as f64 / self.ticks_per_second
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Way {
+    Sdk,
+    Subscription,
+    SelectAll,
+}
+
+impl Way {
+    const ALL: [Way; 3] = [Way::Sdk, Way::Subscription, Way::SelectAll];
+
+    fn label(self) -> &'static str {
+        match self {
+            Way::Sdk => "(a) raw SDK, a task per shard",
+            Way::Subscription => "(b) Subscription + AckSink",
+            Way::SelectAll => "(c) 4 ShardReaders, select_all",
+        }
+    }
+}
+
+/// One timed drain.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    seconds: f64,
+    records: usize,
+    client_cpu: f64,
+    emulator_cpu: f64,
+}
+
+impl Sample {
+    fn rate(&self) -> f64 {
+        self.records as f64 / self.seconds
+    }
+}
+
+/// What a drain read: records, their bytes, and error items seen on the way.
+#[derive(Debug, Default)]
+struct Drained {
+    records: usize,
+    bytes: usize,
+    errors: usize,
+    /// When the last record was taken, if untimed clean-up followed it.
+    end: Option<Mark>,
+}
+
+/// A point on the wall clock and on both processes' CPU clocks.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    at: Instant,
+    client_cpu: f64,
+    emulator_cpu: f64,
+}
+
+struct Bench {
+    client: Client,
+    api: SharedKinesis,
+    /// Each shard's share of the backlog, by shard id.
+    backlog: BTreeMap<String, usize>,
+    records: usize,
+    cpu: CpuClock,
+    emulator_pid: String,
+}
+
+async fn run(options: Options) -> Result<()> {
+    let cpu = CpuClock::new();
+    let emulator = Emulator::start()?;
+    println!(
+        "ferrokinesis 0.7 in a child process (pid {}, port {}); client runtime: tokio multi-thread, 2 workers",
+        emulator.pid(),
+        emulator.port
+    );
+
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(format!("http://127.0.0.1:{}", emulator.port))
+        .credentials_provider(Credentials::new("test", "test", None, None, "e2e-bench"))
+        .load()
+        .await;
+    let client = Client::new(&config);
+
+    let shards = create_stream(&client).await?;
+    let started = Instant::now();
+    let backlog = load(&client, options.records).await?;
+    let load_seconds = started.elapsed().as_secs_f64();
+    println!(
+        "loaded {} records of {RECORD_BYTES} bytes in {load_seconds:.1} s ({:.0} records/s); per shard: {}",
+        options.records,
+        options.records as f64 / load_seconds,
+        shards
+            .iter()
+            .map(|s| format!("{s} {}", backlog.get(s).copied().unwrap_or(0)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    let bench = Bench {
+        api: Arc::new(AwsKinesis::new(client.clone())),
+        client,
+        backlog,
+        records: options.records,
+        cpu,
+        emulator_pid: emulator.pid().to_string(),
+    };
+
+    // One untimed drain first, so connection set-up and the emulator's first touches of its
+    // store land on no way's account.
+    bench.drain(Way::Sdk, 0).await?;
+
+    let mut samples: BTreeMap<Way, Vec<Sample>> = BTreeMap::new();
+    let mut ratios: BTreeMap<Way, Vec<f64>> = BTreeMap::new();
+    for round in 0..options.rounds {
+        // Rotate the order: over three rounds each way runs once first, second and last.
+        let order: Vec<Way> = (0..3).map(|i| Way::ALL[(round + i) % 3]).collect();
+        let mut this_round = BTreeMap::new();
+        for &way in &order {
+            let sample = bench.drain(way, round + 1).await?;
+            println!(
+                "  round {} {:<31} {:>9.0} records/s  {:>6.2} s  client CPU {:>5.2} s  emulator CPU {:>5.2} s",
+                round + 1,
+                way.label(),
+                sample.rate(),
+                sample.seconds,
+                sample.client_cpu,
+                sample.emulator_cpu
+            );
+            this_round.insert(way, sample);
+            samples.entry(way).or_default().push(sample);
+        }
+        let baseline = this_round[&Way::Sdk].rate();
+        for (way, sample) in this_round {
+            ratios.entry(way).or_default().push(sample.rate() / baseline);
+        }
+    }
+
+    report(&options, &samples, &ratios);
+    drop(emulator);
+    Ok(())
+}
+
+/// Creates the 4-shard stream, waits for it to be ACTIVE and returns its shard ids.
+async fn create_stream(client: &Client) -> Result<Vec<String>> {
+    client
+        .create_stream()
+        .stream_name(STREAM)
+        .shard_count(SHARDS)
+        .send()
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let summary = client
+            .describe_stream_summary()
+            .stream_name(STREAM)
+            .send()
+            .await?;
+        if summary
+            .stream_description_summary
+            .is_some_and(|s| s.stream_status == StreamStatus::Active)
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("the stream did not become ACTIVE within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let listed = client.list_shards().stream_name(STREAM).send().await?;
+    let shards: Vec<String> = listed
+        .shards
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| s.shard_id)
+        .collect();
+    if shards.len() != SHARDS as usize {
+        return Err(format!("expected {SHARDS} shards, the emulator lists {shards:?}").into());
+    }
+    Ok(shards)
+}
+
+/// Loads `records` 100-byte records, PutRecords of 500 with several calls in flight, and
+/// returns how many landed on each shard.
+async fn load(client: &Client, records: usize) -> Result<BTreeMap<String, usize>> {
+    let batches: Vec<std::ops::Range<usize>> = (0..records)
+        .step_by(PUT_BATCH)
+        .map(|start| start..(start + PUT_BATCH).min(records))
+        .collect();
+    let counts: Vec<BTreeMap<String, usize>> = futures::stream::iter(batches)
+        .map(|range| put_batch(client, range))
+        .buffer_unordered(PUTS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let mut backlog = BTreeMap::new();
+    for count in counts {
+        for (shard, n) in count {
+            *backlog.entry(shard).or_default() += n;
+        }
+    }
+    let stored: usize = backlog.values().sum();
+    if stored != records {
+        return Err(format!("stored {stored} records, wanted {records}").into());
+    }
+    Ok(backlog)
+}
+
+/// One PutRecords call (retrying the entries it refused); the landed records per shard.
+async fn put_batch(
+    client: &Client,
+    range: std::ops::Range<usize>,
+) -> Result<BTreeMap<String, usize>> {
+    let mut pending: Vec<PutRecordsRequestEntry> = range
+        .map(|i| {
+            // 100 bytes: the record's index, zero-padded, so every record differs.
+            let data = format!("{i:0>width$}", width = RECORD_BYTES);
+            PutRecordsRequestEntry::builder()
+                .data(Blob::new(data.into_bytes()))
+                .partition_key(format!("pk-{i}"))
+                .build()
+        })
+        .collect::<Result<_, _>>()?;
+    let mut landed = BTreeMap::new();
+    for _attempt in 0..10 {
+        let out = client
+            .put_records()
+            .stream_name(STREAM)
+            .set_records(Some(pending.clone()))
+            .send()
+            .await?;
+        let mut refused = Vec::new();
+        for (entry, result) in pending.into_iter().zip(out.records) {
+            match (result.shard_id, result.error_code) {
+                (Some(shard), None) => *landed.entry(shard).or_default() += 1,
+                _ => refused.push(entry),
+            }
+        }
+        if refused.is_empty() {
+            return Ok(landed);
+        }
+        pending = refused;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("{} records refused ten times by PutRecords", pending.len()).into())
+}
+
+impl Bench {
+    fn read_settings(&self) -> ReadSettings {
+        ReadSettings::default()
+            .batch_size(GET_LIMIT)
+            .unlimited_reads()
+    }
+
+    fn mark(&self) -> Mark {
+        Mark {
+            at: Instant::now(),
+            client_cpu: self.cpu.seconds("self"),
+            emulator_cpu: self.cpu.seconds(&self.emulator_pid),
+        }
+    }
+
+    /// Drains the backlog once, `way`, and times it. `round` 0 is the warm-up.
+    async fn drain(&self, way: Way, round: usize) -> Result<Sample> {
+        let start = self.mark();
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            match way {
+                Way::Sdk => self.drain_sdk().await,
+                Way::Subscription => self.drain_subscription(round).await,
+                Way::SelectAll => self.drain_select_all().await,
+            }
+        })
+        .await
+        .map_err(|_| format!("{} stalled: no full drain in {DRAIN_TIMEOUT:?}", way.label()))??;
+        let end = drained.end.unwrap_or_else(|| self.mark());
+        let sample = Sample {
+            seconds: (end.at - start.at).as_secs_f64(),
+            records: drained.records,
+            client_cpu: end.client_cpu - start.client_cpu,
+            emulator_cpu: end.emulator_cpu - start.emulator_cpu,
+        };
+        if drained.records != self.records || drained.bytes != self.records * RECORD_BYTES {
+            return Err(format!(
+                "{} read {} records ({} bytes), the backlog holds {} ({} bytes)",
+                way.label(),
+                drained.records,
+                drained.bytes,
+                self.records,
+                self.records * RECORD_BYTES
+            )
+            .into());
+        }
+        if drained.errors > 0 {
+            eprintln!(
+                "  note: {} saw {} error items (retried by the reader)",
+                way.label(),
+                drained.errors
+            );
+        }
+        Ok(sample)
+    }
+
+    /// (a) The baseline: the SDK alone, one task per shard.
+    async fn drain_sdk(&self) -> Result<Drained> {
+        let tasks: Vec<_> = self
+            .backlog
+            .iter()
+            .map(|(shard, &want)| {
+                let client = self.client.clone();
+                let shard = shard.clone();
+                tokio::spawn(async move {
+                    let mut iterator = client
+                        .get_shard_iterator()
+                        .stream_name(STREAM)
+                        .shard_id(&shard)
+                        .shard_iterator_type(ShardIteratorType::TrimHorizon)
+                        .send()
+                        .await?
+                        .shard_iterator
+                        .ok_or("GetShardIterator returned no iterator")?;
+                    let mut drained = Drained::default();
+                    while drained.records < want {
+                        let out = client
+                            .get_records()
+                            .shard_iterator(iterator)
+                            .limit(GET_LIMIT as i32)
+                            .send()
+                            .await?;
+                        drained.records += out.records.len();
+                        drained.bytes += out.records.iter().map(|r| r.data.as_ref().len()).sum::<usize>();
+                        iterator = out
+                            .next_shard_iterator
+                            .ok_or_else(|| format!("{shard} ended before its backlog was read"))?;
+                    }
+                    Ok::<_, BoxError>(drained)
+                })
+            })
+            .collect();
+        let mut total = Drained::default();
+        for task in tasks {
+            let drained = task.await??;
+            total.records += drained.records;
+            total.bytes += drained.bytes;
+            total.errors += drained.errors;
+        }
+        Ok(total)
+    }
+
+    /// (b) The core: a subscription with in-memory leases, every delivery acked.
+    async fn drain_subscription(&self, round: usize) -> Result<Drained> {
+        let mut subscription = Subscription::builder(
+            self.api.clone(),
+            Arc::new(MemoryLeaseStore::new()),
+            STREAM,
+        )
+        .owner(format!("e2e-drain-{round}"))
+        .start_at(KinesisPosition::horizon())
+        .read_settings(self.read_settings())
+        .start()
+        .await?;
+        let (records, bytes, errors) = (
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        );
+        let _ = (&mut subscription)
+            .filter_map(|item| {
+                if item.is_err() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                async { item.ok() }
+            })
+            .take(self.records)
+            .inspect(|delivery| {
+                records.fetch_add(1, Ordering::Relaxed);
+                bytes.fetch_add(delivery.data().len(), Ordering::Relaxed);
+            })
+            .map(Ok)
+            .forward(AckSink::new())
+            .await;
+        // Timed up to the last delivery's ack; the graceful stop (final checkpoints, lease
+        // release) that follows is not part of the drain.
+        let end = self.mark();
+        subscription.shutdown().await;
+        Ok(Drained {
+            records: records.into_inner(),
+            bytes: bytes.into_inner(),
+            errors: errors.into_inner(),
+            end: Some(end),
+        })
+    }
+
+    /// (c) The single-shard-stream layer: four shard readers, merged.
+    async fn drain_select_all(&self) -> Result<Drained> {
+        let readers = self
+            .backlog
+            .keys()
+            .map(|shard| {
+                ShardReader::new(self.api.clone(), STREAM, shard.as_str())
+                    .settings(self.read_settings())
+                    .open(StartingPoint::TrimHorizon)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut merged = futures::stream::select_all(readers);
+        let mut drained = Drained::default();
+        while drained.records < self.records {
+            match merged.next().await {
+                Some(Ok(record)) => {
+                    drained.records += 1;
+                    drained.bytes += record.data().len();
+                }
+                Some(Err(_)) => drained.errors += 1,
+                None => break,
+            }
+        }
+        Ok(drained)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report
+// ---------------------------------------------------------------------------------------------
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+fn report(
+    options: &Options,
+    samples: &BTreeMap<Way, Vec<Sample>>,
+    ratios: &BTreeMap<Way, Vec<f64>>,
+) {
+    println!();
+    println!(
+        "drain of {} records x {RECORD_BYTES} B over {SHARDS} shards, median of {} round(s)",
+        options.records, options.rounds
+    );
+    println!(
+        "| way | records/s | ratio to (a) | client CPU s / 100k records | emulator CPU s / 100k records |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for way in Way::ALL {
+        let Some(samples) = samples.get(&way) else {
+            continue;
+        };
+        let per_100k = |cpu: fn(&Sample) -> f64| {
+            median(
+                samples
+                    .iter()
+                    .map(|s| cpu(s) * 100_000.0 / s.records as f64)
+                    .collect(),
+            )
+        };
+        println!(
+            "| {} | {:.0} | {:.2} | {:.3} | {:.3} |",
+            way.label(),
+            median(samples.iter().map(Sample::rate).collect()),
+            median(ratios.get(&way).cloned().unwrap_or_default()),
+            per_100k(|s| s.client_cpu),
+            per_100k(|s| s.emulator_cpu),
+        );
+    }
+    println!();
+    println!(
+        "ratio: the median over rounds of (way's records/s / baseline's records/s in the same round)"
+    );
+    println!(
+        "command: cargo run --release --manifest-path benches/e2e/Cargo.toml -- --records {} --rounds {}",
+        options.records, options.rounds
+    );
+}
