@@ -733,3 +733,75 @@ async fn small_scan_pages_are_followed() {
     let shards: Vec<String> = listed.into_iter().map(|l| l.shard_id).collect();
     assert_eq!(shards, (0..20).map(shard).collect::<Vec<_>>());
 }
+
+/// Rewrites every UpdateItem to name an attribute by the bare reserved word `owner` instead of
+/// its alias, as a store that forgot to alias a DynamoDB reserved word would send it.
+#[derive(Debug)]
+struct UnaliasUpdates;
+
+impl Intercept for UnaliasUpdates {
+    fn name(&self) -> &'static str {
+        "UnaliasUpdates"
+    }
+
+    fn modify_before_serialization(
+        &self,
+        context: &mut BeforeSerializationInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(input) = context
+            .input_mut()
+            .downcast_mut::<aws_sdk_dynamodb::operation::update_item::UpdateItemInput>(
+        ) {
+            // `#owner` stands for the owner attribute; write the bare reserved word instead.
+            for expr in [
+                &mut input.update_expression,
+                &mut input.condition_expression,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                *expr = expr.replace("#owner", "owner");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_reserved_word_clash_is_a_clear_error_naming_the_table_and_the_call() {
+    let table = support::unique_name("leases");
+    // Prepare the table with a normal client, then write through one that drops the aliases.
+    DynamoLeaseStore::new(support::dynamodb_client(), &table)
+        .unwrap()
+        .prepare()
+        .await
+        .unwrap();
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        support::dynamodb_config_builder()
+            .interceptor(UnaliasUpdates)
+            .build(),
+    );
+    let store = DynamoLeaseStore::new(client, &table).unwrap();
+    let lease = Lease::new(STREAM, SHARD, vec![]);
+    assert!(store.create(&lease).await.unwrap());
+    let err = store.take(&lease, "a").await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LeaseError::Invalid {
+                operation: "UpdateItem",
+                ..
+            }
+        ),
+        "{err:?} ({})",
+        logs()
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&table) && text.contains("UpdateItem") && text.contains("reserved"),
+        "{text}"
+    );
+    assert!(!err.is_retryable());
+}
