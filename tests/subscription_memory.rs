@@ -408,3 +408,13 @@ async fn a_stopped_reader_releases_its_lease_and_the_shard_is_read_again_from_th
     next.ack();
     sub.shutdown().await;
 }
+
+#[test]
+fn subscriptions_and_deliveries_drop_into_any_tokio_pipeline() {
+    fn send_static<T: Send + 'static>() {}
+    send_static::<Subscription>();
+    send_static::<Delivery<Record>>();
+    send_static::<Vec<Delivery<Record>>>();
+    send_static::<AckSink>();
+    send_static::<kinesis_dataflow::ShutdownHandle>();
+}

@@ -67,7 +67,8 @@ pub(crate) struct Coordinator {
     events: UnboundedReceiver<PumpEvent>,
     finished_tx: UnboundedSender<String>,
     finished: UnboundedReceiver<String>,
-    handoffs: Vec<JoinHandle<()>>,
+    /// Shards being handed off (waiting for in-flight deliveries before the release).
+    handoffs: Vec<(String, JoinHandle<()>)>,
 }
 
 impl Coordinator {
@@ -243,7 +244,7 @@ impl Coordinator {
             if self.held.len() + to_take.len() >= target {
                 break;
             }
-            if self.held.contains_key(&lease.shard_id) {
+            if self.held.contains_key(&lease.shard_id) || self.handing_off(&lease.shard_id) {
                 continue;
             }
             let free = match lease.owner.as_deref() {
@@ -274,6 +275,14 @@ impl Coordinator {
             }
         }
         Ok(())
+    }
+
+    /// True while a hand-off of `shard` is still settling; the shard is not taken back
+    /// meanwhile.
+    fn handing_off(&self, shard: &str) -> bool {
+        self.handoffs
+            .iter()
+            .any(|(s, task)| s == shard && !task.is_finished())
     }
 
     fn is_live(&self, lease: &Lease) -> bool {
@@ -587,7 +596,8 @@ impl Coordinator {
             self.config.shutdown_timeout,
             self.config.renew_interval(),
         ));
-        self.handoffs.push(task);
+        self.handoffs.retain(|(_, task)| !task.is_finished());
+        self.handoffs.push((shard.to_owned(), task));
     }
 
     /// Graceful stop: no more reading, in-flight deliveries get a bounded time, checkpoints
@@ -598,7 +608,7 @@ impl Coordinator {
         for shard in shards {
             self.hand_off(&shard);
         }
-        for task in std::mem::take(&mut self.handoffs) {
+        for (_, task) in std::mem::take(&mut self.handoffs) {
             let _ = task.await;
         }
         if let Some(worker) = self.worker.take() {
