@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::select_all;
-use kinesis_dataflow::api::{KinesisApi, PutRecordResult, PutRecordsEntry};
+use kinesis_dataflow::api::{KinesisApi, PutRecordResult, PutRecordsEntry, list_all_shards};
 use kinesis_dataflow::{KinesisError, MemoryKinesis, ReadSettings, ShardReader, StartingPoint};
 
 const STREAM: &str = "shipments";
@@ -52,16 +52,7 @@ async fn main() -> Result<(), KinesisError> {
     }
 
     // Consume: one shard stream per shard, read side by side.
-    let mut shards = Vec::new();
-    let mut token = None;
-    loop {
-        let page = api.list_shards(STREAM, token).await?;
-        shards.extend(page.shards);
-        token = page.next_token;
-        if token.is_none() {
-            break;
-        }
-    }
+    let shards = list_all_shards(api.as_ref(), STREAM).await?;
     let settings = ReadSettings::default().poll_interval(std::time::Duration::from_millis(100));
     let readers = shards
         .iter()

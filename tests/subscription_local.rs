@@ -244,11 +244,14 @@ async fn two_instances_share_a_four_shard_stream() {
     assert_key_order(&all);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_vanished_instance_is_taken_over_from_its_checkpoint() {
+/// Two instances on a two-shard stream, one shard each, after both consumed a first batch of
+/// 200 records. Returns the transport, the stream, both consumers and the batch size.
+async fn two_instances_after_a_first_batch(
+    prefix: &str,
+) -> (SharedKinesis, String, Consumer, Consumer, usize) {
     let api = kinesis();
     let store = lease_store().await;
-    let stream = support::unique_name("vanish");
+    let stream = support::unique_name(prefix);
     support::create_stream(&support::kinesis_client(), &stream, 2).await;
     let a = Consumer::start(&api, &store, &stream, "instance-a").await;
     let b = Consumer::start(&api, &store, &stream, "instance-b").await;
@@ -261,6 +264,12 @@ async fn a_vanished_instance_is_taken_over_from_its_checkpoint() {
         distinct_payloads(&a.got()).len() + distinct_payloads(&b.got()).len() >= first
     })
     .await;
+    (api, stream, a, b, first)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_instance_is_taken_over_from_its_checkpoint() {
+    let (api, stream, a, b, first) = two_instances_after_a_first_batch("vanish").await;
     let a_shards = a.shards();
     let crashed = tokio::time::Instant::now();
     let got_a = a.vanish().await;
@@ -304,21 +313,7 @@ async fn a_vanished_instance_is_taken_over_from_its_checkpoint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_shutdown_hands_over_without_duplicates() {
-    let api = kinesis();
-    let store = lease_store().await;
-    let stream = support::unique_name("graceful");
-    support::create_stream(&support::kinesis_client(), &stream, 2).await;
-    let a = Consumer::start(&api, &store, &stream, "instance-a").await;
-    let b = Consumer::start(&api, &store, &stream, "instance-b").await;
-    wait_until("one shard each", Duration::from_secs(60), || {
-        balanced(&a, &b, 2)
-    })
-    .await;
-    let first = publish(&api, &stream, 8, 0..200).await;
-    wait_until("the first batch", Duration::from_secs(60), || {
-        distinct_payloads(&a.got()).len() + distinct_payloads(&b.got()).len() >= first
-    })
-    .await;
+    let (api, stream, a, b, first) = two_instances_after_a_first_batch("graceful").await;
     let a_shards = a.shards();
     let started = tokio::time::Instant::now();
     let got_a = a.shutdown().await;

@@ -102,6 +102,27 @@ pub trait KinesisApi: Send + Sync + 'static {
 /// A shared handle to any implementation of the seam.
 pub type SharedKinesis = Arc<dyn KinesisApi>;
 
+/// Every shard of `stream`, following ListShards' pages.
+///
+/// # Errors
+///
+/// The first failed page's error.
+pub async fn list_all_shards(
+    api: &dyn KinesisApi,
+    stream: &str,
+) -> Result<Vec<ShardDescription>, KinesisError> {
+    let mut shards = Vec::new();
+    let mut token = None;
+    loop {
+        let page = api.list_shards(stream, token).await?;
+        shards.extend(page.shards);
+        token = page.next_token;
+        if token.is_none() {
+            return Ok(shards);
+        }
+    }
+}
+
 /// One shard as ListShards describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardDescription {

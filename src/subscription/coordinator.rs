@@ -14,7 +14,7 @@ use tokio::time::{Instant, MissedTickBehavior, interval, sleep};
 use super::config::SubscriptionConfig;
 use super::pump::{PumpEnd, PumpEvent, ShardPump};
 use crate::ack::ShardAcks;
-use crate::api::{ShardDescription, SharedKinesis};
+use crate::api::{ShardDescription, SharedKinesis, list_all_shards};
 use crate::error::KinesisError;
 use crate::lease::{Lease, LeaseError, SharedLeaseStore};
 use crate::position::{Checkpoint, ShardOrigin, StartingPoint, starting_point};
@@ -152,16 +152,7 @@ impl Coordinator {
     }
 
     async fn list_shards(&self) -> Result<Vec<ShardDescription>, KinesisError> {
-        let mut shards = Vec::new();
-        let mut token = None;
-        loop {
-            let page = self.api.list_shards(&self.stream, token).await?;
-            shards.extend(page.shards);
-            token = page.next_token;
-            if token.is_none() {
-                return Ok(shards);
-            }
-        }
+        list_all_shards(self.api.as_ref(), &self.stream).await
     }
 
     async fn sync_with(&mut self, shards: &[ShardDescription]) -> Result<(), LeaseError> {
