@@ -5,8 +5,10 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::cutoff::CutOff;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -428,4 +430,66 @@ async fn resharding_keeps_every_key_in_order_and_children_wait_for_parents() {
         violations.is_empty(),
         "children active before their parents: {violations:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_cut_off_from_dynamodb_stops_reading_and_cannot_checkpoint() {
+    let api = kinesis();
+    let store = lease_store().await;
+    let stream = support::unique_name("cutoff");
+    support::create_stream(&support::kinesis_client(), &stream, 1).await;
+    let a_view = CutOff::new(store.clone());
+    let a_store: SharedLeaseStore = Arc::new(a_view.clone());
+    let a = Consumer::start(&api, &a_store, &stream, "instance-a").await;
+    wait_until("A reads the shard", Duration::from_secs(30), || {
+        a.shards().len() == 1
+    })
+    .await;
+    let first = publish(&api, &stream, 4, 0..50).await;
+    wait_until("the first batch", Duration::from_secs(30), || {
+        distinct_payloads(&a.got()).len() >= first
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A can no longer reach DynamoDB; everything else can.
+    a_view.down.store(true, Ordering::SeqCst);
+    let cut_at = tokio::time::Instant::now();
+    let rest = publish(&api, &stream, 4, 50..60).await;
+    wait_until("A stops reading", Duration::from_secs(10), || {
+        a.shards().is_empty()
+    })
+    .await;
+    let a_stopped = cut_at.elapsed();
+    assert!(
+        a_stopped < Duration::from_secs(3),
+        "A stopped {a_stopped:?} after the cut, not before its lease could expire (3 s)"
+    );
+    let b = Consumer::start(&api, &store, &stream, "instance-b").await;
+    wait_until("B takes the shard", Duration::from_secs(30), || {
+        b.shards().len() == 1
+    })
+    .await;
+    assert!(cut_at.elapsed() > a_stopped, "B reads only after A stopped");
+    let a_checkpoints = a_view.checkpoints.load(Ordering::SeqCst);
+    a_view.down.store(false, Ordering::SeqCst);
+    wait_until("every record", Duration::from_secs(30), || {
+        distinct_payloads(&a.got()).len() + distinct_payloads(&b.got()).len() >= first + rest
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        a_view.checkpoints.load(Ordering::SeqCst),
+        a_checkpoints,
+        "no checkpoint written by A once it lost the lease"
+    );
+    let leases = store.list(&stream).await.unwrap();
+    let shard = leases
+        .iter()
+        .find(|l| !l.shard_id.starts_with("worker:"))
+        .unwrap();
+    assert_eq!(shard.owner.as_deref(), Some("instance-b"));
+    let (ga, gb) = (a.shutdown().await, b.shutdown().await);
+    let all: Vec<Got> = ga.iter().chain(gb.iter()).cloned().collect();
+    assert_eq!(distinct_payloads(&all).len(), first + rest, "nothing lost");
 }

@@ -2,17 +2,19 @@
 //! checkpoint writes, dropped deliveries, an unreachable lease store, and a skewed clock. They
 //! run on the in-memory transport and lease store.
 
+mod support;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use kinesis_dataflow::lease::LeaseFuture;
 use kinesis_dataflow::subscription::ShiftedClock;
 use kinesis_dataflow::{
-    AckSink, Checkpoint, Delivery, KinesisPosition, Lease, LeaseError, LeaseStore, MemoryKinesis,
-    MemoryLeaseStore, ReadSettings, Record, SharedKinesis, Subscription, SubscriptionBuilder,
+    AckSink, Checkpoint, Delivery, KinesisPosition, LeaseStore, MemoryKinesis, MemoryLeaseStore,
+    ReadSettings, Record, SharedKinesis, Subscription, SubscriptionBuilder,
 };
+use support::cutoff::CutOff;
 
 const STREAM: &str = "orders";
 const SHARD0: &str = "shardId-000000000000";
@@ -167,91 +169,10 @@ async fn a_dropped_delivery_is_counted_and_does_not_stall_the_shard() {
     handle.shutdown().await;
 }
 
-/// One instance's view of the lease store, which can be cut off while others still reach it.
-#[derive(Debug, Clone)]
-struct CutOff {
-    inner: MemoryLeaseStore,
-    down: Arc<AtomicBool>,
-    /// Writes this instance got through, by kind.
-    checkpoints: Arc<AtomicU64>,
-}
-
-impl CutOff {
-    fn new(inner: &MemoryLeaseStore) -> Self {
-        Self {
-            inner: inner.clone(),
-            down: Arc::default(),
-            checkpoints: Arc::default(),
-        }
-    }
-
-    fn check(&self, operation: &'static str) -> Result<(), LeaseError> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(LeaseError::Unavailable {
-                table: "(cut off)".into(),
-                operation,
-                message: "connection refused".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-impl LeaseStore for CutOff {
-    fn prepare(&self) -> LeaseFuture<'_, ()> {
-        Box::pin(async move {
-            self.check("prepare")?;
-            self.inner.prepare().await
-        })
-    }
-    fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
-        Box::pin(async move {
-            self.check("list")?;
-            self.inner.list(stream).await
-        })
-    }
-    fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
-        Box::pin(async move {
-            self.check("create")?;
-            self.inner.create(lease).await
-        })
-    }
-    fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease> {
-        Box::pin(async move {
-            self.check("take")?;
-            self.inner.take(lease, owner).await
-        })
-    }
-    fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        Box::pin(async move {
-            self.check("renew")?;
-            self.inner.renew(lease).await
-        })
-    }
-    fn checkpoint<'a>(
-        &'a self,
-        lease: &'a Lease,
-        checkpoint: &'a Checkpoint,
-    ) -> LeaseFuture<'a, Lease> {
-        Box::pin(async move {
-            self.check("checkpoint")?;
-            let written = self.inner.checkpoint(lease, checkpoint).await?;
-            self.checkpoints.fetch_add(1, Ordering::SeqCst);
-            Ok(written)
-        })
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        Box::pin(async move {
-            self.check("release")?;
-            self.inner.release(lease).await
-        })
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_cut_off_from_the_lease_store_stops_reading_and_cannot_checkpoint() {
     let (memory, api, store) = setup(1, 10);
-    let a_view = CutOff::new(&store);
+    let a_view = CutOff::new(Arc::new(store.clone()));
     let mut a = Subscription::builder(api.clone(), Arc::new(a_view.clone()), STREAM)
         .owner("a")
         .start_at(KinesisPosition::horizon())

@@ -18,6 +18,8 @@
 //! one in a static shared by tests with different runtimes.
 #![allow(dead_code)]
 
+pub mod cutoff;
+
 use std::fs;
 use std::io;
 use std::net::TcpListener;
