@@ -202,6 +202,33 @@ pub enum KinesisError {
         /// What is allowed.
         reason: String,
     },
+
+    /// A record the service would refuse was found before any call was made: an empty
+    /// partition key, one over 256 characters, a record over 1 MiB, or a malformed explicit
+    /// hash key. Nothing of its batch was sent.
+    #[error(
+        "record {index} of a publish to stream `{stream}` (partition key {}, {size} bytes \
+         of data and key) was refused before sending: {reason}; nothing of the batch was sent",
+        crate::publish::quote_key(partition_key)
+    )]
+    InvalidRecord {
+        /// The stream name.
+        stream: String,
+        /// The record's position in the batch (0 for a single `publish`).
+        index: usize,
+        /// The record's partition key.
+        partition_key: String,
+        /// The record's size as the service counts it: data plus partition key, in bytes.
+        size: usize,
+        /// What is wrong and what the limit is.
+        reason: String,
+    },
+
+    /// A publish ended with records not written: the retries were used up, or a failure that
+    /// retrying cannot fix stopped it. The failure says how many records were written (they
+    /// stay written), hands back every record that was not, and names the last error.
+    #[error("{0}")]
+    PublishFailed(Box<crate::publish::PublishFailure>),
 }
 
 impl KinesisError {

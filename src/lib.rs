@@ -41,6 +41,7 @@ pub mod api;
 pub mod error;
 pub mod lease;
 pub mod position;
+pub mod publish;
 pub mod record;
 pub mod shard;
 pub mod subscription;
@@ -52,6 +53,7 @@ pub use lease::{
     DynamoLeaseStore, Lease, LeaseError, LeaseStore, MemoryLeaseStore, SharedLeaseStore,
 };
 pub use position::{Checkpoint, KinesisPosition, ShardOrigin, StartingPoint};
+pub use publish::{OutgoingRecord, PublishFailure, Published, Publisher, RetryPolicy};
 pub use record::Record;
 pub use shard::{ReadSettings, SettledPosition, ShardEnd, ShardReader, ShardStream};
 pub use subscription::{ShutdownHandle, Subscription, SubscriptionBuilder};

@@ -1,0 +1,650 @@
+//! Publishing: records into a stream through PutRecords, batched, retried, and in order per
+//! partition key.
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`Publisher`] | a cheap, cloneable handle on one stream: [`publish`](Publisher::publish) one record, [`publish_batch`](Publisher::publish_batch) many |
+//! | [`OutgoingRecord`], [`Published`] | a record to send; where one was stored |
+//! | [`RetryPolicy`], [`KeyOrder`] | how failures are retried; how a key's records share calls |
+//! | [`PublishFailure`], [`FailedRecord`], [`EntryError`] | what [`KinesisError::PublishFailed`] carries: counts, the records not written, the last error |
+//! | [`MAX_RECORDS_PER_CALL`], [`MAX_BYTES_PER_CALL`], [`MAX_RECORD_BYTES`], [`MAX_PARTITION_KEY_CHARS`] | the service's limits (and the call-size defaults) |
+//! | [`DEFAULT_MAX_ATTEMPTS`], [`DEFAULT_INITIAL_BACKOFF`], [`DEFAULT_MAX_BACKOFF`] | the retry defaults: 8 rounds, 100 ms doubling to 5 s |
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), kinesis_dataflow::KinesisError> {
+//! use std::sync::Arc;
+//! use kinesis_dataflow::{MemoryKinesis, OutgoingRecord, Publisher};
+//!
+//! let kinesis = MemoryKinesis::new();
+//! kinesis.add_stream("orders", 2)?;
+//! let publisher = Publisher::new(Arc::new(kinesis.clone()), "orders");
+//!
+//! let one = publisher.publish("customer-1", "created").await?;
+//! let batch = publisher
+//!     .publish_batch(vec![
+//!         OutgoingRecord::new("customer-1", "paid"),
+//!         OutgoingRecord::new("customer-2", "created"),
+//!     ])
+//!     .await?;
+//! assert_eq!(batch.len(), 2); // in input order
+//! assert_eq!(batch[0].shard_id, one.shard_id); // one key, one shard
+//! assert!(batch[0].sequence_number > one.sequence_number);
+//! # Ok(()) }
+//! ```
+//!
+//! # How a batch is sent
+//!
+//! Every record is checked first (see the table below): a record the service would refuse
+//! fails the whole batch with [`KinesisError::InvalidRecord`] before anything is sent. The
+//! batch then goes out in *rounds*. A round sends, in batch order and one call after another,
+//! every record not stored yet, split into PutRecords calls of at most
+//! [`max_records_per_call`](Publisher::max_records_per_call) records (500) and
+//! [`max_bytes_per_call`](Publisher::max_bytes_per_call) bytes of data and partition keys
+//! (5 MiB); a call ends at the first record that does not fit, so no record overtakes
+//! another. Stored records are never sent again. When a round leaves records unstored, the
+//! publisher logs a `warn` event, waits (the [`RetryPolicy`] backoff: from 100 ms, doubling,
+//! capped at 5 s, with jitter) and starts the next round, up to
+//! [`RetryPolicy::max_attempts`] rounds (8). Each call logs a `debug` event.
+//!
+//! | what happens | what the publisher does |
+//! |---|---|
+//! | an empty partition key, one over 256 characters, a record over 1 MiB (data + key bytes), a malformed explicit hash key | [`KinesisError::InvalidRecord`] naming the stream, the record's position, key and size; nothing is sent |
+//! | an entry fails with `ProvisionedThroughputExceededException`, `InternalFailure`, or any code not in the next row | resent in the next round |
+//! | an entry fails with `AccessDeniedException`, `KMSAccessDeniedException`, `KMSDisabledException`, `KMSInvalidStateException`, `KMSNotFoundException`, `KMSOptInRequired`, `ResourceNotFoundException`, `ValidationException` or `InvalidArgumentException` | stops: [`KinesisError::PublishFailed`] |
+//! | a whole call fails and [`KinesisError::is_retryable`] (throttled, a 5xx, a dropped connection) | its records are resent in the next round |
+//! | a whole call fails otherwise, before any record was written (an unknown stream: [`KinesisError::StreamNotFound`]; denied access) | that error, at once |
+//! | a whole call fails otherwise, after some records were written | stops: [`KinesisError::PublishFailed`] |
+//! | records are left after the last round | [`KinesisError::PublishFailed`] |
+//!
+//! [`KinesisError::PublishFailed`] carries a [`PublishFailure`]: how many records were
+//! written (they stay written) and where, every record that was not (handed back, in batch
+//! order, with its last error and the record it was held back behind), and the last error's
+//! code and message. Nothing is dropped silently.
+//!
+//! # The ordering guarantee
+//!
+//! **What the service does.** PutRecords stores the entries of one call that it accepts in
+//! the order of the call (later entries on a shard get higher sequence numbers), but it does
+//! not stop at an entry it refuses: it goes on with the next ones. So two records of one key
+//! sent in one call are stored out of order only when the earlier one fails and the later one
+//! is stored; the earlier one, resent, then lands after it. This is why AWS says PutRecords
+//! "does not guarantee the ordering of records".
+//!
+//! **The publisher's rule.** *A record is sent only when every earlier record of its
+//! partition key (earlier in the batch) is stored, or is placed before it in the same call.*
+//! Each round makes every unstored record eligible; a call takes the eligible records in
+//! batch order; and when an entry fails, its key is blocked for the rest of the round: the
+//! key's later records are held back from the round's later calls. The next round resends
+//! the failed record first and the key's later records after it, in their original order.
+//! Why the rule holds: if `a` comes before `b` (same key) and `b` goes into call `C`, then
+//! `a` was unstored at the start of the round and eligible; calls take eligible records in
+//! batch order, so `a` went into an earlier call of the round or into `C` ahead of `b`. Had
+//! it failed in an earlier call, the key would be blocked and `b` held back; so `a` is
+//! stored, or in `C` before `b`.
+//!
+//! **What that guarantees**, for the records of one partition key in one `publish_batch`:
+//!
+//! - [`KeyOrder::Batched`] (the default; a call carries as many records of a key as fit):
+//!   they are stored in batch order, *except* where the service, in one call, refused an
+//!   entry and stored a later entry of the same key. The publisher never adds a reordering
+//!   of its own (retries never let a later record overtake an earlier one), and when the
+//!   service does this it logs a `warn` event naming the key. With throttling the case needs
+//!   the shard's limit to run out in the middle of a key's run of entries and an entry after
+//!   the refused one to fit again; on AWS this is rare, but possible.
+//! - [`KeyOrder::Strict`] (a call carries at most one record of a key, and the key's next
+//!   record is sent once the previous one is stored): they are stored in batch order, always.
+//!   Records of many keys still share a call; records of one hot key take a call each.
+//!
+//! The key is the partition key, even when explicit hash keys send one key's records to
+//! different shards. Across calls of the publisher: a `publish` or `publish_batch` returns
+//! only once all its records are stored, so awaiting them one after another from one task
+//! keeps each key's order; calls running concurrently (from several tasks) are independent
+//! of each other, each with its own PutRecords calls, and have no order between them. After
+//! a [`KinesisError::PublishFailed`], publish the handed-back records again before anything
+//! newer of their keys to keep the order.
+//!
+//! **Duplicates.** Delivery is at least once. Entries the answer marks stored are never sent
+//! again, but a whole call that failed may have been stored before its answer was lost (a
+//! timeout, a dropped connection); resending it can store its records twice. Kinesis has no
+//! idempotent put: consumers must tolerate duplicates, as they must for redelivery anyway.
+
+mod failure;
+mod plan;
+mod record;
+mod settings;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+pub use failure::{EntryError, FailedRecord, PublishFailure};
+pub(crate) use record::quote_key;
+pub use record::{OutgoingRecord, Published};
+pub use settings::{
+    DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF, KeyOrder,
+    MAX_BYTES_PER_CALL, MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, MAX_RECORDS_PER_CALL,
+    RetryPolicy,
+};
+
+use self::plan::{CallLimits, Plan};
+use self::settings::{Jitter, fnv1a};
+use crate::api::{PutRecordResult, SharedKinesis};
+use crate::error::KinesisError;
+
+/// Entry error codes that retrying cannot fix: a publish stops at them.
+const FATAL_ENTRY_CODES: &[&str] = &[
+    "AccessDeniedException",
+    "KMSAccessDeniedException",
+    "KMSDisabledException",
+    "KMSInvalidStateException",
+    "KMSNotFoundException",
+    "KMSOptInRequired",
+    "ResourceNotFoundException",
+    "ValidationException",
+    "InvalidArgumentException",
+];
+
+/// Publishes records to one stream.
+///
+/// A `Publisher` is a handle: cloning it is cheap (two `Arc`s and a few numbers) and every
+/// clone may publish from any task at the same time. Each call of
+/// [`publish`](Self::publish) or [`publish_batch`](Self::publish_batch) makes its own
+/// PutRecords calls; see the [module docs](self) for batching, retries and the ordering
+/// guarantee.
+///
+/// | setting | default |
+/// |---|---|
+/// | [`max_records_per_call`](Self::max_records_per_call) | 500 (the service's limit) |
+/// | [`max_bytes_per_call`](Self::max_bytes_per_call) | 5 MiB (the service's limit) |
+/// | [`retry`](Self::retry) | [`RetryPolicy::default`]: 8 rounds, backoff from 100 ms doubling to at most 5 s, with jitter |
+/// | [`key_order`](Self::key_order) | [`KeyOrder::Batched`] |
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), kinesis_dataflow::KinesisError> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use kinesis_dataflow::api::memory::Fault;
+/// use kinesis_dataflow::publish::{KeyOrder, RetryPolicy};
+/// use kinesis_dataflow::{MemoryKinesis, Operation, OutgoingRecord, Publisher};
+///
+/// let kinesis = MemoryKinesis::new();
+/// kinesis.add_stream("payments", 1)?;
+/// let publisher = Publisher::new(Arc::new(kinesis.clone()), "payments")
+///     .max_records_per_call(100)
+///     .retry(RetryPolicy::default().initial_backoff(Duration::from_millis(10)))
+///     .key_order(KeyOrder::Strict);
+///
+/// // The shard throttles the first call; the publisher waits and sends the records again.
+/// kinesis.inject(Fault::throttle(Operation::PutRecords).on_shard("shardId-000000000000"));
+/// let records = (0..3).map(|i| OutgoingRecord::new(format!("account-{i}"), "debit")).collect();
+/// let published = publisher.publish_batch(records).await?;
+/// assert_eq!(published.len(), 3);
+/// assert_eq!(kinesis.call_count(Operation::PutRecords), 2);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Publisher {
+    api: SharedKinesis,
+    stream: Arc<str>,
+    limits: CallLimits,
+    retry: RetryPolicy,
+    key_order: KeyOrder,
+}
+
+impl fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Publisher")
+            .field("stream", &self.stream)
+            .field("region", &self.api.region())
+            .field("max_records_per_call", &self.limits.records)
+            .field("max_bytes_per_call", &self.limits.bytes)
+            .field("retry", &self.retry)
+            .field("key_order", &self.key_order)
+            .finish()
+    }
+}
+
+impl Publisher {
+    /// A publisher to `stream` through `api`, with the default settings.
+    pub fn new(api: SharedKinesis, stream: impl Into<Arc<str>>) -> Self {
+        Self {
+            api,
+            stream: stream.into(),
+            limits: CallLimits {
+                records: MAX_RECORDS_PER_CALL,
+                bytes: MAX_BYTES_PER_CALL,
+            },
+            retry: RetryPolicy::default(),
+            key_order: KeyOrder::default(),
+        }
+    }
+
+    /// The most records one PutRecords call carries: 1 to 500 (default 500, the service's
+    /// limit).
+    #[must_use]
+    pub fn max_records_per_call(mut self, records: usize) -> Self {
+        self.limits.records = records;
+        self
+    }
+
+    /// The most bytes of data and partition keys one PutRecords call carries: 1 MiB to
+    /// 5 MiB (default 5 MiB, the service's limit). At least 1 MiB, so any valid record fits.
+    #[must_use]
+    pub fn max_bytes_per_call(mut self, bytes: usize) -> Self {
+        self.limits.bytes = bytes;
+        self
+    }
+
+    /// How failed records are retried (default [`RetryPolicy::default`]).
+    #[must_use]
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// How a key's records share calls (default [`KeyOrder::Batched`]).
+    #[must_use]
+    pub fn key_order(mut self, order: KeyOrder) -> Self {
+        self.key_order = order;
+        self
+    }
+
+    /// The stream this publisher writes to.
+    #[must_use]
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The retry policy in use.
+    #[must_use]
+    pub fn get_retry(&self) -> RetryPolicy {
+        self.retry
+    }
+
+    /// The ordering mode in use.
+    #[must_use]
+    pub fn get_key_order(&self) -> KeyOrder {
+        self.key_order
+    }
+
+    /// Checks every setting; the error names the setting and the refused value. Publishing
+    /// checks them too, before any call.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::InvalidConfig`] for a record count outside 1..=500, a byte limit
+    /// outside 1 MiB..=5 MiB, or a refused [`RetryPolicy`].
+    pub fn validate(&self) -> Result<(), KinesisError> {
+        if !(1..=MAX_RECORDS_PER_CALL).contains(&self.limits.records) {
+            return Err(KinesisError::InvalidConfig {
+                setting: "max_records_per_call",
+                value: self.limits.records.to_string(),
+                reason: format!("PutRecords takes 1 to {MAX_RECORDS_PER_CALL} records per call"),
+            });
+        }
+        if !(MAX_RECORD_BYTES..=MAX_BYTES_PER_CALL).contains(&self.limits.bytes) {
+            return Err(KinesisError::InvalidConfig {
+                setting: "max_bytes_per_call",
+                value: self.limits.bytes.to_string(),
+                reason: format!(
+                    "must be {MAX_RECORD_BYTES} (1 MiB, so the largest record fits) to \
+                     {MAX_BYTES_PER_CALL} (5 MiB, the most PutRecords takes)"
+                ),
+            });
+        }
+        self.retry.validate()
+    }
+
+    /// Publishes one record of `data` under partition key `key`, and returns where it was
+    /// stored. A batch of one: see [`publish_batch`](Self::publish_batch) for the errors.
+    ///
+    /// # Errors
+    ///
+    /// As [`publish_batch`](Self::publish_batch).
+    pub async fn publish(
+        &self,
+        key: impl Into<String>,
+        data: impl Into<bytes::Bytes>,
+    ) -> Result<Published, KinesisError> {
+        let mut published = self
+            .publish_batch(vec![OutgoingRecord::new(key, data)])
+            .await?;
+        // One record in, one place out: `publish_batch` returns a place for every record.
+        Ok(published.swap_remove(0))
+    }
+
+    /// Publishes `records` and returns where each was stored, in input order.
+    ///
+    /// The records go out in PutRecords calls of at most 500 records and 5 MiB, in order;
+    /// failed entries are retried with backoff without ever letting a later record of their
+    /// partition key overtake them (see the [module docs](self)). An empty batch makes no
+    /// call.
+    ///
+    /// # Errors
+    ///
+    /// - [`KinesisError::InvalidConfig`]: a setting is out of range (nothing sent).
+    /// - [`KinesisError::InvalidRecord`]: a record the service would refuse (nothing sent).
+    /// - The call's own error when the first failure cannot be fixed by retrying and nothing
+    ///   was written, e.g. [`KinesisError::StreamNotFound`] or [`KinesisError::AccessDenied`].
+    /// - [`KinesisError::PublishFailed`]: records left unwritten after the last round, or a
+    ///   failure retrying cannot fix after some records were written. It says how many were
+    ///   written and hands back the others.
+    pub async fn publish_batch(
+        &self,
+        records: Vec<OutgoingRecord>,
+    ) -> Result<Vec<Published>, KinesisError> {
+        self.validate()?;
+        let sizes = records
+            .iter()
+            .enumerate()
+            .map(|(index, record)| record.check(&self.stream, index))
+            .collect::<Result<Vec<usize>, KinesisError>>()?;
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let plan = Plan::new(
+            records.iter().map(|r| r.partition_key.as_str()),
+            sizes,
+            self.key_order,
+            self.limits,
+        );
+        Run::new(self, records, plan).go().await
+    }
+}
+
+/// A failure retrying cannot fix, which stops a publish.
+enum Stop {
+    /// A whole call failed with this error.
+    Call(KinesisError),
+    /// An entry failed with one of the [`FATAL_ENTRY_CODES`].
+    Entry(EntryError),
+}
+
+/// One publish in progress.
+struct Run<'p> {
+    publisher: &'p Publisher,
+    records: Vec<OutgoingRecord>,
+    plan: Plan,
+    published: Vec<Option<Published>>,
+    last_error: Vec<Option<EntryError>>,
+    last: Option<EntryError>,
+    started: Instant,
+    calls: u64,
+}
+
+impl<'p> Run<'p> {
+    fn new(publisher: &'p Publisher, records: Vec<OutgoingRecord>, plan: Plan) -> Self {
+        let n = records.len();
+        Self {
+            publisher,
+            records,
+            plan,
+            published: vec![None; n],
+            last_error: vec![None; n],
+            last: None,
+            started: Instant::now(),
+            calls: 0,
+        }
+    }
+
+    fn stream(&self) -> &str {
+        &self.publisher.stream
+    }
+
+    async fn go(mut self) -> Result<Vec<Published>, KinesisError> {
+        let policy = self.publisher.retry;
+        let mut jitter: Option<Jitter> = None;
+        let mut round = 0u32;
+        loop {
+            round += 1;
+            let before = self.plan.unstored();
+            let failed = match self.round(round).await {
+                Ok(failed) => failed,
+                Err(Stop::Call(error)) if self.plan.unstored() == self.published.len() => {
+                    // Nothing was written: the call's own error says it best.
+                    return Err(error);
+                }
+                Err(Stop::Call(error)) => {
+                    self.last = Some(EntryError {
+                        code: error_kind(&error).to_owned(),
+                        message: error.to_string(),
+                    });
+                    return Err(self.give_up(round, true));
+                }
+                Err(Stop::Entry(cause)) => {
+                    self.last = Some(cause);
+                    return Err(self.give_up(round, true));
+                }
+            };
+            let left = self.plan.unstored();
+            if left == 0 {
+                return Ok(self.published.into_iter().flatten().collect());
+            }
+            if round >= policy.get_max_attempts() {
+                return Err(self.give_up(round, false));
+            }
+            // Seeded from the stream name and the tokio clock: nanosecond noise spreads real
+            // producers apart, while paused test time gives the same waits every run.
+            let jitter = jitter.get_or_insert_with(|| {
+                let elapsed = self.started.elapsed().as_nanos();
+                Jitter::new(fnv1a(self.stream()) ^ (elapsed as u64)) // truncation is fine here
+            });
+            let wait = policy.backoff(round, jitter);
+            let last = self.last.clone().unwrap_or_else(|| EntryError {
+                code: "Unknown".into(),
+                message: String::new(),
+            });
+            tracing::warn!(
+                stream = self.stream(),
+                round,
+                max_attempts = policy.get_max_attempts(),
+                stored = before - left,
+                failed,
+                held_back = left.saturating_sub(failed),
+                left,
+                written = self.published.len() - left,
+                total = self.published.len(),
+                last_code = %last.code,
+                last_message = %last.message,
+                retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "PutRecords: {left} records not written yet ({failed} failed, {} held back \
+                 behind them); retrying",
+                left.saturating_sub(failed),
+            );
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Sends one round; returns how many records failed in it.
+    async fn round(&mut self, round: u32) -> Result<usize, Stop> {
+        self.plan.start_round();
+        let mut failed = 0;
+        while let Some(call) = self.plan.next_call() {
+            failed += self.call(round, &call).await?;
+        }
+        Ok(failed)
+    }
+
+    /// Makes one PutRecords call with the records at `call`; returns how many failed.
+    async fn call(&mut self, round: u32, call: &[usize]) -> Result<usize, Stop> {
+        self.calls += 1;
+        let entries = call.iter().map(|&i| self.records[i].to_entry()).collect();
+        let bytes: usize = call.iter().map(|&i| self.records[i].size()).sum();
+        let answer = self
+            .publisher
+            .api
+            .put_records(&self.publisher.stream, entries)
+            .await;
+        let out = match answer {
+            Ok(out) => out,
+            Err(error) => {
+                let cause = EntryError {
+                    code: error_kind(&error).to_owned(),
+                    message: error.to_string(),
+                };
+                tracing::debug!(
+                    stream = self.stream(),
+                    round,
+                    call = self.calls,
+                    records = call.len(),
+                    bytes,
+                    retryable = error.is_retryable(),
+                    %error,
+                    "PutRecords call failed"
+                );
+                if !error.is_retryable() {
+                    for &i in call {
+                        self.last_error[i] = Some(cause.clone());
+                    }
+                    return Err(Stop::Call(error));
+                }
+                for &i in call {
+                    self.fail(i, cause.clone());
+                }
+                return Ok(call.len());
+            }
+        };
+        let mut results = out.results.into_iter();
+        let mut failed = 0;
+        let mut fatal: Option<EntryError> = None;
+        // Keys with a failed entry earlier in this call, to spot the service storing a later
+        // entry of such a key ahead of it.
+        let mut failed_keys: HashSet<usize> = HashSet::new();
+        let mut overtaker: Option<usize> = None;
+        let mut overtakers = 0usize;
+        for &i in call {
+            let key = self.plan.key_of(i);
+            match results.next() {
+                Some(PutRecordResult::Stored {
+                    shard_id,
+                    sequence_number,
+                }) => {
+                    if failed_keys.contains(&key) {
+                        overtakers += 1;
+                        overtaker.get_or_insert(i);
+                    }
+                    self.published[i] = Some(Published {
+                        shard_id,
+                        sequence_number,
+                    });
+                    self.last_error[i] = None;
+                    self.plan.stored(i);
+                }
+                other => {
+                    let cause = match other {
+                        Some(PutRecordResult::Failed { code, message }) => {
+                            EntryError { code, message }
+                        }
+                        _ => EntryError {
+                            code: "MissingResult".into(),
+                            message: "the PutRecords answer had fewer results than entries".into(),
+                        },
+                    };
+                    failed += 1;
+                    failed_keys.insert(key);
+                    if FATAL_ENTRY_CODES.contains(&cause.code.as_str()) {
+                        fatal.get_or_insert_with(|| cause.clone());
+                    }
+                    self.fail(i, cause);
+                }
+            }
+        }
+        tracing::debug!(
+            stream = self.stream(),
+            round,
+            call = self.calls,
+            records = call.len(),
+            bytes,
+            stored = call.len() - failed,
+            failed,
+            "PutRecords"
+        );
+        if let Some(index) = overtaker {
+            tracing::warn!(
+                stream = self.stream(),
+                partition_key = %self.records[index].partition_key,
+                record = index,
+                records = overtakers,
+                "PutRecords stored {overtakers} records ahead of an earlier record of the same \
+                 partition key that failed in the same call; the failed one is resent and lands \
+                 after them (use KeyOrder::Strict to rule this out)"
+            );
+        }
+        if let Some(cause) = fatal {
+            return Err(Stop::Entry(cause));
+        }
+        Ok(failed)
+    }
+
+    /// Notes that record `index` failed with `cause`.
+    fn fail(&mut self, index: usize, cause: EntryError) {
+        self.plan.failed(index);
+        self.last_error[index] = Some(cause.clone());
+        self.last = Some(cause);
+    }
+
+    /// The [`PublishFailure`] for the records not written.
+    fn give_up(self, attempts: u32, stopped_early: bool) -> KinesisError {
+        let last = self.last.unwrap_or_else(|| EntryError {
+            code: "Unknown".into(),
+            message: "no error was recorded".into(),
+        });
+        let mut first_unwritten: HashMap<usize, usize> = HashMap::new();
+        let mut failed = Vec::new();
+        for (index, (record, last_error)) in
+            self.records.into_iter().zip(self.last_error).enumerate()
+        {
+            if self.published[index].is_some() {
+                continue;
+            }
+            let key = self.plan.key_of(index);
+            let behind = match first_unwritten.get(&key) {
+                Some(&first) => Some(first),
+                None => {
+                    first_unwritten.insert(key, index);
+                    None
+                }
+            };
+            failed.push(FailedRecord {
+                index,
+                record,
+                last_error,
+                behind,
+            });
+        }
+        let failure = PublishFailure {
+            stream: self.publisher.stream.to_string(),
+            attempts,
+            published: self.published,
+            failed,
+            last_code: last.code,
+            last_message: last.message,
+            stopped_early,
+        };
+        tracing::warn!(
+            stream = %failure.stream,
+            attempts,
+            written = failure.written(),
+            failed = failure.failed.len(),
+            last_code = %failure.last_code,
+            "publish failed"
+        );
+        KinesisError::PublishFailed(Box::new(failure))
+    }
+}
+
+/// The code a whole failed call gives its entries: the kind of error.
+fn error_kind(error: &KinesisError) -> &'static str {
+    match error {
+        KinesisError::Throttled { .. } => "Throttled",
+        KinesisError::Service { .. } => "ServiceError",
+        KinesisError::StreamNotFound { .. } => "StreamNotFound",
+        KinesisError::AccessDenied { .. } => "AccessDenied",
+        KinesisError::InvalidArgument { .. } => "InvalidArgument",
+        _ => "Error",
+    }
+}

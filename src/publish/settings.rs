@@ -1,0 +1,280 @@
+//! How a publisher sizes its calls, retries failures and orders a key's records.
+
+use std::time::Duration;
+
+use crate::error::KinesisError;
+
+/// The most records one PutRecords call takes (the service's limit, and the default).
+pub const MAX_RECORDS_PER_CALL: usize = 500;
+/// The most bytes of data and partition keys one PutRecords call takes (5 MiB, the service's
+/// limit, and the default).
+pub const MAX_BYTES_PER_CALL: usize = 5 * 1024 * 1024;
+/// The most bytes of data and partition key one record may take (1 MiB).
+pub const MAX_RECORD_BYTES: usize = 1024 * 1024;
+/// The most Unicode characters a partition key may have.
+pub const MAX_PARTITION_KEY_CHARS: usize = 256;
+
+/// The default number of rounds a batch is sent in: the first send and up to seven resends.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
+/// The default wait before the first resend.
+pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// The default cap on the wait between two rounds.
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How the records of one partition key are spread over PutRecords calls.
+///
+/// See the [module docs](super) for the guarantee each mode gives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum KeyOrder {
+    /// A call carries as many records of a key as fit (the default). A key's records are
+    /// stored in publish order unless the service fails an entry and stores a later entry of
+    /// the same key *from the same call*; the publisher cannot undo that, and reports it with
+    /// a `warn` event.
+    #[default]
+    Batched,
+    /// A call carries at most one record of each key, and a key's next record is sent only
+    /// after the previous one is stored: a key's records are always stored in publish order.
+    /// Many keys still share a call; a batch of one hot key takes one call per record.
+    Strict,
+}
+
+/// How failed records are retried: how many rounds, and the backoff between them.
+///
+/// Round `n` (the first send is round 1) is followed, when records are left, by a wait of
+/// `min(initial_backoff * 2^(n-1), max_backoff)`, of which a random half is taken off
+/// ("equal jitter": the wait lies between half the step and the whole step). The randomness
+/// comes from a small xorshift generator seeded from the stream name and the tokio clock's
+/// time since the publish began, so a test on paused tokio time sees the same waits every run.
+///
+/// ```
+/// use std::time::Duration;
+/// use kinesis_dataflow::publish::RetryPolicy;
+///
+/// let patient = RetryPolicy::default()
+///     .max_attempts(20)
+///     .initial_backoff(Duration::from_millis(50))
+///     .max_backoff(Duration::from_secs(2));
+/// assert_eq!(patient.get_max_attempts(), 20);
+/// assert!(patient.validate().is_ok());
+/// assert_eq!(RetryPolicy::no_retries().get_max_attempts(), 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RetryPolicy {
+    max_attempts: u32,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            initial_backoff: DEFAULT_INITIAL_BACKOFF,
+            max_backoff: DEFAULT_MAX_BACKOFF,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// One round only: whatever fails is returned at once in
+    /// [`KinesisError::PublishFailed`].
+    #[must_use]
+    pub fn no_retries() -> Self {
+        Self::default().max_attempts(1)
+    }
+
+    /// How many rounds a batch is sent in, the first send included (default 8). Each round
+    /// sends every record not yet stored once, except those held back behind an earlier
+    /// record of their key that failed in the same round.
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// The wait before the first resend (default 100 ms); it doubles each round.
+    #[must_use]
+    pub fn initial_backoff(mut self, wait: Duration) -> Self {
+        self.initial_backoff = wait;
+        self
+    }
+
+    /// The cap on the wait between two rounds (default 5 s).
+    #[must_use]
+    pub fn max_backoff(mut self, wait: Duration) -> Self {
+        self.max_backoff = wait;
+        self
+    }
+
+    /// The configured number of rounds.
+    #[must_use]
+    pub fn get_max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The configured first wait.
+    #[must_use]
+    pub fn get_initial_backoff(&self) -> Duration {
+        self.initial_backoff
+    }
+
+    /// The configured cap on the wait.
+    #[must_use]
+    pub fn get_max_backoff(&self) -> Duration {
+        self.max_backoff
+    }
+
+    /// Checks the policy; the error names the setting and the refused value.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::InvalidConfig`] for zero attempts, a zero first wait, or a cap below
+    /// the first wait.
+    pub fn validate(&self) -> Result<(), KinesisError> {
+        if self.max_attempts == 0 {
+            return Err(KinesisError::InvalidConfig {
+                setting: "max_attempts",
+                value: "0".into(),
+                reason: "must be at least 1 (1 sends each record once and never retries)".into(),
+            });
+        }
+        if self.initial_backoff.is_zero() {
+            return Err(KinesisError::InvalidConfig {
+                setting: "initial_backoff",
+                value: format!("{:?}", self.initial_backoff),
+                reason: "must be more than zero, or a throttled shard is retried in a busy loop"
+                    .into(),
+            });
+        }
+        if self.max_backoff < self.initial_backoff {
+            return Err(KinesisError::InvalidConfig {
+                setting: "max_backoff",
+                value: format!("{:?}", self.max_backoff),
+                reason: format!(
+                    "must be at least the initial backoff ({:?})",
+                    self.initial_backoff
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The wait after round `round` (1 for the first send), with jitter from `jitter`.
+    pub(crate) fn backoff(&self, round: u32, jitter: &mut Jitter) -> Duration {
+        let doublings = round.saturating_sub(1).min(63);
+        let step = self
+            .initial_backoff
+            .checked_mul(1u32 << doublings.min(31))
+            .unwrap_or(self.max_backoff)
+            .min(self.max_backoff);
+        let step_nanos = u64::try_from(step.as_nanos()).unwrap_or(u64::MAX);
+        let half = step_nanos / 2;
+        let spread = step_nanos - half;
+        let extra = if spread == 0 {
+            0
+        } else {
+            jitter.next() % (spread + 1)
+        };
+        Duration::from_nanos(half + extra)
+    }
+}
+
+/// A xorshift64* generator: enough randomness to spread retries, no `rand` dependency.
+#[derive(Debug, Clone)]
+pub(crate) struct Jitter(u64);
+
+impl Jitter {
+    /// A generator seeded from `seed` (any value, zero included).
+    pub(crate) fn new(seed: u64) -> Self {
+        // splitmix64 scrambles close seeds apart; xorshift needs a non-zero state.
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        Self(if z == 0 { 0x2545_F491_4F6C_DD1D } else { z })
+    }
+
+    /// The next pseudo-random value.
+    pub(crate) fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// FNV-1a of `text`: a stable seed from a name.
+pub(crate) fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xCBF2_9CE4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01B3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_from_the_first_wait_up_to_the_cap_with_equal_jitter() {
+        let policy = RetryPolicy::default();
+        let mut jitter = Jitter::new(7);
+        let steps_ms = [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000];
+        for (i, step) in steps_ms.into_iter().enumerate() {
+            let round = u32::try_from(i).unwrap() + 1;
+            for _ in 0..50 {
+                let wait = policy.backoff(round, &mut jitter);
+                let step = Duration::from_millis(step);
+                assert!(
+                    wait >= step / 2 && wait <= step,
+                    "round {round}: {wait:?} not within [{:?}, {step:?}]",
+                    step / 2
+                );
+            }
+        }
+        let huge = policy.backoff(u32::MAX, &mut jitter);
+        assert!(huge <= DEFAULT_MAX_BACKOFF && huge >= DEFAULT_MAX_BACKOFF / 2);
+    }
+
+    #[test]
+    fn the_jitter_is_deterministic_per_seed_and_spreads() {
+        let policy = RetryPolicy::default();
+        let waits = |seed| {
+            let mut jitter = Jitter::new(seed);
+            (1..=6)
+                .map(|round| policy.backoff(round, &mut jitter))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(waits(1), waits(1));
+        assert_ne!(waits(1), waits(2));
+        let mut jitter = Jitter::new(0);
+        let values: std::collections::HashSet<u64> = (0..100).map(|_| jitter.next()).collect();
+        assert_eq!(
+            values.len(),
+            100,
+            "a zero seed still yields a full sequence"
+        );
+    }
+
+    #[test]
+    fn bad_policies_are_refused_with_the_setting_named() {
+        let named = |policy: RetryPolicy| match policy.validate() {
+            Err(KinesisError::InvalidConfig { setting, .. }) => setting,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        };
+        assert_eq!(
+            named(RetryPolicy::default().max_attempts(0)),
+            "max_attempts"
+        );
+        assert_eq!(
+            named(RetryPolicy::default().initial_backoff(Duration::ZERO)),
+            "initial_backoff"
+        );
+        assert_eq!(
+            named(RetryPolicy::default().max_backoff(Duration::from_millis(1))),
+            "max_backoff"
+        );
+        assert!(RetryPolicy::no_retries().validate().is_ok());
+    }
+}
