@@ -8,11 +8,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::select_all;
-use kinesis_dataflow::api::{KinesisApi, PutRecordResult, PutRecordsEntry, list_all_shards};
-use kinesis_dataflow::{KinesisError, MemoryKinesis, ReadSettings, ShardReader, StartingPoint};
+use kinesis_dataflow::api::{KinesisApi, list_all_shards};
+use kinesis_dataflow::{
+    KinesisError, MemoryKinesis, OutgoingRecord, Publisher, ReadSettings, ShardReader,
+    StartingPoint,
+};
 
 const STREAM: &str = "shipments";
 const SHARDS: u32 = 4;
@@ -28,23 +30,18 @@ async fn main() -> Result<(), KinesisError> {
     println!("created stream `{STREAM}` with {SHARDS} shards (in memory)\n");
 
     // Publish: each customer's shipments carry the customer as partition key.
-    let entries: Vec<PutRecordsEntry> = (0..32)
+    let publisher = Publisher::new(api.clone(), STREAM);
+    let records: Vec<OutgoingRecord> = (0..32)
         .map(|seq| {
             let customer = CUSTOMERS[seq % CUSTOMERS.len()];
-            PutRecordsEntry {
-                data: Bytes::from(format!("{{\"customer\":\"{customer}\",\"seq\":{seq}}}")),
-                partition_key: customer.to_owned(),
-                explicit_hash_key: None,
-            }
+            let json = format!("{{\"customer\":\"{customer}\",\"seq\":{seq}}}");
+            OutgoingRecord::new(customer, json)
         })
         .collect();
-    let published = entries.len();
-    let out = api.put_records(STREAM, entries).await?;
+    let published = records.len();
     let mut per_shard: BTreeMap<String, usize> = BTreeMap::new();
-    for result in &out.results {
-        if let PutRecordResult::Stored { shard_id, .. } = result {
-            *per_shard.entry(shard_id.clone()).or_default() += 1;
-        }
+    for stored in publisher.publish_batch(records).await? {
+        *per_shard.entry(stored.shard_id).or_default() += 1;
     }
     println!("published {published} records:");
     for (shard, n) in &per_shard {
