@@ -36,6 +36,7 @@ pub struct ReadSettings {
     pub(crate) batch_size: u32,
     pub(crate) failure_backoff: Duration,
     pub(crate) max_failures: u32,
+    pub(crate) background_reads: bool,
 }
 
 impl Default for ReadSettings {
@@ -46,6 +47,7 @@ impl Default for ReadSettings {
             batch_size: DEFAULT_BATCH_SIZE,
             failure_backoff: DEFAULT_FAILURE_BACKOFF,
             max_failures: DEFAULT_MAX_FAILURES,
+            background_reads: true,
         }
     }
 }
@@ -94,6 +96,17 @@ impl ReadSettings {
     #[must_use]
     pub fn max_failures(mut self, failures: u32) -> Self {
         self.max_failures = failures;
+        self
+    }
+
+    /// Whether a read runs as a tokio task of its own (default: on, when the stream is polled
+    /// on a tokio runtime). Decoding an answer then uses any worker thread while the consumer
+    /// handles other shards, and a reader started by a poll keeps going through empty reads
+    /// until it has records to hand on (still at most one answer buffered). Off, the read only
+    /// makes progress while the stream is polled.
+    #[must_use]
+    pub fn background_reads(mut self, on: bool) -> Self {
+        self.background_reads = on;
         self
     }
 

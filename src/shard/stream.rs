@@ -8,6 +8,7 @@ use std::task::{Context, Poll, ready};
 
 use futures::future::BoxFuture;
 use futures::stream::{FusedStream, Stream};
+use tokio::task::JoinHandle;
 use tracing::{Instrument, Span};
 
 use super::ShardEnd;
@@ -117,11 +118,51 @@ impl ShardReader {
     }
 }
 
+/// A step in flight: on a tokio runtime it runs as a task of its own, so decoding one
+/// shard's answer uses any worker thread while the consumer handles other shards; elsewhere it
+/// is polled in place.
+enum InFlight {
+    Spawned(JoinHandle<(Box<Reader>, Step)>),
+    Inline(BoxFuture<'static, (Box<Reader>, Step)>),
+}
+
+impl InFlight {
+    fn start(
+        step: impl Future<Output = (Box<Reader>, Step)> + Send + 'static,
+        background: bool,
+    ) -> Self {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if background => Self::Spawned(runtime.spawn(step)),
+            _ => Self::Inline(Box::pin(step)),
+        }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<(Box<Reader>, Step)> {
+        match self {
+            Self::Inline(future) => future.as_mut().poll(cx),
+            Self::Spawned(handle) => match ready!(Pin::new(handle).poll(cx)) {
+                Ok(done) => Poll::Ready(done),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => panic!("shard read task ended unexpectedly: {e}"),
+            },
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // A stream dropped mid-read takes its read with it.
+        if let Self::Spawned(handle) = self {
+            handle.abort();
+        }
+    }
+}
+
 enum State {
     /// Waiting to be polled before the next step.
     Idle(Box<Reader>),
     /// A step in flight.
-    Reading(BoxFuture<'static, (Box<Reader>, Step)>),
+    Reading(InFlight),
     /// Finished: the shard ended or the reader stopped.
     Done,
 }
@@ -238,11 +279,12 @@ impl Stream for ShardStream {
                     else {
                         unreachable!("matched Idle above")
                     };
+                    let background = reader.settings.background_reads;
                     let step = reader.step().instrument(this.span.clone());
-                    this.state = State::Reading(Box::pin(step));
+                    this.state = State::Reading(InFlight::start(step, background));
                 }
                 State::Reading(future) => {
-                    let (reader, step) = ready!(future.as_mut().poll(cx));
+                    let (reader, step) = ready!(future.poll(cx));
                     match step {
                         Step::Batch(records, end) => {
                             this.state = State::Idle(reader);

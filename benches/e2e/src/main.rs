@@ -1,20 +1,24 @@
 //! End-to-end drain benchmark: kinesis-dataflow over the AWS SDK against ferrokinesis.
 //!
 //! ```text
-//! cargo run --release --manifest-path benches/e2e/Cargo.toml -- [--quick] [--records N] [--rounds R]
+//! cargo run --release --manifest-path benches/e2e/Cargo.toml -- [--quick] [--records N] [--rounds R] [--diagnose]
 //! ```
 //!
 //! The binary starts ferrokinesis (embedded as a library) in a child process of its own (itself,
 //! run as `drain --serve-emulator`), so the CPU time read from `/proc/self/stat` is the
 //! client's alone. It creates a 4-shard stream, loads a backlog of N 100-byte records with
 //! PutRecords (500 a call, several calls in flight, spread over the shards by partition key),
-//! then drains the backlog from TRIM_HORIZON three ways, in a rotating order over the rounds:
+//! then drains the backlog from TRIM_HORIZON three ways (four with `--diagnose`), in a rotating
+//! order over the rounds:
 //!
 //! * (a) baseline: the raw SDK, one tokio task per shard, GetShardIterator then GetRecords
 //!   (Limit 10,000) along NextShardIterator until the shard's share of the backlog is read;
 //! * (b) `Subscription` over `AwsKinesis` with a fresh `MemoryLeaseStore` and owner each round,
 //!   every delivery acknowledged through the `AckSink`;
-//! * (c) four `ShardReader`s merged with `futures::stream::select_all`.
+//! * (c) four `ShardReader`s merged with `futures::stream::select_all`;
+//! * (d) only with `--diagnose`: four `ShardReader`s, each drained on a tokio task of its own
+//!   (the shape of (a)), which separates the reader's own cost from that of one task driving
+//!   every shard.
 //!
 //! It prints, per way, the median records/s, the median of the per-round ratios to (a), and
 //! the CPU seconds per 100,000 records of this process and of the emulator process. Times are
@@ -89,6 +93,7 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
   --records N   backlog size, 100-byte records (default 200000)
   --rounds R    timed rounds; each round drains the backlog once per way (default 3)
   --quick       smoke run: --records 20000 --rounds 1
+  --diagnose    also time (d): 4 ShardReaders, each drained on a task of its own
   --help        this text";
 
 #[derive(Debug)]
@@ -96,6 +101,10 @@ struct Options {
     records: usize,
     rounds: usize,
     help: bool,
+    /// Adds way (d).
+    diagnose: bool,
+    /// The arguments as given, for the command line the report repeats.
+    given: Vec<String>,
 }
 
 impl Options {
@@ -104,6 +113,8 @@ impl Options {
             records: DEFAULT_RECORDS,
             rounds: DEFAULT_ROUNDS,
             help: false,
+            diagnose: false,
+            given: args.to_vec(),
         };
         let (mut records, mut rounds) = (None, None);
         let mut it = args.iter();
@@ -122,6 +133,7 @@ impl Options {
                     options.records = QUICK_RECORDS;
                     options.rounds = 1;
                 }
+                "--diagnose" => options.diagnose = true,
                 "--help" | "-h" => options.help = true,
                 other => return Err(format!("unknown argument `{other}`")),
             }
@@ -189,7 +201,10 @@ impl Emulator {
             .stderr(Stdio::inherit())
             .spawn()?;
         let stdin = child.stdin.take().ok_or("no stdin pipe to the emulator")?;
-        let stdout = child.stdout.take().ok_or("no stdout pipe from the emulator")?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or("no stdout pipe from the emulator")?;
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line)?;
         let port = line
@@ -267,16 +282,23 @@ enum Way {
     Sdk,
     Subscription,
     SelectAll,
+    TaskPerReader,
 }
 
 impl Way {
-    const ALL: [Way; 3] = [Way::Sdk, Way::Subscription, Way::SelectAll];
+    const ALL: [Way; 4] = [
+        Way::Sdk,
+        Way::Subscription,
+        Way::SelectAll,
+        Way::TaskPerReader,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             Way::Sdk => "(a) raw SDK, a task per shard",
             Way::Subscription => "(b) Subscription + AckSink",
             Way::SelectAll => "(c) 4 ShardReaders, select_all",
+            Way::TaskPerReader => "(d) 4 ShardReaders, a task each",
         }
     }
 }
@@ -369,11 +391,19 @@ async fn run(options: Options) -> Result<()> {
     // store land on no way's account.
     bench.drain(Way::Sdk, 0).await?;
 
+    let ways = if options.diagnose {
+        &Way::ALL[..]
+    } else {
+        &Way::ALL[..3]
+    };
     let mut samples: BTreeMap<Way, Vec<Sample>> = BTreeMap::new();
     let mut ratios: BTreeMap<Way, Vec<f64>> = BTreeMap::new();
     for round in 0..options.rounds {
-        // Rotate the order: over three rounds each way runs once first, second and last.
-        let order: Vec<Way> = (0..3).map(|i| Way::ALL[(round + i) % 3]).collect();
+        // Rotate the order: over as many rounds as there are ways, each way runs once in
+        // each position.
+        let order: Vec<Way> = (0..ways.len())
+            .map(|i| ways[(round + i) % ways.len()])
+            .collect();
         let mut this_round = BTreeMap::new();
         for &way in &order {
             let sample = bench.drain(way, round + 1).await?;
@@ -391,7 +421,10 @@ async fn run(options: Options) -> Result<()> {
         }
         let baseline = this_round[&Way::Sdk].rate();
         for (way, sample) in this_round {
-            ratios.entry(way).or_default().push(sample.rate() / baseline);
+            ratios
+                .entry(way)
+                .or_default()
+                .push(sample.rate() / baseline);
         }
     }
 
@@ -526,10 +559,16 @@ impl Bench {
                 Way::Sdk => self.drain_sdk().await,
                 Way::Subscription => self.drain_subscription(round).await,
                 Way::SelectAll => self.drain_select_all().await,
+                Way::TaskPerReader => self.drain_task_per_reader().await,
             }
         })
         .await
-        .map_err(|_| format!("{} stalled: no full drain in {DRAIN_TIMEOUT:?}", way.label()))??;
+        .map_err(|_| {
+            format!(
+                "{} stalled: no full drain in {DRAIN_TIMEOUT:?}",
+                way.label()
+            )
+        })??;
         let end = drained.end.unwrap_or_else(|| self.mark());
         let sample = Sample {
             seconds: (end.at - start.at).as_secs_f64(),
@@ -585,7 +624,11 @@ impl Bench {
                             .send()
                             .await?;
                         drained.records += out.records.len();
-                        drained.bytes += out.records.iter().map(|r| r.data.as_ref().len()).sum::<usize>();
+                        drained.bytes += out
+                            .records
+                            .iter()
+                            .map(|r| r.data.as_ref().len())
+                            .sum::<usize>();
                         iterator = out
                             .next_shard_iterator
                             .ok_or_else(|| format!("{shard} ended before its backlog was read"))?;
@@ -606,16 +649,13 @@ impl Bench {
 
     /// (b) The core: a subscription with in-memory leases, every delivery acked.
     async fn drain_subscription(&self, round: usize) -> Result<Drained> {
-        let mut subscription = Subscription::builder(
-            self.api.clone(),
-            Arc::new(MemoryLeaseStore::new()),
-            STREAM,
-        )
-        .owner(format!("e2e-drain-{round}"))
-        .start_at(KinesisPosition::horizon())
-        .read_settings(self.read_settings())
-        .start()
-        .await?;
+        let mut subscription =
+            Subscription::builder(self.api.clone(), Arc::new(MemoryLeaseStore::new()), STREAM)
+                .owner(format!("e2e-drain-{round}"))
+                .start_at(KinesisPosition::horizon())
+                .read_settings(self.read_settings())
+                .start()
+                .await?;
         let (records, bytes, errors) = (
             AtomicUsize::new(0),
             AtomicUsize::new(0),
@@ -646,6 +686,38 @@ impl Bench {
             errors: errors.into_inner(),
             end: Some(end),
         })
+    }
+
+    /// (d) Diagnostic: the shard readers of (c), each drained on a task of its own as in (a).
+    async fn drain_task_per_reader(&self) -> Result<Drained> {
+        let mut tasks = Vec::new();
+        for (shard, &want) in &self.backlog {
+            let mut reader = ShardReader::new(self.api.clone(), STREAM, shard.as_str())
+                .settings(self.read_settings())
+                .open(StartingPoint::TrimHorizon)?;
+            tasks.push(tokio::spawn(async move {
+                let mut drained = Drained::default();
+                while drained.records < want {
+                    match reader.next().await {
+                        Some(Ok(record)) => {
+                            drained.records += 1;
+                            drained.bytes += record.data().len();
+                        }
+                        Some(Err(_)) => drained.errors += 1,
+                        None => break,
+                    }
+                }
+                drained
+            }));
+        }
+        let mut total = Drained::default();
+        for task in tasks {
+            let drained = task.await?;
+            total.records += drained.records;
+            total.bytes += drained.bytes;
+            total.errors += drained.errors;
+        }
+        Ok(total)
     }
 
     /// (c) The single-shard-stream layer: four shard readers, merged.
@@ -730,8 +802,10 @@ fn report(
     println!(
         "ratio: the median over rounds of (way's records/s / baseline's records/s in the same round)"
     );
-    println!(
-        "command: cargo run --release --manifest-path benches/e2e/Cargo.toml -- --records {} --rounds {}",
-        options.records, options.rounds
-    );
+    let given = if options.given.is_empty() {
+        String::new()
+    } else {
+        format!(" -- {}", options.given.join(" "))
+    };
+    println!("command: cargo run --release --manifest-path benches/e2e/Cargo.toml{given}");
 }
