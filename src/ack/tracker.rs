@@ -26,9 +26,40 @@ pub enum Settlement {
     Dropped,
 }
 
+/// A sequence number kept without a heap allocation when it fits (the service's are 56
+/// digits), since the ledger holds one per record in flight.
+#[derive(Debug, Clone)]
+enum SeqBuf {
+    Inline { len: u8, bytes: [u8; 62] },
+    Heap(Box<str>),
+}
+
+impl SeqBuf {
+    fn new(seq: &str) -> Self {
+        let mut bytes = [0u8; 62];
+        match (bytes.get_mut(..seq.len()), u8::try_from(seq.len())) {
+            (Some(prefix), Ok(len)) => {
+                prefix.copy_from_slice(seq.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Heap(seq.into()),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Built from a `&str`, so the bytes are valid UTF-8.
+            Self::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Self::Heap(s) => s,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Slot {
-    sequence_number: String,
+    sequence_number: SeqBuf,
     settled: bool,
 }
 
@@ -38,7 +69,7 @@ struct State {
     base: u64,
     pending: VecDeque<Slot>,
     /// The last record of the contiguous settled prefix.
-    settled_through: Option<String>,
+    settled_through: Option<SeqBuf>,
     /// The shard's reader reached the shard's end.
     ended: bool,
     acked: u64,
@@ -81,7 +112,7 @@ impl ShardAcks {
             stream,
             shard,
             state: Mutex::new(State {
-                settled_through: checkpoint.map(str::to_owned),
+                settled_through: checkpoint.map(SeqBuf::new),
                 ..State::default()
             }),
             settled,
@@ -105,7 +136,8 @@ impl ShardAcks {
         &self.shard
     }
 
-    /// The settled position the shard's reader renews an expired iterator after.
+    /// The settled position the shard's reader renews an expired iterator after (as of the
+    /// last [`checkpoint`](Self::checkpoint) call).
     #[must_use]
     pub fn settled_position(&self) -> SettledPosition {
         self.settled.clone()
@@ -116,7 +148,7 @@ impl ShardAcks {
         let mut state = self.lock();
         let index = state.base + state.pending.len() as u64;
         state.pending.push_back(Slot {
-            sequence_number: sequence_number.to_owned(),
+            sequence_number: SeqBuf::new(sequence_number),
             settled: false,
         });
         index
@@ -147,9 +179,8 @@ impl ShardAcks {
                 state.base += 1;
                 advanced = Some(slot.sequence_number);
             }
-            if let Some(seq) = advanced {
-                self.settled.advance(&seq);
-                state.settled_through = Some(seq);
+            if advanced.is_some() {
+                state.settled_through = advanced;
             }
             (
                 state.waiting_reader.take(),
@@ -189,12 +220,18 @@ impl ShardAcks {
     /// The checkpoint to write now: SHARD_END once the shard ended and everything is settled,
     /// else the last record of the settled prefix.
     #[must_use]
+    ///
+    /// Also brings the [`settled_position`](Self::settled_position) up to date; the
+    /// subscription asks once per checkpoint interval, which keeps the per-record path free of
+    /// allocations.
     pub fn checkpoint(&self) -> Option<Checkpoint> {
         let state = self.lock();
         if state.ended && state.pending.is_empty() {
             return Some(Checkpoint::ShardEnd);
         }
-        state.settled_through.clone().map(Checkpoint::Sequence)
+        let seq = state.settled_through.as_ref()?.as_str();
+        self.settled.advance(seq);
+        Some(Checkpoint::Sequence(seq.to_owned()))
     }
 
     /// True once the shard ended and every record of it is settled.
@@ -267,6 +304,10 @@ mod tests {
         acks.settle(ids[3], Settlement::Dropped);
         assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("5".into())));
         assert_eq!(acks.settled_position().get().as_deref(), Some("5"));
+        let long = "9".repeat(100);
+        let b = acks.register(&long);
+        acks.settle(b, Settlement::Acked);
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence(long)));
         let counts = acks.counts();
         assert_eq!(
             (
@@ -275,7 +316,7 @@ mod tests {
                 counts.dropped,
                 counts.in_flight
             ),
-            (3, 1, 1, 0)
+            (4, 1, 1, 0)
         );
     }
 
