@@ -649,8 +649,9 @@ impl Bench {
 
     /// (b) The core: a subscription with in-memory leases, every delivery acked.
     async fn drain_subscription(&self, round: usize) -> Result<Drained> {
+        let leases = MemoryLeaseStore::new();
         let mut subscription =
-            Subscription::builder(self.api.clone(), Arc::new(MemoryLeaseStore::new()), STREAM)
+            Subscription::builder(self.api.clone(), Arc::new(leases.clone()), STREAM)
                 .owner(format!("e2e-drain-{round}"))
                 .start_at(KinesisPosition::horizon())
                 .read_settings(self.read_settings())
@@ -680,6 +681,15 @@ impl Bench {
         // release) that follows is not part of the drain.
         let end = self.mark();
         subscription.shutdown().await;
+        // Checkpoint writes per shard over the drain and its final flush (the lease table's
+        // cost; the default interval is 5 s, so a sub-second drain writes the start position,
+        // at most one interval's checkpoint, and the final one).
+        let writes: Vec<u64> = self
+            .backlog
+            .keys()
+            .map(|shard| leases.checkpoint_writes(STREAM, shard))
+            .collect();
+        println!("      (b) checkpoint writes per shard: {writes:?}");
         Ok(Drained {
             records: records.into_inner(),
             bytes: bytes.into_inner(),
