@@ -339,3 +339,31 @@ fn subscriptions_and_deliveries_drop_into_any_tokio_pipeline() {
     send_static::<AckSink>();
     send_static::<kinesis_dataflow::ShutdownHandle>();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_written_right_after_start_is_delivered_from_latest() {
+    let (memory, api, store) = setup(2, 10);
+    // No start position: the shards open at LATEST, fixed before `start` returns.
+    let mut sub = Subscription::builder(api.clone(), Arc::new(store.clone()), STREAM)
+        .owner("a")
+        .read_settings(ReadSettings::default().poll_interval(Duration::from_millis(50)))
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        sub.shards().len(),
+        0,
+        "shards are added when the stream is first polled"
+    );
+    memory
+        .put(STREAM, "key-after-start", "after-start")
+        .unwrap();
+    let got = take(&mut sub, 1).await;
+    assert_eq!(
+        &got[0].data()[..],
+        b"after-start",
+        "nothing older, nothing missed"
+    );
+    drop(got);
+    sub.shutdown().await;
+}

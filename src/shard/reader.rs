@@ -128,6 +128,17 @@ impl Reader {
         }
     }
 
+    /// Fetches the first iterator now, fixing where the reader starts. A failure is left to
+    /// the first step, which retries and reports it by the usual rules.
+    pub(crate) async fn prime(&mut self) {
+        if self.iterator.is_none()
+            && self.first_iterator_at.is_none()
+            && let Ok(iterator) = self.fetch_iterator().await
+        {
+            self.iterator = Some(iterator);
+        }
+    }
+
     /// Runs one step and gives the reader back with its outcome.
     pub(crate) async fn step(mut self: Box<Self>) -> (Box<Self>, Step) {
         let step = self.step_inner().await;

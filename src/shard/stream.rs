@@ -230,6 +230,16 @@ impl ShardStream {
         self.end.as_ref()
     }
 
+    /// Fixes the starting position now: fetches the first shard iterator before the stream is
+    /// first polled, so that a LATEST reader sees every record written after this returns.
+    /// Without it the iterator is fetched at the first poll. A failure is not reported here:
+    /// the first poll retries it and reports it by the usual rules.
+    pub async fn prime(&mut self) {
+        if let State::Idle(reader) = &mut self.state {
+            reader.prime().instrument(self.span.clone()).await;
+        }
+    }
+
     /// How many records are read but not yet taken.
     #[must_use]
     pub fn buffered_len(&self) -> usize {

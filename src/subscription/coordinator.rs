@@ -35,6 +35,18 @@ pub(crate) enum Command {
     Close,
 }
 
+/// The channels between a coordinator and its subscription.
+pub(crate) struct Links {
+    /// To the subscription's stream.
+    pub(crate) commands: UnboundedSender<Command>,
+    /// Set to stop gracefully.
+    pub(crate) shutdown: watch::Receiver<bool>,
+    /// Set once stopped.
+    pub(crate) done: watch::Sender<bool>,
+    /// Told once the first listing took its shards.
+    pub(crate) first_sync: tokio::sync::oneshot::Sender<()>,
+}
+
 struct Held {
     lease: Lease,
     acks: Arc<ShardAcks>,
@@ -67,6 +79,8 @@ pub(crate) struct Coordinator {
     events: UnboundedReceiver<PumpEvent>,
     finished_tx: UnboundedSender<String>,
     finished: UnboundedReceiver<String>,
+    /// Told once the first listing has taken its shards and fixed their positions.
+    first_sync: Option<tokio::sync::oneshot::Sender<()>>,
     /// Shards being handed off (waiting for in-flight deliveries before the release).
     handoffs: Vec<(String, JoinHandle<()>)>,
 }
@@ -77,10 +91,14 @@ impl Coordinator {
         store: SharedLeaseStore,
         stream: Arc<str>,
         config: SubscriptionConfig,
-        commands: UnboundedSender<Command>,
-        shutdown: watch::Receiver<bool>,
-        done: watch::Sender<bool>,
+        links: Links,
     ) -> Self {
+        let Links {
+            commands,
+            shutdown,
+            done,
+            first_sync,
+        } = links;
         let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
         let (finished_tx, finished) = tokio::sync::mpsc::unbounded_channel();
         Self {
@@ -100,6 +118,7 @@ impl Coordinator {
             events,
             finished_tx,
             finished,
+            first_sync: Some(first_sync),
             handoffs: Vec::new(),
         }
     }
@@ -149,6 +168,9 @@ impl Coordinator {
             let _ = self.commands.send(Command::Error(e.into()));
         }
         self.startup_pass = false;
+        if let Some(tell) = self.first_sync.take() {
+            let _ = tell.send(());
+        }
     }
 
     async fn list_shards(&self) -> Result<Vec<ShardDescription>, KinesisError> {
@@ -376,7 +398,7 @@ impl Coordinator {
             .settings(self.config.read.clone())
             .settled(acks.settled_position())
             .open(start.clone());
-        let reader = match reader {
+        let mut reader = match reader {
             Ok(reader) => reader,
             Err(e) => {
                 let _ = self.store.release(&taken).await;
@@ -384,6 +406,8 @@ impl Coordinator {
                 return;
             }
         };
+        // Fix the position now, so that nothing written after this listing is missed.
+        reader.prime().await;
         let revoked = Arc::new(AtomicBool::new(false));
         let pump = ShardPump::new(
             reader,

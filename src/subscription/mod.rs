@@ -48,7 +48,7 @@ pub use config::{
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_SHUTDOWN_TIMEOUT, SubscriptionConfig,
 };
 
-use self::coordinator::{Command, Coordinator};
+use self::coordinator::{Command, Coordinator, Links};
 use self::pump::ShardPump;
 use crate::ack::Delivery;
 use crate::api::SharedKinesis;
@@ -176,8 +176,10 @@ impl SubscriptionBuilder {
         self
     }
 
-    /// Checks the settings, prepares the lease store (creating its table when missing) and
-    /// starts the background task on the current tokio runtime.
+    /// Checks the settings, prepares the lease store (creating its table when missing),
+    /// starts the background task on the current tokio runtime, and returns once the first
+    /// listing has taken this instance's shards and fixed where each starts (their first
+    /// iterators are fetched), so a record written after `start` returns is not missed.
     ///
     /// # Errors
     ///
@@ -191,16 +193,24 @@ impl SubscriptionBuilder {
         let (done_tx, done_rx) = watch::channel(false);
         let owner = self.config.owner.clone();
         let span = tracing::info_span!("subscription", stream = %self.stream, owner = %owner);
+        let (first_sync_tx, first_sync) = tokio::sync::oneshot::channel();
+        let links = Links {
+            commands: commands_tx,
+            shutdown: shutdown_rx,
+            done: done_tx,
+            first_sync: first_sync_tx,
+        };
         let coordinator = Coordinator::new(
             self.api,
             self.store,
             self.stream.clone(),
             self.config,
-            commands_tx,
-            shutdown_rx,
-            done_tx,
+            links,
         );
         let task = tokio::spawn(tracing::Instrument::instrument(coordinator.run(), span));
+        // Return once the first listing has taken its shards and fixed where each starts:
+        // a record written after `start` returns is then never missed by a LATEST start.
+        let _ = first_sync.await;
         Ok(Subscription {
             shards: StreamMap::new(),
             commands,
