@@ -367,3 +367,56 @@ async fn a_record_written_right_after_start_is_delivered_from_latest() {
     drop(got);
     sub.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_record_comes_back_before_later_records_of_its_shard() {
+    let (memory, api, store) = setup(1, 3);
+    let mut sub = builder(&api, &store, "a")
+        .max_in_flight(10)
+        .start()
+        .await
+        .unwrap();
+    let first = take(&mut sub, 3).await;
+    let seqs: Vec<String> = first
+        .iter()
+        .map(|d| d.sequence_number().to_owned())
+        .collect();
+    let mut first = first.into_iter();
+    first.next().unwrap().ack();
+    let second = first.next().unwrap();
+    first.next().unwrap().ack();
+    // Record 1 is sent back with a delay; records written meanwhile must wait for it.
+    second.retry_after(Duration::from_millis(300));
+    memory.put(STREAM, "k", "later").unwrap();
+    let sent_back_at = tokio::time::Instant::now();
+    let again = take(&mut sub, 1).await;
+    assert_eq!(
+        again[0].sequence_number(),
+        seqs[1],
+        "the retried record comes first"
+    );
+    assert!(
+        sent_back_at.elapsed() >= Duration::from_millis(250),
+        "after its delay"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        stored_checkpoint(&store, SHARD0).await,
+        Some(Checkpoint::Sequence(seqs[0].clone())),
+        "the checkpoint waits for the retried record"
+    );
+    again.into_iter().next().unwrap().retry();
+    let third = take(&mut sub, 2).await;
+    assert_eq!(
+        third[0].sequence_number(),
+        seqs[1],
+        "retried again, at once"
+    );
+    assert_eq!(&third[1].data()[..], b"later");
+    third.into_iter().for_each(|d| drop(d.ack()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        matches!(stored_checkpoint(&store, SHARD0).await, Some(Checkpoint::Sequence(s)) if s > seqs[2])
+    );
+    sub.shutdown().await;
+}

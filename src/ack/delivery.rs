@@ -144,6 +144,22 @@ impl<T> Delivery<T> {
     }
 }
 
+impl Delivery<crate::record::Record> {
+    /// Sends the record back to be delivered again at once, still unsettled, before any later
+    /// record of its shard that has not been handed out yet. The checkpoint does not pass it
+    /// meanwhile.
+    pub fn retry(self) {
+        self.retry_after(std::time::Duration::ZERO);
+    }
+
+    /// Like [`retry`](Self::retry), after `delay`. Later records of the shard wait for it.
+    pub fn retry_after(self, delay: std::time::Duration) {
+        let (record, mut token) = self.into_parts();
+        token.settled = true;
+        token.acks.requeue(token.index, record, delay);
+    }
+}
+
 impl<T> Deref for Delivery<T> {
     type Target = T;
 

@@ -3,7 +3,7 @@
 //! | item | what it is |
 //! |---|---|
 //! | [`Delivery`] | a value and the [`AckToken`] that settles it; keeps it through `map`, `filter`, `.chunks()` |
-//! | [`AckToken`] | settles one record: `ack`, `skip`, or dropped |
+//! | [`AckToken`] | settles one record: `ack`, `skip`, or dropped; a `Delivery<Record>` can also be sent back with `retry` / `retry_after` |
 //! | [`AckSink`] | a `Sink` that acknowledges deliveries or batches of them |
 //! | [`Settle`] | what the sink accepts: a delivery, or a `Vec` of them |
 //! | [`Settlement`] | acked, skipped, or dropped |
@@ -17,7 +17,7 @@
 
 mod delivery;
 mod sink;
-mod tracker;
+pub(crate) mod tracker;
 
 pub use delivery::{AckToken, Delivery};
 pub use sink::{AckSink, Settle};

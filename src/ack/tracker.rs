@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
 use tokio::sync::Notify;
+use tokio::time::{Duration, Instant};
 
 use crate::position::Checkpoint;
+use crate::record::Record;
 use crate::shard::SettledPosition;
 
 /// How a delivery was settled.
@@ -77,6 +79,30 @@ struct State {
     dropped: u64,
     /// Woken when in-flight records are settled (back-pressure).
     waiting_reader: Option<Waker>,
+    /// Woken when a record is sent back for redelivery.
+    retry_waker: Option<Waker>,
+    /// Records sent back for redelivery, in shard order.
+    retries: VecDeque<Retry>,
+    retried: u64,
+}
+
+/// A record sent back for redelivery.
+#[derive(Debug)]
+struct Retry {
+    ready_at: Instant,
+    index: u64,
+    record: Record,
+}
+
+/// What [`ShardAcks::next_retry`] found.
+#[derive(Debug)]
+pub(crate) enum RetryPoll {
+    /// Nothing to redeliver.
+    Nothing,
+    /// Redeliver this record now, under its original index.
+    Ready(u64, Record),
+    /// A record waits for its delay; nothing later of this shard may go first.
+    Waiting(Instant),
 }
 
 /// The settlement ledger of one shard reader.
@@ -101,6 +127,8 @@ pub struct AckCounts {
     pub dropped: u64,
     /// Deliveries handed out and not settled yet.
     pub in_flight: u64,
+    /// Deliveries sent back for redelivery.
+    pub retried: u64,
 }
 
 impl ShardAcks {
@@ -269,6 +297,56 @@ impl ShardAcks {
         false
     }
 
+    /// Sends the record at `index` back: it is delivered again (under the same index, still
+    /// unsettled) once `delay` has passed, before any later record of this shard that has not
+    /// been handed out yet.
+    pub(crate) fn requeue(&self, index: u64, record: Record, delay: Duration) {
+        let waker = {
+            let mut state = self.lock();
+            let at = state
+                .retries
+                .iter()
+                .position(|r| r.index > index)
+                .unwrap_or(state.retries.len());
+            state.retries.insert(
+                at,
+                Retry {
+                    ready_at: Instant::now() + delay,
+                    index,
+                    record,
+                },
+            );
+            state.retried += 1;
+            state.retry_waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The next record to redeliver, if any; registers `waker` for records sent back later.
+    pub(crate) fn next_retry(&self, waker: &Waker) -> RetryPoll {
+        let mut state = self.lock();
+        let front = state.retries.front().map(|r| r.ready_at);
+        match front {
+            None => {
+                if !state
+                    .retry_waker
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(waker))
+                {
+                    state.retry_waker = Some(waker.clone());
+                }
+                RetryPoll::Nothing
+            }
+            Some(at) if at <= Instant::now() => {
+                let retry = state.retries.pop_front().expect("front exists");
+                RetryPoll::Ready(retry.index, retry.record)
+            }
+            Some(at) => RetryPoll::Waiting(at),
+        }
+    }
+
     /// Settlement counts so far.
     #[must_use]
     pub fn counts(&self) -> AckCounts {
@@ -278,6 +356,7 @@ impl ShardAcks {
             skipped: state.skipped,
             dropped: state.dropped,
             in_flight: state.pending.len() as u64,
+            retried: state.retried,
         }
     }
 }

@@ -3,12 +3,14 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use futures::Stream;
 use pin_project_lite::pin_project;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::{Sleep, sleep_until};
 
+use crate::ack::tracker::RetryPoll;
 use crate::ack::{AckToken, Delivery, Settlement, ShardAcks};
 use crate::error::KinesisError;
 use crate::record::Record;
@@ -47,6 +49,7 @@ pin_project! {
         max_in_flight: usize,
         events: UnboundedSender<PumpEvent>,
         done: bool,
+        retry_timer: Option<Pin<Box<Sleep>>>,
     }
 }
 
@@ -65,6 +68,7 @@ impl ShardPump {
             max_in_flight,
             events,
             done: false,
+            retry_timer: None,
         }
     }
 }
@@ -77,6 +81,29 @@ impl Stream for ShardPump {
         if *this.done || this.revoked.load(Ordering::Acquire) {
             *this.done = true;
             return Poll::Ready(None);
+        }
+        loop {
+            match this.acks.next_retry(cx.waker()) {
+                RetryPoll::Nothing => {
+                    *this.retry_timer = None;
+                    break;
+                }
+                RetryPoll::Ready(index, record) => {
+                    *this.retry_timer = None;
+                    let token = AckToken::new(this.acks.clone(), index);
+                    return Poll::Ready(Some(Ok(Delivery::new(record, token))));
+                }
+                RetryPoll::Waiting(at) => {
+                    let timer = this
+                        .retry_timer
+                        .get_or_insert_with(|| Box::pin(sleep_until(at)));
+                    if timer.deadline() != at {
+                        timer.as_mut().reset(at);
+                    }
+                    // Later records of this shard wait for the one sent back.
+                    ready!(timer.as_mut().poll(cx));
+                }
+            }
         }
         if !this.acks.has_room(*this.max_in_flight, cx.waker()) {
             return Poll::Pending;
