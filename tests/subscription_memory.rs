@@ -420,3 +420,36 @@ async fn a_retried_record_comes_back_before_later_records_of_its_shard() {
     );
     sub.shutdown().await;
 }
+
+#[test]
+fn a_subscription_started_on_a_short_lived_runtime_runs_on_the_one_it_was_given() {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (memory, api, store) = main.block_on(async { setup(1, 3) });
+    let sub = {
+        let short = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let start = builder(&api, &store, "a")
+            .runtime(main.handle().clone())
+            .start();
+        short.block_on(start).unwrap()
+        // The short-lived runtime stops here.
+    };
+    main.block_on(async move {
+        let mut sub = sub;
+        for d in take(&mut sub, 3).await {
+            d.ack();
+        }
+        // Longer than a lease: renewals keep running on the main runtime.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(sub.shards(), [SHARD0]);
+        memory.put(STREAM, "k", "later").unwrap();
+        assert_eq!(&take(&mut sub, 1).await[0].data()[..], b"later");
+        sub.shutdown().await;
+    });
+}

@@ -88,6 +88,7 @@ pub struct SubscriptionBuilder {
     store: SharedLeaseStore,
     stream: Arc<str>,
     config: SubscriptionConfig,
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl fmt::Debug for SubscriptionBuilder {
@@ -169,6 +170,13 @@ impl SubscriptionBuilder {
         self
     }
 
+    /// The runtime the background task runs on (default: the runtime `start` is called on).
+    /// Give the runtime that outlives the caller when `start` runs on a short-lived one.
+    pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(handle);
+        self
+    }
+
     /// The clock lease expiry is judged by (default: the tokio clock). Only differences on
     /// this clock matter, so a host whose clock is off cannot steal live leases.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -207,7 +215,11 @@ impl SubscriptionBuilder {
             self.config,
             links,
         );
-        let task = tokio::spawn(tracing::Instrument::instrument(coordinator.run(), span));
+        let run = tracing::Instrument::instrument(coordinator.run(), span);
+        let task = match &self.runtime {
+            Some(runtime) => runtime.spawn(run),
+            None => tokio::spawn(run),
+        };
         // Return once the first listing has taken its shards and fixed where each starts:
         // a record written after `start` returns is then never missed by a LATEST start.
         let _ = first_sync.await;
@@ -282,6 +294,7 @@ impl Subscription {
             store,
             stream: stream.into(),
             config: SubscriptionConfig::new(default_owner()),
+            runtime: None,
         }
     }
 
