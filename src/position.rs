@@ -22,6 +22,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// How far this host's clock may run ahead of the service's before a position recorded from
+/// it ([`StartingPoint::since`]) could skip a record.
+pub const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(5);
+
 /// A position in a stream that a subscription can open at.
 ///
 /// ```
@@ -126,6 +130,19 @@ impl StartingPoint {
             Self::AtSequence(_) => "AT_SEQUENCE_NUMBER",
             Self::AfterSequence(_) => "AFTER_SEQUENCE_NUMBER",
         }
+    }
+
+    /// `AT_TIMESTAMP` a little before a time read off this host's clock
+    /// ([`CLOCK_SKEW_ALLOWANCE`] earlier): arrival times are the service's clock, and a host
+    /// whose clock runs ahead must not skip records by asking for a time that has not come yet
+    /// on the service's. Records of that margin may be read in addition.
+    #[must_use]
+    pub fn since(local_time: SystemTime) -> Self {
+        Self::at_time(
+            local_time
+                .checked_sub(CLOCK_SKEW_ALLOWANCE)
+                .unwrap_or(UNIX_EPOCH),
+        )
     }
 
     /// `AT_TIMESTAMP` at a wall-clock time.

@@ -453,3 +453,89 @@ fn a_subscription_started_on_a_short_lived_runtime_runs_on_the_one_it_was_given(
         sub.shutdown().await;
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_fails_with_a_clear_error_for_a_stream_that_does_not_exist() {
+    let (_memory, api, store) = setup(1, 0);
+    let started = Subscription::builder(api, Arc::new(store), "no-such-stream")
+        .start()
+        .await;
+    match started {
+        Err(kinesis_dataflow::KinesisError::StreamNotFound { stream, .. }) => {
+            assert_eq!(stream, "no-such-stream");
+        }
+        other => panic!("expected StreamNotFound, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_of_a_closed_shards_last_record_is_served_before_its_children_start() {
+    let (memory, api, store) = setup(1, 3);
+    api.split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
+        .await
+        .unwrap();
+    memory.put(STREAM, "key-child", "child").unwrap();
+    let mut sub = builder(&api, &store, "a").start().await.unwrap();
+    let parent = take(&mut sub, 3).await;
+    let last_seq = parent[2].sequence_number().to_owned();
+    let mut parent = parent.into_iter();
+    parent.next().unwrap().ack();
+    parent.next().unwrap().ack();
+    // The parent's reader has reached the shard's end by now; its last record comes back.
+    let _ = tokio::time::timeout(Duration::from_millis(300), sub.next()).await;
+    parent.next().unwrap().retry();
+    let again = take(&mut sub, 1).await;
+    assert_eq!(
+        again[0].sequence_number(),
+        last_seq,
+        "redelivered after the shard's end"
+    );
+    again.into_iter().for_each(|d| drop(d.ack()));
+    let child = take(&mut sub, 1).await;
+    assert_eq!(
+        &child[0].data()[..],
+        b"child",
+        "the child starts once the parent is finished"
+    );
+    sub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_with_start_at_over_a_stored_checkpoint_never_jumps_ahead() {
+    use kinesis_dataflow::Lease;
+    use kinesis_dataflow::api::memory::Fault;
+
+    let (memory, api, store) = setup(1, 40);
+    let seqs: Vec<String> = memory
+        .records(STREAM, SHARD0)
+        .unwrap()
+        .iter()
+        .map(|r| r.sequence_number().to_owned())
+        .collect();
+    let mut lease = Lease::new(STREAM, SHARD0, Vec::new());
+    lease.checkpoint = Some(Checkpoint::Sequence(seqs[30].clone()));
+    assert!(store.create(&lease).await.unwrap());
+    // Replay from the oldest record, ahead of the stored checkpoint.
+    let mut sub = builder(&api, &store, "a")
+        .read_settings(
+            ReadSettings::default()
+                .poll_interval(Duration::from_millis(50))
+                .batch_size(10)
+                .unlimited_reads(),
+        )
+        .start()
+        .await
+        .unwrap();
+    for d in take(&mut sub, 10).await {
+        d.ack();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    memory.inject(Fault::expire_iterator());
+    let next = take(&mut sub, 1).await;
+    assert_eq!(
+        next[0].sequence_number(),
+        seqs[10],
+        "the replay goes on where it was"
+    );
+    sub.shutdown().await;
+}

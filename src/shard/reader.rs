@@ -130,12 +130,19 @@ impl Reader {
 
     /// Fetches the first iterator now, fixing where the reader starts. A failure is left to
     /// the first step, which retries and reports it by the usual rules.
-    pub(crate) async fn prime(&mut self) {
-        if self.iterator.is_none()
-            && self.first_iterator_at.is_none()
-            && let Ok(iterator) = self.fetch_iterator().await
-        {
-            self.iterator = Some(iterator);
+    pub(crate) async fn prime(&mut self) -> bool {
+        if self.iterator.is_some() {
+            return true;
+        }
+        if self.first_iterator_at.is_some() {
+            return false;
+        }
+        match self.fetch_iterator().await {
+            Ok(iterator) => {
+                self.iterator = Some(iterator);
+                true
+            }
+            Err(_) => false,
         }
     }
 
@@ -230,10 +237,16 @@ impl Reader {
     /// Fetches an iterator at `reopen_at`. `Err(None)` means "loop again" (throttled),
     /// `Err(Some(step))` is a step to report.
     async fn fetch_iterator(&mut self) -> Result<String, Option<Step>> {
-        let at = self.reopen_at.clone();
-        if self.first_iterator_at.is_none() {
-            self.first_iterator_at = Some(SystemTime::now());
+        match self.first_iterator_at {
+            None => self.first_iterator_at = Some(SystemTime::now()),
+            // LATEST is asked for once: a retry after a failed first request asks for the time
+            // of that request, so nothing written since is skipped.
+            Some(first) if self.reopen_at == StartingPoint::Latest => {
+                self.reopen_at = StartingPoint::since(first);
+            }
+            Some(_) => {}
         }
+        let at = self.reopen_at.clone();
         match self
             .api
             .get_shard_iterator(&self.stream, &self.shard, &at)
@@ -266,7 +279,7 @@ impl Reader {
             (None, Some(first)) => StartingPoint::AtSequence(first.clone()),
             (None, None) => match &self.start {
                 StartingPoint::Latest => {
-                    StartingPoint::at_time(self.first_iterator_at.unwrap_or_else(SystemTime::now))
+                    StartingPoint::since(self.first_iterator_at.unwrap_or_else(SystemTime::now))
                 }
                 other => other.clone(),
             },

@@ -13,6 +13,8 @@ pub const DEFAULT_BATCH_SIZE: u32 = 1_000;
 pub const SERVICE_READS_PER_SECOND: u32 = 5;
 /// The wait after a failed call before the same call is tried again.
 pub const DEFAULT_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait a setting may ask for (one hour): longer than any iterator lives.
+pub const MAX_WAIT: Duration = Duration::from_secs(60 * 60);
 /// How many calls may fail in a row before the reader stops.
 pub const DEFAULT_MAX_FAILURES: u32 = 11;
 
@@ -142,6 +144,18 @@ impl ReadSettings {
                 reason: "must be more than zero, or an idle shard is read in a busy loop".into(),
             });
         }
+        for (setting, value) in [
+            ("poll_interval", self.poll_interval),
+            ("failure_backoff", self.failure_backoff),
+        ] {
+            if value > MAX_WAIT {
+                return Err(KinesisError::InvalidConfig {
+                    setting,
+                    value: format!("{value:?}"),
+                    reason: format!("must be at most {MAX_WAIT:?}"),
+                });
+            }
+        }
         if self.max_reads_per_second == Some(0) {
             return Err(KinesisError::InvalidConfig {
                 setting: "max_reads_per_second",
@@ -193,6 +207,11 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.to_string().contains("max_reads_per_second"), "{e}");
+        let e = ReadSettings::default()
+            .poll_interval(Duration::MAX)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("poll_interval"), "{e}");
         assert_eq!(
             ReadSettings::default().min_gap(),
             Some(Duration::from_millis(200))

@@ -234,9 +234,13 @@ impl ShardStream {
     /// first polled, so that a LATEST reader sees every record written after this returns.
     /// Without it the iterator is fetched at the first poll. A failure is not reported here:
     /// the first poll retries it and reports it by the usual rules.
-    pub async fn prime(&mut self) {
-        if let State::Idle(reader) = &mut self.state {
-            reader.prime().instrument(self.span.clone()).await;
+    ///
+    /// Returns true when the position is fixed (or the stream already started reading).
+    pub async fn prime(&mut self) -> bool {
+        let span = self.span.clone();
+        match &mut self.state {
+            State::Idle(reader) => reader.prime().instrument(span).await,
+            _ => true,
         }
     }
 

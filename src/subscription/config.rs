@@ -17,6 +17,8 @@ pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(10);
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a graceful stop or hand-off waits for in-flight deliveries.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest any duration setting may be (one day).
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 /// How many deliveries of one shard may be unsettled before its reader pauses.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 10_000;
 
@@ -54,6 +56,13 @@ impl SubscriptionConfig {
         self.lease_duration / 3
     }
 
+    /// The longest a single call to the lease store or to Kinesis may take inside the
+    /// background loop: a call that hangs counts as failed, so renewals and the give-up rule
+    /// keep their timing.
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.renew_interval()
+    }
+
     /// A holder that could not renew for this long stops reading, before others may take
     /// the lease.
     pub(crate) fn give_up_after(&self) -> Duration {
@@ -72,12 +81,22 @@ impl SubscriptionConfig {
             ("lease_duration", self.lease_duration),
             ("checkpoint_interval", self.checkpoint_interval),
         ];
-        for (setting, value) in positive {
-            if value.is_zero() {
+        for (setting, value) in positive
+            .into_iter()
+            .chain([("shutdown_timeout", self.shutdown_timeout)])
+        {
+            if value.is_zero() && setting != "shutdown_timeout" {
                 return Err(KinesisError::InvalidConfig {
                     setting,
                     value: format!("{value:?}"),
                     reason: "must be more than zero".into(),
+                });
+            }
+            if value > MAX_DURATION {
+                return Err(KinesisError::InvalidConfig {
+                    setting,
+                    value: format!("{value:?}"),
+                    reason: format!("must be at most {MAX_DURATION:?}"),
                 });
             }
         }

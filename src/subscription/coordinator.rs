@@ -43,8 +43,8 @@ pub(crate) struct Links {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Set once stopped.
     pub(crate) done: watch::Sender<bool>,
-    /// Told once the first listing took its shards.
-    pub(crate) first_sync: tokio::sync::oneshot::Sender<()>,
+    /// Told once the first listing took its shards (or failed in a way retrying cannot fix).
+    pub(crate) first_sync: tokio::sync::oneshot::Sender<Option<KinesisError>>,
 }
 
 struct Held {
@@ -74,13 +74,16 @@ pub(crate) struct Coordinator {
     seen: HashMap<String, Seen>,
     worker: Option<Lease>,
     worker_renewed: Instant,
-    startup_pass: bool,
+    /// The shards this subscription opens with (those it set out to take at its first
+    /// complete listing) and has not opened yet: `start_at` applies to them only. `None` until
+    /// that listing.
+    startup: Option<HashSet<String>>,
     events_tx: UnboundedSender<PumpEvent>,
     events: UnboundedReceiver<PumpEvent>,
     finished_tx: UnboundedSender<String>,
     finished: UnboundedReceiver<String>,
     /// Told once the first listing has taken its shards and fixed their positions.
-    first_sync: Option<tokio::sync::oneshot::Sender<()>>,
+    first_sync: Option<tokio::sync::oneshot::Sender<Option<KinesisError>>>,
     /// Shards being handed off (waiting for in-flight deliveries before the release).
     handoffs: Vec<(String, JoinHandle<()>)>,
 }
@@ -113,7 +116,7 @@ impl Coordinator {
             seen: HashMap::new(),
             worker: None,
             worker_renewed: Instant::now(),
-            startup_pass: true,
+            startup: None,
             events_tx,
             events,
             finished_tx,
@@ -159,7 +162,20 @@ impl Coordinator {
             Ok(shards) => shards,
             Err(e) => {
                 tracing::warn!(error = %e, "listing shards failed; retried at the next listing");
-                let _ = self.commands.send(Command::Error(e));
+                match self.first_sync.take() {
+                    // A first listing that retrying cannot fix (no such stream, no permission)
+                    // fails `start` itself.
+                    Some(tell) if !e.is_retryable() => {
+                        let _ = tell.send(Some(e));
+                    }
+                    Some(tell) => {
+                        let _ = tell.send(None);
+                        let _ = self.commands.send(Command::Error(e));
+                    }
+                    None => {
+                        let _ = self.commands.send(Command::Error(e));
+                    }
+                }
                 return;
             }
         };
@@ -167,14 +183,21 @@ impl Coordinator {
             tracing::warn!(error = %e, "lease table unavailable during the listing");
             let _ = self.commands.send(Command::Error(e.into()));
         }
-        self.startup_pass = false;
         if let Some(tell) = self.first_sync.take() {
-            let _ = tell.send(());
+            let _ = tell.send(None);
         }
     }
 
     async fn list_shards(&self) -> Result<Vec<ShardDescription>, KinesisError> {
-        list_all_shards(self.api.as_ref(), &self.stream).await
+        let listing = list_all_shards(self.api.as_ref(), &self.stream);
+        match tokio::time::timeout(self.config.call_timeout(), listing).await {
+            Ok(result) => result,
+            Err(_) => Err(KinesisError::Service {
+                operation: crate::error::Operation::ListShards,
+                stream: self.stream.to_string(),
+                message: format!("no answer within {:?}", self.config.call_timeout()),
+            }),
+        }
     }
 
     async fn sync_with(&mut self, shards: &[ShardDescription]) -> Result<(), LeaseError> {
@@ -213,6 +236,7 @@ impl Coordinator {
             }
         }
 
+        self.seen.retain(|id, _| leases.contains_key(id));
         let live_workers = leases
             .values()
             .filter(|l| l.shard_id.starts_with(WORKER_PREFIX))
@@ -248,7 +272,7 @@ impl Coordinator {
             live_workers,
             target,
             held = self.held.len(),
-            startup = self.startup_pass,
+            startup = self.startup.as_ref().map_or(0, HashSet::len),
             "shards listed"
         );
 
@@ -273,6 +297,9 @@ impl Coordinator {
                 });
                 to_take.push(((*lease).clone(), parents_read));
             }
+        }
+        if self.startup.is_none() {
+            self.startup = Some(to_take.iter().map(|(l, _)| l.shard_id.clone()).collect());
         }
         for (lease, parents_read) in to_take {
             self.take(lease, parents_read).await;
@@ -331,22 +358,33 @@ impl Coordinator {
         Ok(())
     }
 
+    /// `shard` is no longer one this subscription opens with.
+    fn opened(&mut self, shard: &str) {
+        if let Some(startup) = &mut self.startup {
+            startup.remove(shard);
+        }
+    }
+
     async fn take(&mut self, lease: Lease, parents_read: bool) {
         let shard = lease.shard_id.clone();
+        let opening = self.startup.as_ref().is_some_and(|s| s.contains(&shard));
         let taken = match self.store.take(&lease, &self.config.owner).await {
             Ok(taken) => taken,
             Err(e) if e.is_lost() => {
                 tracing::debug!(shard = %shard, "another instance took the lease first");
+                self.opened(&shard);
                 return;
             }
             Err(e) => {
+                // Still one of the shards this subscription opens with, at the next listing.
                 tracing::warn!(shard = %shard, error = %e, "taking the lease failed");
                 return;
             }
         };
+        self.opened(&shard);
         let origin = if taken.checkpoint.is_none() && parents_read {
             ShardOrigin::Child
-        } else if self.startup_pass {
+        } else if opening {
             ShardOrigin::Startup
         } else if !taken.parents.is_empty() && taken.checkpoint.is_none() {
             ShardOrigin::Child
@@ -363,30 +401,16 @@ impl Coordinator {
             let _ = self.store.release(&taken).await;
             return;
         };
-        // Record where this reader begins before it reads anything, so that a takeover after
-        // a crash resumes there (never at the tip, which would skip what arrived meanwhile).
-        let mut taken = taken;
-        if !matches!(taken.checkpoint, Some(Checkpoint::Sequence(_))) {
-            let begins = match &start {
-                StartingPoint::Latest => StartingPoint::at_time(std::time::SystemTime::now()),
-                other => other.clone(),
-            };
-            let begins = Checkpoint::Start(begins);
-            if taken.checkpoint.as_ref() != Some(&begins) {
-                match self.store.checkpoint(&taken, &begins).await {
-                    Ok(lease) => taken = lease,
-                    Err(e) => {
-                        tracing::warn!(shard = %shard, error = %e, "could not record the start position; leaving the shard");
-                        if !e.is_lost() {
-                            let _ = self.store.release(&taken).await;
-                        }
-                        return;
-                    }
-                }
-            }
-        }
+        // A start position given at startup wins over the stored checkpoint: the shard is
+        // replayed from there, as if it had none.
+        let overridden = origin == ShardOrigin::Startup
+            && self
+                .config
+                .start_at
+                .as_ref()
+                .is_some_and(|p| p.for_shard(&shard).is_some());
         let checkpoint_seq = match &taken.checkpoint {
-            Some(Checkpoint::Sequence(seq)) => Some(seq.as_str()),
+            Some(Checkpoint::Sequence(seq)) if !overridden => Some(seq.as_str()),
             _ => None,
         };
         let acks = ShardAcks::new(
@@ -406,8 +430,33 @@ impl Coordinator {
                 return;
             }
         };
-        // Fix the position now, so that nothing written after this listing is missed.
-        reader.prime().await;
+        // Fix the position now, so that nothing written after this listing is missed, and
+        // record where this reader begins before it reads anything, so that a takeover after
+        // a crash resumes there (never at the tip, which would skip what arrived meanwhile).
+        // Only a position the service accepted is recorded.
+        let primed = tokio::time::timeout(self.config.call_timeout(), reader.prime())
+            .await
+            .unwrap_or(false);
+        let mut taken = taken;
+        if primed && (overridden || !matches!(taken.checkpoint, Some(Checkpoint::Sequence(_)))) {
+            let begins = match &start {
+                StartingPoint::Latest => StartingPoint::since(std::time::SystemTime::now()),
+                other => other.clone(),
+            };
+            let begins = Checkpoint::Start(begins);
+            if taken.checkpoint.as_ref() != Some(&begins) {
+                match self.store.checkpoint(&taken, &begins).await {
+                    Ok(lease) => taken = lease,
+                    Err(e) => {
+                        tracing::warn!(shard = %shard, error = %e, "could not record the start position; leaving the shard");
+                        if !e.is_lost() {
+                            let _ = self.store.release(&taken).await;
+                        }
+                        return;
+                    }
+                }
+            }
+        }
         let revoked = Arc::new(AtomicBool::new(false));
         let pump = ShardPump::new(
             reader,
@@ -436,7 +485,11 @@ impl Coordinator {
                 "lease taken; child started after its parents"
             );
         }
-        let written = taken.checkpoint.clone();
+        let written = if overridden && !primed {
+            None
+        } else {
+            taken.checkpoint.clone()
+        };
         self.held.insert(
             shard.clone(),
             Held {
@@ -503,7 +556,12 @@ impl Coordinator {
     async fn checkpoint_all(&mut self) {
         let shards: Vec<String> = self.held.keys().cloned().collect();
         for shard in shards {
-            self.flush(&shard).await;
+            let finished = self.held.get(&shard).is_some_and(|h| h.acks.is_finished());
+            if finished {
+                self.on_finished(shard).await;
+            } else {
+                self.flush(&shard).await;
+            }
         }
     }
 
@@ -569,7 +627,14 @@ impl Coordinator {
         if !self.held.contains_key(&shard) {
             return;
         }
-        if self.flush(&shard).await {
+        // Released only once SHARD_END is in the table; a failed write is retried at the next
+        // checkpoint interval.
+        if self.flush(&shard).await
+            && self
+                .held
+                .get(&shard)
+                .is_some_and(|h| h.written == Some(Checkpoint::ShardEnd))
+        {
             tracing::info!(shard = %shard, "shard finished (SHARD_END checkpointed)");
             self.release(&shard).await;
             // Its children may be eligible now.

@@ -26,6 +26,7 @@
 //! process does: nothing is flushed or released, and the leases are taken over once they
 //! expire.
 
+mod bounded;
 mod clock;
 mod config;
 mod coordinator;
@@ -189,15 +190,22 @@ impl SubscriptionBuilder {
     /// listing has taken this instance's shards and fixed where each starts (their first
     /// iterators are fetched), so a record written after `start` returns is not missed.
     ///
+    /// A first listing that fails in a way retrying cannot fix (the stream does not exist,
+    /// ListShards is denied) fails `start`; a transient failure is retried at the next listing
+    /// and reported on the stream.
+    ///
     /// # Errors
     ///
-    /// [`KinesisError::InvalidConfig`] for a refused setting, and
-    /// [`KinesisError::LeaseStore`] when the lease table cannot be prepared.
+    /// [`KinesisError::InvalidConfig`] for a refused setting,
+    /// [`KinesisError::LeaseStore`] when the lease table cannot be prepared, and the first
+    /// listing's error when it cannot succeed (e.g. [`KinesisError::StreamNotFound`]).
     pub async fn start(self) -> Result<Subscription, KinesisError> {
         self.config.validate()?;
         self.store.prepare().await?;
         let (commands_tx, commands) = mpsc::unbounded_channel();
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let shutdown_tx = Arc::new(shutdown_tx);
+        let shutdown_tx_for_error = shutdown_tx.clone();
         let (done_tx, done_rx) = watch::channel(false);
         let owner = self.config.owner.clone();
         let span = tracing::info_span!("subscription", stream = %self.stream, owner = %owner);
@@ -208,13 +216,12 @@ impl SubscriptionBuilder {
             done: done_tx,
             first_sync: first_sync_tx,
         };
-        let coordinator = Coordinator::new(
-            self.api,
+        let store: SharedLeaseStore = Arc::new(bounded::BoundedStore::new(
             self.store,
-            self.stream.clone(),
-            self.config,
-            links,
-        );
+            self.config.call_timeout(),
+        ));
+        let coordinator =
+            Coordinator::new(self.api, store, self.stream.clone(), self.config, links);
         let run = tracing::Instrument::instrument(coordinator.run(), span);
         let task = match &self.runtime {
             Some(runtime) => runtime.spawn(run),
@@ -222,14 +229,18 @@ impl SubscriptionBuilder {
         };
         // Return once the first listing has taken its shards and fixed where each starts:
         // a record written after `start` returns is then never missed by a LATEST start.
-        let _ = first_sync.await;
+        if let Ok(Some(e)) = first_sync.await {
+            // The first listing failed in a way retrying cannot fix: stop and say why.
+            let _ = shutdown_tx_for_error.send(true);
+            return Err(e);
+        }
         Ok(Subscription {
             shards: StreamMap::new(),
             commands,
             closing: false,
             task: Some(task),
             handle: ShutdownHandle {
-                shutdown: Arc::new(shutdown_tx),
+                shutdown: shutdown_tx,
                 done: done_rx,
             },
             stream: self.stream,

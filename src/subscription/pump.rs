@@ -49,6 +49,9 @@ pin_project! {
         max_in_flight: usize,
         events: UnboundedSender<PumpEvent>,
         done: bool,
+        // The shard was read to its end; records sent back are still served until the shard
+        // is finished and the subscription removes this pump.
+        drained: bool,
         retry_timer: Option<Pin<Box<Sleep>>>,
     }
 }
@@ -68,6 +71,7 @@ impl ShardPump {
             max_in_flight,
             events,
             done: false,
+            drained: false,
             retry_timer: None,
         }
     }
@@ -105,6 +109,9 @@ impl Stream for ShardPump {
                 }
             }
         }
+        if *this.drained {
+            return Poll::Pending;
+        }
         if !this.acks.has_room(*this.max_in_flight, cx.waker()) {
             return Poll::Pending;
         }
@@ -130,18 +137,27 @@ impl Stream for ShardPump {
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
-                *this.done = true;
                 let end = match this.inner.shard_end() {
                     Some(end) => {
                         this.acks.mark_ended();
+                        *this.drained = true;
                         PumpEnd::ShardEnd(end.clone())
                     }
-                    None => PumpEnd::Stopped,
+                    None => {
+                        *this.done = true;
+                        PumpEnd::Stopped
+                    }
                 };
                 let _ = this.events.send(PumpEvent {
                     shard: this.acks.shard().clone(),
                     end,
                 });
+                if *this.drained {
+                    // Stay until the shard is finished: a record may still be sent back. The
+                    // next poll serves the retry queue and registers for it.
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
                 Poll::Ready(None)
             }
         }
