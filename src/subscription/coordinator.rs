@@ -505,13 +505,27 @@ impl Coordinator {
     }
 
     async fn renew_all(&mut self) {
-        let shards: Vec<String> = self.held.keys().cloned().collect();
-        for shard in shards {
-            let Some(held) = self.held.get(&shard) else {
+        // All renewals at once (each bounded by the call timeout), so that many held shards
+        // cannot push the last renewal past the lease duration.
+        let store = self.store.clone();
+        let calls: Vec<_> = self
+            .held
+            .iter()
+            .map(|(shard, held)| {
+                let (shard, lease, since) = (
+                    shard.clone(),
+                    held.lease.clone(),
+                    held.last_renewed.elapsed(),
+                );
+                let store = store.clone();
+                async move { (shard, since, store.renew(&lease).await) }
+            })
+            .collect();
+        for (shard, since, result) in futures::future::join_all(calls).await {
+            if !self.held.contains_key(&shard) {
                 continue;
-            };
-            let since = held.last_renewed.elapsed();
-            match self.store.renew(&held.lease).await {
+            }
+            match result {
                 Ok(lease) => {
                     if since > self.config.renew_interval() * 3 / 2 {
                         tracing::warn!(shard = %shard, late_by = ?since, "lease renewed late");
@@ -525,6 +539,10 @@ impl Coordinator {
                     self.drop_shard(&shard);
                 }
                 Err(e) => {
+                    let since = self
+                        .held
+                        .get(&shard)
+                        .map_or(since, |h| h.last_renewed.elapsed());
                     if since >= self.config.give_up_after() {
                         tracing::error!(
                             shard = %shard,
