@@ -12,7 +12,7 @@ use futures::{SinkExt, StreamExt};
 use kinesis_dataflow::subscription::ShiftedClock;
 use kinesis_dataflow::{
     AckSink, Checkpoint, Delivery, KinesisPosition, LeaseStore, MemoryKinesis, MemoryLeaseStore,
-    ReadSettings, Record, SharedKinesis, Subscription, SubscriptionBuilder,
+    ReadSettings, Record, SharedKinesis, SharedLeaseStore, Subscription, SubscriptionBuilder,
 };
 use support::cutoff::CutOff;
 
@@ -32,7 +32,12 @@ fn setup(shards: u32, records: usize) -> (MemoryKinesis, SharedKinesis, MemoryLe
 }
 
 fn builder(api: &SharedKinesis, store: &MemoryLeaseStore, owner: &str) -> SubscriptionBuilder {
-    Subscription::builder(api.clone(), Arc::new(store.clone()), STREAM)
+    builder_on(api, Arc::new(store.clone()), owner)
+}
+
+/// The test settings over any lease store: fast listings, short leases, frequent checkpoints.
+fn builder_on(api: &SharedKinesis, store: SharedLeaseStore, owner: &str) -> SubscriptionBuilder {
+    Subscription::builder(api.clone(), store, STREAM)
         .owner(owner)
         .start_at(KinesisPosition::horizon())
         .read_settings(
@@ -173,17 +178,7 @@ async fn a_dropped_delivery_is_counted_and_does_not_stall_the_shard() {
 async fn an_instance_cut_off_from_the_lease_store_stops_reading_and_cannot_checkpoint() {
     let (memory, api, store) = setup(1, 10);
     let a_view = CutOff::new(Arc::new(store.clone()));
-    let mut a = Subscription::builder(api.clone(), Arc::new(a_view.clone()), STREAM)
-        .owner("a")
-        .start_at(KinesisPosition::horizon())
-        .read_settings(
-            ReadSettings::default()
-                .poll_interval(Duration::from_millis(50))
-                .unlimited_reads(),
-        )
-        .list_interval(Duration::from_millis(200))
-        .lease_duration(Duration::from_millis(900))
-        .checkpoint_interval(Duration::from_millis(100))
+    let mut a = builder_on(&api, Arc::new(a_view.clone()), "a")
         .start()
         .await
         .unwrap();
