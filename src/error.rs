@@ -229,6 +229,13 @@ pub enum KinesisError {
     /// stay written), hands back every record that was not, and names the last error.
     #[error("{0}")]
     PublishFailed(Box<crate::publish::PublishFailure>),
+
+    /// The RustStream broker face was shut down: handles kept from before the shutdown
+    /// (publishers, subscriptions, deliveries) refuse to work rather than silently succeed.
+    #[error(
+        "the Kinesis broker was shut down; connect a new one to publish, subscribe or settle again"
+    )]
+    ShutDown,
 }
 
 impl KinesisError {

@@ -14,6 +14,7 @@
 //! | [`position`] | where a reader opens: positions, checkpoints, and the rule combining them |
 //! | [`record`] | the [`Record`] a reader yields |
 //! | [`error`] | [`KinesisError`], the crate's one error |
+//! | [`broker`] | the RustStream broker face over all of the above (`KinesisBroker`, `KinesisStream`) |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -38,6 +39,7 @@
 
 pub mod ack;
 pub mod api;
+pub mod broker;
 pub mod error;
 pub mod lease;
 pub mod position;

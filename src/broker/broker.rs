@@ -1,0 +1,511 @@
+//! [`KinesisBroker`] (configuration) and [`ConnectedKinesis`] (the live connection).
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ruststream::{Broker, ConnectedBroker};
+use tokio::runtime::Handle as RuntimeHandle;
+
+use super::publisher::{KinesisPublish, KinesisPublisher};
+use crate::api::{AwsKinesis, MemoryKinesis, SharedKinesis};
+use crate::error::KinesisError;
+use crate::lease::{DynamoLeaseStore, MemoryLeaseStore, SharedLeaseStore};
+use crate::subscription::ShutdownHandle;
+
+/// How long [`ConnectedBroker::shutdown`] waits for the subscriptions to flush their
+/// checkpoints and release their leases, by default.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Where the records live.
+#[derive(Clone)]
+enum Transport {
+    /// The AWS SDK, configured at `connect`.
+    Aws {
+        sdk_config: Option<Box<aws_config::SdkConfig>>,
+        endpoint: Option<String>,
+        kinesis_endpoint: Option<String>,
+        dynamodb_endpoint: Option<String>,
+        region: Option<String>,
+    },
+    /// An in-memory Kinesis (demos, tests); clones of the broker share it.
+    Memory(MemoryKinesis),
+}
+
+/// Where the leases and checkpoints live.
+#[derive(Clone)]
+enum LeaseChoice {
+    /// A DynamoDB table named after the application (the default with the AWS transport).
+    Dynamo { table: Option<String> },
+    /// A store given ready (an in-memory one, or any [`LeaseStore`](crate::LeaseStore)).
+    Ready(SharedLeaseStore),
+}
+
+/// Kinesis as a RustStream broker.
+///
+/// Construction is synchronous and does no I/O: it only records settings. [`Broker::connect`]
+/// resolves them. With the AWS transport (the default) that is the standard AWS configuration
+/// (credential chain, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_KINESIS`,
+/// `AWS_ENDPOINT_URL_DYNAMODB`) unless a ready [`SdkConfig`](aws_config::SdkConfig) is given,
+/// and the leases go to a DynamoDB table named after the [application](Self::application).
+///
+/// Clones share the in-memory transport and lease store when those were chosen.
+///
+/// ```
+/// use std::time::Duration;
+/// use kinesis_dataflow::broker::KinesisBroker;
+///
+/// let broker = KinesisBroker::new()
+///     .application("shipping")
+///     .region("eu-west-1")
+///     .create_missing_streams(2)
+///     .shutdown_grace(Duration::from_secs(1));
+/// # let _ = broker;
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct KinesisBroker {
+    transport: Transport,
+    leases: LeaseChoice,
+    application: Option<String>,
+    owner: Option<String>,
+    create_missing_streams: Option<u32>,
+    shutdown_grace: Duration,
+}
+
+impl fmt::Debug for KinesisBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let transport = match &self.transport {
+            Transport::Aws {
+                sdk_config,
+                endpoint,
+                kinesis_endpoint,
+                dynamodb_endpoint,
+                region,
+            } => format!(
+                "aws(config: {}, endpoint: {endpoint:?}, kinesis_endpoint: \
+                 {kinesis_endpoint:?}, dynamodb_endpoint: {dynamodb_endpoint:?}, region: \
+                 {region:?})",
+                if sdk_config.is_some() {
+                    "given"
+                } else {
+                    "from environment"
+                }
+            ),
+            Transport::Memory(_) => "memory".to_owned(),
+        };
+        let leases = match &self.leases {
+            LeaseChoice::Dynamo { table } => format!("dynamodb(table: {table:?})"),
+            LeaseChoice::Ready(_) => "given".to_owned(),
+        };
+        f.debug_struct("KinesisBroker")
+            .field("transport", &transport)
+            .field("leases", &leases)
+            .field("application", &self.application)
+            .field("owner", &self.owner)
+            .field("create_missing_streams", &self.create_missing_streams)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+impl Default for KinesisBroker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KinesisBroker {
+    /// A broker on AWS, configured from the environment at `connect`, with leases in DynamoDB.
+    pub fn new() -> Self {
+        Self {
+            transport: Transport::Aws {
+                sdk_config: None,
+                endpoint: None,
+                kinesis_endpoint: None,
+                dynamodb_endpoint: None,
+                region: None,
+            },
+            leases: LeaseChoice::Dynamo { table: None },
+            application: None,
+            owner: None,
+            create_missing_streams: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+
+    /// A broker on an in-memory Kinesis, with leases in memory (for demos and tests). Clones
+    /// of the broker (and of `kinesis`) share the streams and the leases.
+    pub fn in_memory(kinesis: MemoryKinesis) -> Self {
+        Self {
+            transport: Transport::Memory(kinesis),
+            leases: LeaseChoice::Ready(Arc::new(MemoryLeaseStore::new())),
+            ..Self::new()
+        }
+    }
+
+    /// Uses a ready SDK configuration instead of the environment's (AWS transport only).
+    pub fn sdk_config(mut self, config: aws_config::SdkConfig) -> Self {
+        if let Transport::Aws { sdk_config, .. } = &mut self.transport {
+            *sdk_config = Some(Box::new(config));
+        }
+        self
+    }
+
+    /// Sends every Kinesis and DynamoDB call to `url` (LocalStack, emulators). AWS transport
+    /// only; it overrides the endpoint of a given SDK configuration too.
+    pub fn endpoint(mut self, url: impl Into<String>) -> Self {
+        if let Transport::Aws { endpoint, .. } = &mut self.transport {
+            *endpoint = Some(url.into());
+        }
+        self
+    }
+
+    /// Sends the Kinesis calls to `url` (ahead of [`endpoint`](Self::endpoint) and
+    /// `AWS_ENDPOINT_URL_KINESIS`). AWS transport only.
+    pub fn kinesis_endpoint(mut self, url: impl Into<String>) -> Self {
+        if let Transport::Aws {
+            kinesis_endpoint, ..
+        } = &mut self.transport
+        {
+            *kinesis_endpoint = Some(url.into());
+        }
+        self
+    }
+
+    /// Sends the lease table's DynamoDB calls to `url` (ahead of
+    /// [`endpoint`](Self::endpoint) and `AWS_ENDPOINT_URL_DYNAMODB`). AWS transport only.
+    pub fn dynamodb_endpoint(mut self, url: impl Into<String>) -> Self {
+        if let Transport::Aws {
+            dynamodb_endpoint, ..
+        } = &mut self.transport
+        {
+            *dynamodb_endpoint = Some(url.into());
+        }
+        self
+    }
+
+    /// The AWS region (default: the environment's). AWS transport only.
+    pub fn region(mut self, name: impl Into<String>) -> Self {
+        if let Transport::Aws { region, .. } = &mut self.transport {
+            *region = Some(name.into());
+        }
+        self
+    }
+
+    /// The application name: it names the DynamoDB lease table
+    /// (`kinesis-dataflow-<application>`). Instances of one application share the stream's
+    /// shards through that table; different applications each read every record.
+    ///
+    /// Default: the file name of the running executable, so copies of one program share the
+    /// shards and two different programs never compete for them.
+    pub fn application(mut self, name: impl Into<String>) -> Self {
+        self.application = Some(name.into());
+        self
+    }
+
+    /// The DynamoDB lease table, instead of the one derived from the application name.
+    pub fn lease_table(mut self, table: impl Into<String>) -> Self {
+        self.leases = LeaseChoice::Dynamo {
+            table: Some(table.into()),
+        };
+        self
+    }
+
+    /// Keeps leases and checkpoints in memory: nothing survives the process, and instances
+    /// cannot share shards. Clones of the broker share the store.
+    pub fn in_memory_leases(mut self) -> Self {
+        self.leases = LeaseChoice::Ready(Arc::new(MemoryLeaseStore::new()));
+        self
+    }
+
+    /// Keeps leases and checkpoints in `store`.
+    pub fn lease_store(mut self, store: SharedLeaseStore) -> Self {
+        self.leases = LeaseChoice::Ready(store);
+        self
+    }
+
+    /// The id this instance holds leases as (default: host, process id and a random suffix,
+    /// fresh for each subscription).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Creates a missing stream with `shards` shards when a subscription opens it, for the
+    /// by-name form (`#[subscriber("name")]`) and for descriptors that do not say
+    /// [`create_if_missing`](super::KinesisStream::create_if_missing) themselves.
+    pub fn create_missing_streams(mut self, shards: u32) -> Self {
+        self.create_missing_streams = Some(shards);
+        self
+    }
+
+    /// How long shutdown waits for the subscriptions to flush their checkpoints and release
+    /// their leases (default 2 s; the framework has settled the handlers before). Half of it
+    /// goes to deliveries still held unsettled, the rest to the flush and the release.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    fn application_name(&self) -> String {
+        if let Some(name) = &self.application {
+            return name.clone();
+        }
+        std::env::current_exe()
+            .ok()
+            .and_then(|path| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .unwrap_or_default()
+    }
+
+    async fn resolve(self) -> Result<Inner, KinesisError> {
+        let runtime = RuntimeHandle::current();
+        let application = self.application_name();
+        let (api, dynamo): (SharedKinesis, Option<aws_sdk_dynamodb::Client>) = match &self.transport
+        {
+            Transport::Memory(kinesis) => (Arc::new(kinesis.clone()), None),
+            Transport::Aws {
+                sdk_config,
+                endpoint,
+                kinesis_endpoint,
+                dynamodb_endpoint,
+                region,
+            } => {
+                let config = match sdk_config {
+                    Some(config) => {
+                        let mut builder = config.to_builder();
+                        if let Some(url) = endpoint {
+                            builder.set_endpoint_url(Some(url.clone()));
+                        }
+                        if let Some(region) = region {
+                            builder.set_region(Some(aws_config::Region::new(region.clone())));
+                        }
+                        builder.build()
+                    }
+                    None => {
+                        let mut loader =
+                            aws_config::defaults(aws_config::BehaviorVersion::latest());
+                        if let Some(url) = endpoint {
+                            loader = loader.endpoint_url(url.clone());
+                        }
+                        if let Some(region) = region {
+                            loader = loader.region(aws_config::Region::new(region.clone()));
+                        }
+                        loader.load().await
+                    }
+                };
+                let mut kinesis = aws_sdk_kinesis::config::Builder::from(&config);
+                if let Some(url) = kinesis_endpoint {
+                    kinesis = kinesis.endpoint_url(url.clone());
+                }
+                let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&config);
+                if let Some(url) = dynamodb_endpoint {
+                    dynamo = dynamo.endpoint_url(url.clone());
+                }
+                (
+                    Arc::new(AwsKinesis::new(aws_sdk_kinesis::Client::from_conf(
+                        kinesis.build(),
+                    ))),
+                    Some(aws_sdk_dynamodb::Client::from_conf(dynamo.build())),
+                )
+            }
+        };
+        let store: SharedLeaseStore = match &self.leases {
+            LeaseChoice::Ready(store) => store.clone(),
+            LeaseChoice::Dynamo { table } => {
+                let Some(client) = dynamo else {
+                    return Err(KinesisError::InvalidConfig {
+                        setting: "lease_table",
+                        value: format!("{table:?}"),
+                        reason: "a DynamoDB lease store needs the AWS transport; use \
+                                 `in_memory_leases()` with the in-memory transport"
+                            .into(),
+                    });
+                };
+                let table = table
+                    .clone()
+                    .unwrap_or_else(|| DynamoLeaseStore::default_table_name(&application));
+                Arc::new(DynamoLeaseStore::new(client, table)?)
+            }
+        };
+        if let Some(0) = self.create_missing_streams {
+            return Err(KinesisError::InvalidConfig {
+                setting: "create_missing_streams",
+                value: "0".into(),
+                reason: "a stream has at least one shard".into(),
+            });
+        }
+        if self.shutdown_grace > Duration::from_secs(60) {
+            return Err(KinesisError::InvalidConfig {
+                setting: "shutdown_grace",
+                value: format!("{:?}", self.shutdown_grace),
+                reason: "must be at most 60 s".into(),
+            });
+        }
+        Ok(Inner {
+            api,
+            store,
+            runtime,
+            closed: AtomicBool::new(false),
+            subscriptions: Mutex::new(Vec::new()),
+            owner: self.owner,
+            create_missing_streams: self.create_missing_streams,
+            shutdown_grace: self.shutdown_grace,
+        })
+    }
+}
+
+impl Broker for KinesisBroker {
+    type Error = KinesisError;
+    type Connected = ConnectedKinesis;
+
+    /// Resolves the configuration (with the AWS transport: the SDK configuration and the
+    /// lease table's client) on the runtime `connect` runs on; every task the broker starts
+    /// later runs on that runtime.
+    async fn connect(self) -> Result<ConnectedKinesis, KinesisError> {
+        Ok(ConnectedKinesis {
+            inner: Arc::new(self.resolve().await?),
+        })
+    }
+}
+
+/// The shared state of a connection.
+pub(crate) struct Inner {
+    pub(crate) api: SharedKinesis,
+    pub(crate) store: SharedLeaseStore,
+    /// The runtime `connect` ran on: subscriptions and SDK calls run there.
+    pub(crate) runtime: RuntimeHandle,
+    pub(crate) closed: AtomicBool,
+    subscriptions: Mutex<Vec<ShutdownHandle>>,
+    pub(crate) owner: Option<String>,
+    pub(crate) create_missing_streams: Option<u32>,
+    pub(crate) shutdown_grace: Duration,
+}
+
+impl Inner {
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// `Err(ShutDown)` once the connection is shut down.
+    pub(crate) fn check_open(&self) -> Result<(), KinesisError> {
+        if self.is_closed() {
+            Err(KinesisError::ShutDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Records a subscription so shutdown stops it. Refused (and the subscription stopped)
+    /// when the connection closed meanwhile.
+    pub(crate) fn register(&self, handle: ShutdownHandle) -> Result<(), KinesisError> {
+        let mut subscriptions = self
+            .subscriptions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.is_closed() {
+            drop(subscriptions);
+            self.runtime.spawn(async move { handle.shutdown().await });
+            return Err(KinesisError::ShutDown);
+        }
+        subscriptions.push(handle);
+        Ok(())
+    }
+}
+
+/// A connected [`KinesisBroker`]: the clients, the lease store, and the subscriptions opened
+/// through it. Clones share one connection; shutting one down shuts down all.
+#[derive(Clone)]
+pub struct ConnectedKinesis {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for ConnectedKinesis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectedKinesis")
+            .field("region", &self.inner.api.region())
+            .field("closed", &self.inner.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConnectedKinesis {
+    /// A publisher with the default policy (random partition keys unless a publish names one).
+    #[must_use]
+    pub fn publisher(&self) -> KinesisPublisher {
+        KinesisPublisher::new(self.inner.clone(), KinesisPublish::default())
+    }
+
+    /// The Kinesis client behind this connection.
+    #[must_use]
+    pub fn kinesis(&self) -> SharedKinesis {
+        self.inner.api.clone()
+    }
+
+    /// True once [`shutdown`](ConnectedBroker::shutdown) was called on this connection or a
+    /// clone of it.
+    #[must_use]
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.is_closed()
+    }
+}
+
+/// What a shutdown did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClosedKinesis {
+    /// Subscriptions stopped (checkpoints flushed, leases released) within the grace period.
+    pub subscriptions_stopped: usize,
+    /// Subscriptions still stopping when the grace period ended: their leases expire on their
+    /// own, and another instance resumes from their last written checkpoint.
+    pub subscriptions_unfinished: usize,
+}
+
+impl ConnectedBroker for ConnectedKinesis {
+    type Error = KinesisError;
+    type Closed = ClosedKinesis;
+
+    /// Stops every subscription gracefully: reading stops, settled progress is checkpointed
+    /// and the leases are released, within the shutdown grace. Afterwards every handle of this
+    /// connection (publishers, subscribers, unsettled deliveries) answers
+    /// [`KinesisError::ShutDown`].
+    async fn shutdown(self) -> Result<ClosedKinesis, KinesisError> {
+        self.inner.closed.store(true, Ordering::Release);
+        let handles = std::mem::take(
+            &mut *self
+                .inner
+                .subscriptions
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let total = handles.len();
+        let grace = self.inner.shutdown_grace;
+        let stops: Vec<_> = handles
+            .into_iter()
+            .map(|handle| {
+                self.inner.runtime.spawn(async move {
+                    tokio::time::timeout(grace, handle.shutdown()).await.is_ok()
+                })
+            })
+            .collect();
+        let mut stopped = 0;
+        for stop in stops {
+            // A bound on top of the task's own: the runtime may be winding down.
+            if let Ok(Ok(true)) =
+                tokio::time::timeout(grace + Duration::from_millis(500), stop).await
+            {
+                stopped += 1;
+            }
+        }
+        tracing::info!(
+            stopped,
+            unfinished = total - stopped,
+            "Kinesis broker shut down"
+        );
+        Ok(ClosedKinesis {
+            subscriptions_stopped: stopped,
+            subscriptions_unfinished: total - stopped,
+        })
+    }
+}

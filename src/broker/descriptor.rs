@@ -1,0 +1,372 @@
+//! [`KinesisStream`]: the descriptor a subscriber is mounted on.
+
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
+
+use ruststream::{
+    AddressedCopies, FromName, RedeliveryAddress, RedeliveryAddressed, Subscribe,
+    SubscriptionSource,
+};
+
+use super::broker::{ConnectedKinesis, Inner};
+use super::subscriber::KinesisSubscriber;
+use crate::api::StreamStatus;
+use crate::error::KinesisError;
+use crate::position::KinesisPosition;
+use crate::shard::ReadSettings;
+use crate::subscription::Subscription;
+
+/// The most shards `create_if_missing` asks for (the default account limit per region is
+/// higher, but a descriptor asking for more is almost surely a typo).
+const MAX_CREATE_SHARDS: u32 = 10_000;
+/// How long a partial batch waits for more records, by default.
+const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(20);
+/// The longest `max_wait` allowed.
+const MAX_MAX_WAIT: Duration = Duration::from_secs(60);
+/// How long `create_if_missing` waits for a new stream to become ACTIVE.
+const ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A Kinesis stream to subscribe to, with how to read it.
+///
+/// ```
+/// use std::time::Duration;
+/// use kinesis_dataflow::KinesisPosition;
+/// use kinesis_dataflow::broker::KinesisStream;
+///
+/// let shipments = KinesisStream::new("shipments")
+///     .create_if_missing(2)
+///     .poll_interval(Duration::from_millis(200))
+///     .batch_size(500)
+///     .start_at(KinesisPosition::horizon());
+/// # let _ = shipments;
+/// ```
+///
+/// Every setting is checked when the subscription starts, before any call: an invalid one
+/// fails the startup with [`KinesisError::InvalidConfig`] naming the setting and the value.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct KinesisStream {
+    name: String,
+    create_if_missing: Option<u32>,
+    start_at: Option<KinesisPosition>,
+    read: ReadSettings,
+    list_interval: Option<Duration>,
+    lease_duration: Option<Duration>,
+    checkpoint_interval: Option<Duration>,
+    max_in_flight: Option<usize>,
+    max_wait: Duration,
+}
+
+impl KinesisStream {
+    /// The stream `name`, read from its checkpoints (or, without one, from the tip).
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            create_if_missing: None,
+            start_at: None,
+            read: ReadSettings::default(),
+            list_interval: None,
+            lease_duration: None,
+            checkpoint_interval: None,
+            max_in_flight: None,
+            max_wait: DEFAULT_MAX_WAIT,
+        }
+    }
+
+    /// Creates the stream with `shards` shards when it does not exist, and waits until it is
+    /// ACTIVE before reading.
+    pub fn create_if_missing(mut self, shards: u32) -> Self {
+        self.create_if_missing = Some(shards);
+        self
+    }
+
+    /// Where the shards start at startup, ahead of their checkpoints (see
+    /// [`KinesisPosition`]). Shards taken later (children, takeovers) resume from their
+    /// checkpoints.
+    ///
+    /// This is the descriptor's own setting, applied when the subscription starts. The
+    /// framework's mount-site step (`b.include(handler.start_at(..))`) needs a seekable
+    /// subscriber, which this broker does not offer yet.
+    pub fn start_at(mut self, position: KinesisPosition) -> Self {
+        self.start_at = Some(position);
+        self
+    }
+
+    /// How long a shard's reader waits after a read that returned no records (default 1 s).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.read = self.read.poll_interval(interval);
+        self
+    }
+
+    /// How many records one GetRecords call asks for: 1 to 10,000 (default 1,000).
+    pub fn batch_size(mut self, records: u32) -> Self {
+        self.read = self.read.batch_size(records);
+        self
+    }
+
+    /// Every read setting at once (replaces `poll_interval` and `batch_size`).
+    pub fn read_settings(mut self, settings: ReadSettings) -> Self {
+        self.read = settings;
+        self
+    }
+
+    /// How often the stream's shards are listed (default 10 s).
+    pub fn list_interval(mut self, every: Duration) -> Self {
+        self.list_interval = Some(every);
+        self
+    }
+
+    /// How long a lease lives without renewal (default 10 s).
+    pub fn lease_duration(mut self, duration: Duration) -> Self {
+        self.lease_duration = Some(duration);
+        self
+    }
+
+    /// The most frequent checkpoint write per shard (default 5 s).
+    pub fn checkpoint_interval(mut self, every: Duration) -> Self {
+        self.checkpoint_interval = Some(every);
+        self
+    }
+
+    /// How many deliveries of one shard may be unsettled before its reader pauses.
+    pub fn max_in_flight(mut self, deliveries: usize) -> Self {
+        self.max_in_flight = Some(deliveries);
+        self
+    }
+
+    /// For a batch subscription: how long a partial batch waits for more records after its
+    /// first (default 20 ms; at most 60 s). A GetRecords answer fills a batch at once.
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
+        self
+    }
+
+    /// The stream name.
+    #[must_use]
+    pub fn stream_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Checks what can be checked without a call: the name, the shard count, the reads.
+    fn validate(&self, create: Option<u32>) -> Result<(), KinesisError> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 128
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !name_ok {
+            return Err(KinesisError::InvalidConfig {
+                setting: "name",
+                value: format!("{:?}", self.name),
+                reason: "a stream name is 1 to 128 characters of a-z, A-Z, 0-9, `_`, `.` and `-`"
+                    .into(),
+            });
+        }
+        if let Some(shards) = create
+            && !(1..=MAX_CREATE_SHARDS).contains(&shards)
+        {
+            return Err(KinesisError::InvalidConfig {
+                setting: "create_if_missing",
+                value: shards.to_string(),
+                reason: format!("a stream is created with 1 to {MAX_CREATE_SHARDS} shards"),
+            });
+        }
+        if self.max_wait > MAX_MAX_WAIT {
+            return Err(KinesisError::InvalidConfig {
+                setting: "max_wait",
+                value: format!("{:?}", self.max_wait),
+                reason: format!("must be at most {MAX_MAX_WAIT:?}"),
+            });
+        }
+        self.read.validate()
+    }
+
+    /// Opens the subscription on the connection's runtime.
+    pub(crate) async fn open(
+        self,
+        connected: &ConnectedKinesis,
+    ) -> Result<KinesisSubscriber, KinesisError> {
+        let inner = connected.inner.clone();
+        inner.check_open()?;
+        let create = self.create_if_missing.or(inner.create_missing_streams);
+        self.validate(create)?;
+        let task_inner = inner.clone();
+        let stream: std::sync::Arc<str> = std::sync::Arc::from(self.name.as_str());
+        let max_wait = self.max_wait;
+        // Every call (and the subscription's background task) runs on the connection's
+        // runtime: the caller's may be a short-lived one.
+        let subscription = inner
+            .runtime
+            .spawn(async move { self.start(&task_inner, create).await })
+            .await
+            .map_err(|_| KinesisError::ShutDown)??;
+        inner.register(subscription.shutdown_handle())?;
+        Ok(KinesisSubscriber::new(
+            subscription,
+            stream,
+            inner,
+            max_wait,
+        ))
+    }
+
+    async fn start(self, inner: &Inner, create: Option<u32>) -> Result<Subscription, KinesisError> {
+        if let Some(shards) = create {
+            ensure_stream(inner, &self.name, shards).await?;
+        }
+        let mut builder = Subscription::builder(inner.api.clone(), inner.store.clone(), self.name)
+            .read_settings(self.read)
+            .runtime(inner.runtime.clone())
+            // Half the grace waits for deliveries still held; the other half is for the
+            // checkpoint flush and the lease release.
+            .shutdown_timeout(inner.shutdown_grace / 2);
+        if let Some(owner) = &inner.owner {
+            builder = builder.owner(owner.clone());
+        }
+        if let Some(position) = self.start_at {
+            builder = builder.start_at(position);
+        }
+        if let Some(every) = self.list_interval {
+            builder = builder.list_interval(every);
+        }
+        if let Some(duration) = self.lease_duration {
+            builder = builder.lease_duration(duration);
+        }
+        if let Some(every) = self.checkpoint_interval {
+            builder = builder.checkpoint_interval(every);
+        }
+        if let Some(n) = self.max_in_flight {
+            builder = builder.max_in_flight(n);
+        }
+        builder.start().await
+    }
+}
+
+/// Creates `stream` with `shards` shards when it does not exist, then waits until it is ACTIVE.
+async fn ensure_stream(inner: &Inner, stream: &str, shards: u32) -> Result<(), KinesisError> {
+    let started = Instant::now();
+    let mut created = false;
+    loop {
+        match inner.api.describe_stream_summary(stream).await {
+            Ok(summary) => match summary.status {
+                StreamStatus::Active | StreamStatus::Updating => return Ok(()),
+                StreamStatus::Creating => {}
+                StreamStatus::Deleting => {
+                    return Err(KinesisError::InvalidArgument {
+                        operation: crate::Operation::DescribeStreamSummary,
+                        stream: stream.to_owned(),
+                        message: "the stream is being deleted; create it again once it is gone"
+                            .into(),
+                    });
+                }
+            },
+            Err(KinesisError::StreamNotFound { .. }) if !created => {
+                tracing::info!(stream, shards, "creating missing stream");
+                match inner.api.create_stream(stream, shards).await {
+                    Ok(()) => {}
+                    // Another instance created it meanwhile: wait for it like for ours.
+                    Err(KinesisError::InvalidArgument { message, .. })
+                        if message.contains("ResourceInUse") || message.contains("exists") => {}
+                    Err(e) => return Err(e),
+                }
+                created = true;
+            }
+            Err(KinesisError::StreamNotFound { .. }) => {}
+            Err(e) if e.is_retryable() => {}
+            Err(e) => return Err(e),
+        }
+        if started.elapsed() > ACTIVE_TIMEOUT {
+            return Err(KinesisError::Service {
+                operation: crate::Operation::DescribeStreamSummary,
+                stream: stream.to_owned(),
+                message: format!("the stream was not ACTIVE after {ACTIVE_TIMEOUT:?}"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(if created { 200 } else { 100 })).await;
+    }
+}
+
+impl FromName for KinesisStream {
+    fn from_name(name: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(name.into().into_owned())
+    }
+}
+
+impl ruststream::runtime::IntoSource for KinesisStream {
+    type Source = Self;
+
+    fn into_source(self) -> Self {
+        self
+    }
+}
+
+impl SubscriptionSource<ConnectedKinesis> for KinesisStream {
+    type Subscriber = KinesisSubscriber;
+    type Copies = AddressedCopies;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn subscribe(
+        self,
+        connected: &ConnectedKinesis,
+    ) -> Result<KinesisSubscriber, KinesisError> {
+        self.open(connected).await
+    }
+}
+
+impl RedeliveryAddressed<ConnectedKinesis> for KinesisStream {
+    async fn redelivery_address(
+        &self,
+        _connected: &ConnectedKinesis,
+    ) -> Result<RedeliveryAddress, KinesisError> {
+        Ok(RedeliveryAddress::new(self.name.clone()))
+    }
+}
+
+impl Subscribe for ConnectedKinesis {
+    type Subscriber = KinesisSubscriber;
+    type Copies = AddressedCopies;
+
+    /// Subscribes by name with the broker's defaults (a missing stream is created only with
+    /// [`create_missing_streams`](super::KinesisBroker::create_missing_streams)).
+    async fn subscribe(&self, name: &str) -> Result<KinesisSubscriber, KinesisError> {
+        KinesisStream::new(name).open(self).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_bad_settings_naming_them() {
+        let cases = [
+            (KinesisStream::new(""), None, "name"),
+            (KinesisStream::new("a".repeat(129)), None, "name"),
+            (KinesisStream::new("bad name"), None, "name"),
+            (KinesisStream::new("ok"), Some(0), "create_if_missing"),
+            (
+                KinesisStream::new("ok").poll_interval(Duration::ZERO),
+                None,
+                "poll_interval",
+            ),
+            (KinesisStream::new("ok").batch_size(0), None, "batch_size"),
+            (
+                KinesisStream::new("ok").batch_size(10_001),
+                None,
+                "batch_size",
+            ),
+        ];
+        for (stream, create, expected) in cases {
+            match stream.validate(create) {
+                Err(KinesisError::InvalidConfig { setting, .. }) => assert_eq!(setting, expected),
+                other => panic!("{stream:?}: expected {expected} refused, got {other:?}"),
+            }
+        }
+        KinesisStream::new("shipments.v2_x-y")
+            .validate(Some(2))
+            .unwrap();
+    }
+}

@@ -1,0 +1,284 @@
+//! [`KinesisMessage`]: one delivered record and its settlement; [`KinesisContext`] and its keys.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use ruststream::{
+    AckError, BuildContext, ContextField, Field, HeaderMap, IncomingMessage, Partitioned,
+};
+
+use super::broker::Inner;
+use crate::ack::Delivery;
+use crate::error::KinesisError;
+use crate::record::Record;
+
+/// Deliveries so far of the records sent back for another try, by (shard, sequence number).
+pub(crate) type Attempts = Arc<Mutex<HashMap<(Arc<str>, String), u64>>>;
+
+/// One record delivered to a handler, with what settles it (see the
+/// [settlement table](super#settlement-on-a-log)).
+///
+/// The headers come from the record's [envelope](super::envelope) (none for a bare record).
+pub struct KinesisMessage {
+    delivery: Option<Delivery<Record>>,
+    headers: HeaderMap,
+    offset: usize,
+    stream: Arc<str>,
+    attempt: u64,
+    attempts: Attempts,
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for KinesisMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = f.debug_struct("KinesisMessage");
+        out.field("stream", &self.stream);
+        if let Some(delivery) = &self.delivery {
+            out.field("shard", &delivery.shard_id())
+                .field("sequence_number", &delivery.sequence_number())
+                .field("partition_key", &delivery.partition_key());
+        }
+        out.field("attempt", &self.attempt).finish()
+    }
+}
+
+impl KinesisMessage {
+    pub(crate) fn new(
+        delivery: Delivery<Record>,
+        stream: Arc<str>,
+        attempts: Attempts,
+        inner: Arc<Inner>,
+    ) -> Self {
+        let attempt = attempts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key(&delivery))
+            .copied()
+            .unwrap_or(0)
+            + 1;
+        let (headers, offset) = super::envelope::decode(delivery.data());
+        Self {
+            delivery: Some(delivery),
+            headers,
+            offset,
+            stream,
+            attempt,
+            attempts,
+            inner,
+        }
+    }
+
+    /// The record (present until the message is settled).
+    #[must_use]
+    pub fn record(&self) -> Option<&Record> {
+        self.delivery.as_deref()
+    }
+
+    /// The stream the record was read from.
+    #[must_use]
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// Sends the record back (holding the checkpoint) and remembers this attempt.
+    fn send_back(&mut self, delay: Duration) {
+        if let Some(delivery) = self.delivery.take() {
+            self.attempts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(key(&delivery), self.attempt);
+            delivery.retry_after(delay);
+        }
+    }
+
+    fn forget(&self, delivery: &Delivery<Record>) {
+        if self.attempt > 1 {
+            self.attempts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key(delivery));
+        }
+    }
+
+    /// After shutdown: the record is held (it will be read again from the checkpoint) and the
+    /// settlement is refused.
+    fn refuse_closed(&mut self) -> Result<(), AckError> {
+        self.send_back(Duration::ZERO);
+        Err(AckError::Broker(Box::new(KinesisError::ShutDown)))
+    }
+}
+
+fn key(delivery: &Delivery<Record>) -> (Arc<str>, String) {
+    (
+        delivery.shard_id_shared().clone(),
+        delivery.sequence_number().to_owned(),
+    )
+}
+
+impl Drop for KinesisMessage {
+    /// A message dropped unsettled is sent back like `retry()`: the checkpoint does not pass it.
+    fn drop(&mut self) {
+        if self.delivery.is_some() {
+            tracing::debug!(stream = %self.stream, "message dropped unsettled; redelivered");
+            self.send_back(Duration::ZERO);
+        }
+    }
+}
+
+impl IncomingMessage for KinesisMessage {
+    fn payload(&self) -> &[u8] {
+        self.delivery
+            .as_ref()
+            .map_or(&[], |d| &d.data()[self.offset..])
+    }
+
+    fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    fn partition_key(&self) -> Option<&[u8]> {
+        Partitioned::partition_key(self)
+    }
+
+    fn redelivery_count(&self) -> Option<u64> {
+        Some(self.attempt)
+    }
+
+    async fn ack(mut self) -> Result<(), AckError> {
+        if self.inner.is_closed() {
+            return self.refuse_closed();
+        }
+        if let Some(delivery) = self.delivery.take() {
+            self.forget(&delivery);
+            delivery.ack();
+        }
+        Ok(())
+    }
+
+    async fn nack(mut self, requeue: bool) -> Result<(), AckError> {
+        if self.inner.is_closed() {
+            return self.refuse_closed();
+        }
+        if requeue {
+            self.send_back(Duration::ZERO);
+        } else if let Some(delivery) = self.delivery.take() {
+            self.forget(&delivery);
+            tracing::info!(
+                stream = %self.stream,
+                shard = %delivery.shard_id(),
+                sequence_number = %delivery.sequence_number(),
+                "record dropped by its handler; skipped"
+            );
+            delivery.skip();
+        }
+        Ok(())
+    }
+
+    fn supports_nack_after(&self) -> bool {
+        true
+    }
+
+    async fn nack_after(mut self, delay: Duration) -> Result<(), AckError> {
+        if self.inner.is_closed() {
+            return self.refuse_closed();
+        }
+        self.send_back(delay);
+        Ok(())
+    }
+}
+
+impl Partitioned for KinesisMessage {
+    fn partition_key(&self) -> Option<&[u8]> {
+        self.delivery.as_ref().map(|d| d.partition_key().as_bytes())
+    }
+}
+
+/// What a handler may read about the record it handles, through the keys below
+/// (`Ctx<ShardId>`, `ctx.context(ShardId)`).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct KinesisContext {
+    /// The stream name.
+    pub stream: Arc<str>,
+    /// The shard id.
+    pub shard_id: Arc<str>,
+    /// The record's sequence number.
+    pub sequence_number: String,
+    /// The record's partition key.
+    pub partition_key: String,
+    /// When the service accepted the record (approximate).
+    pub arrival: Option<SystemTime>,
+    /// How far the shard's tip was ahead of the read that returned the record, in ms.
+    pub millis_behind_latest: Option<u64>,
+}
+
+impl BuildContext<KinesisMessage> for KinesisContext {
+    fn build(msg: &KinesisMessage) -> Self {
+        let record = msg.record();
+        Self {
+            stream: msg.stream.clone(),
+            shard_id: record.map_or_else(|| Arc::from(""), |r| r.shard_id_shared().clone()),
+            sequence_number: record
+                .map(|r| r.sequence_number().to_owned())
+                .unwrap_or_default(),
+            partition_key: record
+                .map(|r| r.partition_key().to_owned())
+                .unwrap_or_default(),
+            arrival: record.and_then(Record::approximate_arrival),
+            millis_behind_latest: record.and_then(Record::millis_behind_latest),
+        }
+    }
+}
+
+macro_rules! context_key {
+    ($(#[$doc:meta])* $key:ident, $field:ident, $owned:ty, $borrowed:ty, |$c:ident| $read:expr, |$b:ident| $get:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Default, Clone, Copy)]
+        pub struct $key;
+
+        impl ContextField for $key {
+            type Context = KinesisContext;
+            type Value = $owned;
+
+            fn read(self, $c: &KinesisContext) -> $owned {
+                $read
+            }
+        }
+
+        impl Field<KinesisContext> for $key {
+            type Value<'a> = $borrowed;
+
+            fn get(self, $b: &KinesisContext) -> Self::Value<'_> {
+                $get
+            }
+        }
+    };
+}
+
+context_key!(
+    /// The stream name (`Arc<str>`).
+    StreamName, stream, Arc<str>, &'a str, |c| c.stream.clone(), |c| &c.stream
+);
+context_key!(
+    /// The shard id (`Arc<str>`).
+    ShardId, shard_id, Arc<str>, &'a str, |c| c.shard_id.clone(), |c| &c.shard_id
+);
+context_key!(
+    /// The record's sequence number.
+    SequenceNumber, sequence_number, String, &'a str, |c| c.sequence_number.clone(), |c| &c.sequence_number
+);
+context_key!(
+    /// The record's partition key.
+    PartitionKey, partition_key, String, &'a str, |c| c.partition_key.clone(), |c| &c.partition_key
+);
+context_key!(
+    /// When the service accepted the record (approximate; `None` when the service did not say).
+    ArrivalTime, arrival, Option<SystemTime>, Option<SystemTime>, |c| c.arrival, |c| c.arrival
+);
+context_key!(
+    /// How far behind the shard's tip the read that returned the record was, in milliseconds
+    /// (`MillisBehindLatest`; `None` when the service did not say).
+    MillisBehindLatest, millis_behind_latest, Option<u64>, Option<u64>, |c| c.millis_behind_latest, |c| c.millis_behind_latest
+);

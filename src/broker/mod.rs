@@ -1,0 +1,102 @@
+//! The RustStream broker face: Kinesis as a [`ruststream`] broker.
+//!
+//! This module translates; the [dataflow core](crate) does the work. A subscription here is a
+//! core [`Subscription`](crate::Subscription) (leases, checkpoints, shard order), a publish is a
+//! core [`Publisher`](crate::Publisher) call (PutRecords batching, per-key order), and a
+//! handler's outcome settles the core [`Delivery`](crate::Delivery) it came from. The core never
+//! imports this module.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `broker.rs` | [`KinesisBroker`] (configuration, sync, no I/O) and its connected form [`ConnectedKinesis`] |
+//! | `descriptor.rs` | [`KinesisStream`], the subscription descriptor (`#[subscriber(KinesisStream::new(..))]`) |
+//! | `subscriber.rs` | [`KinesisSubscriber`] over a core subscription |
+//! | `message.rs` | [`KinesisMessage`] (settlement) and the per-delivery [`KinesisContext`] with its keys |
+//! | [`envelope`] | how headers ride in a record (data and a key only) |
+//! | `publisher.rs` | [`KinesisPublish`] (the policy), [`KinesisPublisher`], [`KinesisOptions`] |
+//!
+//! ```no_run
+//! use kinesis_dataflow::broker::prelude::*;
+//!
+//! #[derive(Debug, serde::Deserialize)]
+//! pub struct Shipment {
+//!     pub customer: String,
+//!     pub seq: u64,
+//! }
+//!
+//! #[subscriber(KinesisStream::new("shipments").create_if_missing(2))]
+//! async fn ship(shipment: &Shipment) -> HandlerOutcome {
+//!     tracing::info!(shipment.customer, shipment.seq, "shipped");
+//!     HandlerOutcome::ack()
+//! }
+//!
+//! fn service(broker: KinesisBroker) -> RustStream {
+//!     RustStream::new(AppInfo::new("shipping", "0.1.0")).with_broker(broker, |b| {
+//!         b.include(ship);
+//!     })
+//! }
+//! ```
+//!
+//! # Settlement on a log
+//!
+//! Kinesis keeps no per-record state: a consumer only moves its checkpoint. The outcome of a
+//! handler maps onto the core's settlement of the delivery:
+//!
+//! | handler outcome | broker call | what happens on the shard |
+//! |---|---|---|
+//! | `HandlerOutcome::ack()` / `Ok(..)` | `ack` | settled as acked; the checkpoint may pass it |
+//! | `HandlerOutcome::drop()` | `nack(false)` | settled as skipped (logged at `info`); the checkpoint may pass it |
+//! | `HandlerOutcome::retry()` | `nack(true)` | redelivered in this process, before any later record of its shard; the checkpoint holds meanwhile |
+//! | `HandlerOutcome::retry_after(d)` | `nack_after(d)` | the same, after `d`; later records of the shard wait for it |
+//! | a message dropped unsettled | `Drop` | redelivered like `retry()` while the subscription runs |
+//!
+//! The redelivery count (`redelivery_count()`, 1 on the first delivery) is kept by the
+//! subscriber in memory: it starts over after a restart or a lease hand-over, where the record
+//! is read again from the checkpoint. After [`ConnectedBroker::shutdown`](ruststream::ConnectedBroker::shutdown)
+//! every settlement answers an error ([`KinesisError::ShutDown`](crate::KinesisError::ShutDown)):
+//! the record will be read again from the checkpoint, so an `Ok` would be a lie.
+//!
+//! # Partition keys
+//!
+//! A publish names its record's partition key, first match wins: the per-publish
+//! [`KinesisOptions::partition_key`] (the `.partition_key(..)` step of a publish builder), the
+//! `partition-key` header, the key fixed on the policy ([`KinesisPublish::partition_key`] or
+//! the mount-site step [`KinesisPublishSettings::fixed_partition_key`]), and otherwise a random key
+//! per record (records then spread over the shards and keep no order between them).
+
+#[allow(clippy::module_inception)] // the file plan names it `broker.rs`
+mod broker;
+mod descriptor;
+pub mod envelope;
+mod message;
+mod publisher;
+mod subscriber;
+
+pub use broker::{ClosedKinesis, ConnectedKinesis, KinesisBroker};
+pub use descriptor::KinesisStream;
+pub use message::{
+    ArrivalTime, KinesisContext, KinesisMessage, MillisBehindLatest, PartitionKey, SequenceNumber,
+    ShardId, StreamName,
+};
+pub use publisher::{
+    KinesisOptions, KinesisPublish, KinesisPublishSettings, KinesisPublishSteps, KinesisPublisher,
+    PARTITION_KEY_HEADER,
+};
+pub use subscriber::KinesisSubscriber;
+
+/// Everything an application built on this broker needs: the framework's prelude plus the
+/// Kinesis names.
+///
+/// The core [`Publisher`](crate::Publisher) is deliberately left out: the framework's
+/// `Publisher` trait (from the glob) keeps its name.
+pub mod prelude {
+    pub use ruststream::prelude::*;
+
+    pub use super::KinesisPublish as Publish;
+    pub use super::{
+        ArrivalTime, KinesisBroker, KinesisContext, KinesisOptions, KinesisPublish,
+        KinesisPublishSettings, KinesisPublishSteps, KinesisStream, MillisBehindLatest,
+        PartitionKey, SequenceNumber, ShardId, StreamName,
+    };
+    pub use crate::{KinesisError, KinesisPosition, MemoryKinesis};
+}

@@ -1,0 +1,193 @@
+//! Publishing: [`KinesisPublish`] (the policy), [`KinesisPublisher`] (the live publisher) and
+//! [`KinesisOptions`] (per-publish settings).
+
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ruststream::runtime::MapPublisher;
+use ruststream::{DefaultPublish, Lend, OutgoingMessage, PairError, PublishPolicy};
+
+use super::broker::{ConnectedKinesis, Inner};
+use crate::error::KinesisError;
+use crate::publish::Publisher as CorePublisher;
+
+/// The header a publish may name its partition key in, when neither the publish's options
+/// nor the policy name one (the framework's retry copies keep their original's key this way).
+pub const PARTITION_KEY_HEADER: &str = "partition-key";
+
+/// Per-publish settings (`None` on replies and on the framework's retry copies).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KinesisOptions {
+    /// The record's partition key: it picks the shard, and records of one key keep their
+    /// order.
+    pub partition_key: Option<String>,
+}
+
+impl KinesisOptions {
+    /// Options naming `key` as the partition key.
+    #[must_use]
+    pub fn partition_key(key: impl Into<String>) -> Self {
+        Self {
+            partition_key: Some(key.into()),
+        }
+    }
+}
+
+/// The publish policy: what a publisher of this broker is paired with. Holds configuration
+/// only; the framework pairs it with a connection.
+///
+/// ```
+/// use kinesis_dataflow::broker::KinesisPublish;
+///
+/// // Every record of this publisher goes to one shard, in order.
+/// let policy = KinesisPublish::default().partition_key("audit");
+/// # let _ = policy;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[must_use]
+pub struct KinesisPublish {
+    partition_key: Option<String>,
+}
+
+impl KinesisPublish {
+    /// Uses `key` as the partition key of every publish that does not name its own.
+    pub fn partition_key(mut self, key: impl Into<String>) -> Self {
+        self.partition_key = Some(key.into());
+        self
+    }
+}
+
+impl PublishPolicy<ConnectedKinesis> for KinesisPublish {
+    type Live = KinesisPublisher;
+
+    async fn pair(self, connected: &ConnectedKinesis) -> Result<KinesisPublisher, PairError> {
+        if connected.inner.is_closed() {
+            return Err(PairError::new(KinesisError::ShutDown));
+        }
+        Ok(KinesisPublisher::new(connected.inner.clone(), self))
+    }
+}
+
+impl DefaultPublish for ConnectedKinesis {
+    type Policy = KinesisPublish;
+}
+
+/// Mount-site settings of a publisher of this broker (`.out(..)`, replies, broker scopes).
+pub trait KinesisPublishSettings {
+    /// Fixes the partition key of every publish through this position that does not name
+    /// its own.
+    fn fixed_partition_key(self, key: impl Into<String>) -> Self;
+}
+
+impl<T: MapPublisher<Policy = KinesisPublish>> KinesisPublishSettings for T {
+    fn fixed_partition_key(self, key: impl Into<String>) -> Self {
+        let key = key.into();
+        self.map_publisher(move |policy| policy.partition_key(key))
+    }
+}
+
+/// The per-publish step of a publish builder: `.partition_key("customer-1")`.
+pub trait KinesisPublishSteps {
+    /// Names this publish's partition key.
+    #[must_use]
+    fn partition_key(self, key: impl Into<String>) -> Self;
+}
+
+impl<Sink, Body, Enc, Hdrs, Dest> KinesisPublishSteps
+    for ruststream::runtime::PublishBuilder<Sink, Body, Enc, Hdrs, Dest>
+where
+    Sink: ruststream::runtime::PublishSink<Options = KinesisOptions>,
+{
+    fn partition_key(mut self, key: impl Into<String>) -> Self {
+        self.options_mut()
+            .get_or_insert_with(KinesisOptions::default)
+            .partition_key = Some(key.into());
+        self
+    }
+}
+
+/// A live publisher: each publish is one record written through the core
+/// [`Publisher`](crate::Publisher) (PutRecords with retries of failed entries), on the
+/// connection's runtime.
+pub struct KinesisPublisher {
+    inner: Arc<Inner>,
+    policy: KinesisPublish,
+}
+
+impl fmt::Debug for KinesisPublisher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KinesisPublisher")
+            .field("policy", &self.policy)
+            .field("closed", &self.inner.is_closed())
+            .finish()
+    }
+}
+
+impl KinesisPublisher {
+    pub(crate) fn new(inner: Arc<Inner>, policy: KinesisPublish) -> Self {
+        Self { inner, policy }
+    }
+
+    /// The partition key of one publish: options, then the header, then the policy, then a
+    /// random one.
+    fn key_for(&self, options: Option<&KinesisOptions>, header: Option<&[u8]>) -> String {
+        options
+            .and_then(|o| o.partition_key.clone())
+            .or_else(|| header.map(|h| String::from_utf8_lossy(h).into_owned()))
+            .or_else(|| self.policy.partition_key.clone())
+            .unwrap_or_else(random_key)
+    }
+}
+
+/// A random partition key (the records then spread over the shards).
+fn random_key() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    format!("{:016x}", hasher.finish())
+}
+
+impl ruststream::Publisher for KinesisPublisher {
+    type Payload = Lend;
+    type Error = KinesisError;
+    type Options = KinesisOptions;
+
+    /// Writes the message's payload as one record of the stream the message names.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::ShutDown`] after the connection was shut down; otherwise as
+    /// [`Publisher::publish`](crate::Publisher::publish) (an empty key or one over 256
+    /// characters, a record over 1 MiB, an unknown stream, ...).
+    async fn publish(
+        &self,
+        msg: OutgoingMessage<'_, &[u8]>,
+        options: Option<&KinesisOptions>,
+    ) -> Result<(), KinesisError> {
+        self.inner.check_open()?;
+        let key = self.key_for(options, msg.headers().get(PARTITION_KEY_HEADER));
+        let (name, payload, headers) = msg.into_parts();
+        if let Err(reason) = super::envelope::check(&headers) {
+            return Err(KinesisError::InvalidRecord {
+                stream: name.to_owned(),
+                index: 0,
+                size: payload.len() + key.len(),
+                partition_key: key,
+                reason,
+            });
+        }
+        let data = super::envelope::encode(&headers, payload);
+        let publisher = CorePublisher::new(self.inner.api.clone(), name);
+        // On the connection's runtime: the caller's may be short-lived, and the SDK's
+        // connections belong to the runtime that opened them.
+        self.inner
+            .runtime
+            .spawn(async move { publisher.publish(key, data).await })
+            .await
+            .map_err(|_| KinesisError::ShutDown)?
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,264 @@
+//! The broker face over the in-memory transport, driven through the framework's traits:
+//! settlement, context keys, publishing rules, startup checks and shutdown.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use kinesis_dataflow::broker::{
+    KinesisBroker, KinesisContext, KinesisOptions, KinesisStream, PartitionKey, SequenceNumber,
+    ShardId, StreamName,
+};
+use kinesis_dataflow::{KinesisError, MemoryKinesis};
+use ruststream::{
+    Broker, BuildContext, ConnectedBroker, ContextField, HeaderMap, IncomingMessage,
+    OutgoingMessage, Publisher, Subscriber, SubscriptionSource,
+};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn stream(name: &str) -> KinesisStream {
+    KinesisStream::new(name).poll_interval(Duration::from_millis(20))
+}
+
+async fn next<S: Subscriber>(sub: &mut S) -> S::Message {
+    tokio::time::timeout(WAIT, Box::pin(sub.stream()).next())
+        .await
+        .expect("a delivery in time")
+        .expect("the stream goes on")
+        .expect("no error")
+}
+
+async fn publish(
+    c: &kinesis_dataflow::broker::ConnectedKinesis,
+    stream: &str,
+    key: &str,
+    body: &str,
+) {
+    c.publisher()
+        .publish(
+            OutgoingMessage::new(stream, body.as_bytes()),
+            Some(&KinesisOptions::partition_key(key)),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlement_maps_onto_the_shard() {
+    let kinesis = MemoryKinesis::new();
+    let c = KinesisBroker::in_memory(kinesis.clone())
+        .connect()
+        .await
+        .unwrap();
+    let mut sub = stream("orders")
+        .create_if_missing(1)
+        .subscribe(&c)
+        .await
+        .unwrap();
+    for (i, body) in ["one", "two", "three", "four"].iter().enumerate() {
+        publish(&c, "orders", &format!("k{i}"), body).await;
+    }
+
+    // ack
+    let one = next(&mut sub).await;
+    assert_eq!(one.payload(), b"one");
+    assert_eq!(one.redelivery_count(), Some(1));
+    assert_eq!(one.partition_key(), Some(&b"k0"[..]));
+    let ctx = KinesisContext::build(&one);
+    assert_eq!(&*StreamName.read(&ctx), "orders");
+    assert_eq!(&*ShardId.read(&ctx), "shardId-000000000000");
+    assert_eq!(PartitionKey.read(&ctx), "k0");
+    assert!(!SequenceNumber.read(&ctx).is_empty());
+    assert!(ctx.arrival.is_some());
+    assert!(ctx.millis_behind_latest.is_some());
+    one.ack().await.unwrap();
+
+    // retry: the same record again, before anything later, counted
+    let two = next(&mut sub).await;
+    assert_eq!(two.payload(), b"two");
+    two.nack(true).await.unwrap();
+    let two = next(&mut sub).await;
+    assert_eq!(two.payload(), b"two");
+    assert_eq!(two.redelivery_count(), Some(2));
+    two.ack().await.unwrap();
+
+    // drop: skipped, never back
+    let three = next(&mut sub).await;
+    assert_eq!(three.payload(), b"three");
+    three.nack(false).await.unwrap();
+
+    // retry_after: back no sooner than the delay
+    let four = next(&mut sub).await;
+    assert_eq!(four.payload(), b"four");
+    assert!(four.supports_nack_after());
+    let sent_back = tokio::time::Instant::now();
+    four.nack_after(Duration::from_millis(300)).await.unwrap();
+    let four = next(&mut sub).await;
+    assert_eq!(four.payload(), b"four");
+    assert!(sent_back.elapsed() >= Duration::from_millis(300));
+    assert_eq!(four.redelivery_count(), Some(2));
+
+    // an unsettled drop comes back
+    drop(four);
+    let four = next(&mut sub).await;
+    assert_eq!(four.payload(), b"four");
+    assert_eq!(four.redelivery_count(), Some(3));
+    four.ack().await.unwrap();
+
+    // nothing else
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), Box::pin(sub.stream()).next())
+            .await
+            .is_err()
+    );
+
+    // headers ride in the envelope
+    let mut headers = HeaderMap::new();
+    headers.insert("x-trace", "abc");
+    c.publisher()
+        .publish(
+            OutgoingMessage::new("orders", &b"five"[..]).with_headers(headers),
+            None,
+        )
+        .await
+        .unwrap();
+    let five = next(&mut sub).await;
+    assert_eq!(five.payload(), b"five");
+    assert_eq!(five.headers().get("x-trace"), Some(&b"abc"[..]));
+    five.ack().await.unwrap();
+
+    // after shutdown: handles refuse, the stream ends
+    publish(&c, "orders", "k", "six").await;
+    let six = next(&mut sub).await;
+    let closed = c.clone().shutdown().await.unwrap();
+    assert_eq!(closed.subscriptions_stopped, 1);
+    assert!(
+        six.ack().await.is_err(),
+        "an ack after shutdown cannot be promised"
+    );
+    assert!(Box::pin(sub.stream()).next().await.is_none());
+    let refused = c
+        .publisher()
+        .publish(OutgoingMessage::new("orders", &b"x"[..]), None)
+        .await;
+    assert!(
+        matches!(refused, Err(KinesisError::ShutDown)),
+        "{refused:?}"
+    );
+    let refused = stream("orders").subscribe(&c).await;
+    assert!(matches!(refused, Err(KinesisError::ShutDown)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_refuses_bad_settings_and_missing_streams() {
+    let c = KinesisBroker::in_memory(MemoryKinesis::new())
+        .connect()
+        .await
+        .unwrap();
+    let err = KinesisStream::new("s")
+        .create_if_missing(0)
+        .subscribe(&c)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("create_if_missing"), "{err}");
+    let err = KinesisStream::new("s")
+        .poll_interval(Duration::ZERO)
+        .subscribe(&c)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("poll_interval"), "{err}");
+    let err = KinesisStream::new("").subscribe(&c).await.unwrap_err();
+    assert!(err.to_string().contains("`name`"), "{err}");
+    let err = KinesisStream::new("missing")
+        .subscribe(&c)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, KinesisError::StreamNotFound { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_refuses_what_the_service_refuses() {
+    let kinesis = MemoryKinesis::new();
+    kinesis.add_stream("events", 1).unwrap();
+    let c = KinesisBroker::in_memory(kinesis.clone())
+        .connect()
+        .await
+        .unwrap();
+    let p = c.publisher();
+    let empty_key = p
+        .publish(
+            OutgoingMessage::new("events", &b"x"[..]),
+            Some(&KinesisOptions::partition_key("")),
+        )
+        .await;
+    assert!(
+        matches!(empty_key, Err(KinesisError::InvalidRecord { .. })),
+        "{empty_key:?}"
+    );
+    let long_key = p
+        .publish(
+            OutgoingMessage::new("events", &b"x"[..]),
+            Some(&KinesisOptions::partition_key("k".repeat(257))),
+        )
+        .await;
+    assert!(
+        matches!(long_key, Err(KinesisError::InvalidRecord { .. })),
+        "{long_key:?}"
+    );
+    let big = vec![0u8; 1024 * 1024 + 1];
+    let too_big = p
+        .publish(OutgoingMessage::new("events", &big[..]), None)
+        .await;
+    assert!(
+        matches!(too_big, Err(KinesisError::InvalidRecord { .. })),
+        "{too_big:?}"
+    );
+    let unknown = p
+        .publish(OutgoingMessage::new("nope", &b"x"[..]), None)
+        .await;
+    assert!(
+        matches!(unknown, Err(KinesisError::StreamNotFound { .. })),
+        "{unknown:?}"
+    );
+    // A policy key applies to publishes that name none.
+    use ruststream::PublishPolicy;
+    let keyed = kinesis_dataflow::broker::KinesisPublish::default()
+        .partition_key("fixed")
+        .pair(&c)
+        .await
+        .unwrap();
+    keyed
+        .publish(OutgoingMessage::new("events", &b"y"[..]), None)
+        .await
+        .unwrap();
+    let records = kinesis.records("events", "shardId-000000000000").unwrap();
+    assert_eq!(records.last().unwrap().partition_key(), "fixed");
+    c.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_name_subscriptions_use_the_broker_defaults() {
+    use ruststream::Subscribe;
+    let kinesis = MemoryKinesis::new();
+    // Without `create_missing_streams`, a missing stream is an error naming the fix.
+    let c = KinesisBroker::in_memory(kinesis.clone())
+        .connect()
+        .await
+        .unwrap();
+    let err = Subscribe::subscribe(&c, "by-name").await.unwrap_err();
+    assert!(err.to_string().contains("create_if_missing"), "{err}");
+    c.shutdown().await.unwrap();
+
+    let c = KinesisBroker::in_memory(kinesis.clone())
+        .create_missing_streams(3)
+        .connect()
+        .await
+        .unwrap();
+    let sub = Subscribe::subscribe(&c, "by-name").await.unwrap();
+    let summary = kinesis_dataflow::KinesisApi::describe_stream_summary(&kinesis, "by-name")
+        .await
+        .unwrap();
+    assert_eq!(summary.open_shard_count, 3);
+    drop(sub);
+    c.shutdown().await.unwrap();
+}
