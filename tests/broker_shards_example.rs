@@ -2,6 +2,8 @@
 //! on the in-memory transport: shipments published with their customer as the partition key
 //! reach the handler, each customer's in order.
 
+mod support;
+
 #[allow(dead_code)]
 mod example {
     include!("../examples/kinesis_subscriptions_shards.rs");
@@ -13,57 +15,12 @@ mod example {
 }
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use kinesis_dataflow::MemoryKinesis;
 use kinesis_dataflow::broker::{KinesisBroker, KinesisOptions};
 use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher};
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
-
-/// The `shipped` events the handler logged: (customer, seq).
-fn shipped() -> &'static Mutex<Vec<(String, u64)>> {
-    static SHIPPED: OnceLock<Mutex<Vec<(String, u64)>>> = OnceLock::new();
-    SHIPPED.get_or_init(Mutex::default)
-}
-
-#[derive(Default)]
-struct Shipped {
-    message: bool,
-    customer: Option<String>,
-    seq: Option<u64>,
-}
-
-impl Visit for Shipped {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name().ends_with("customer") {
-            self.customer = Some(value.to_owned());
-        }
-    }
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        if field.name().ends_with("seq") {
-            self.seq = Some(value);
-        }
-    }
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" && format!("{value:?}") == "shipped" {
-            self.message = true;
-        }
-    }
-}
-
-struct Recorder;
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
-        let mut seen = Shipped::default();
-        event.record(&mut seen);
-        if let (true, Some(customer), Some(seq)) = (seen.message, seen.customer, seen.seq) {
-            shipped().lock().unwrap().push((customer, seq));
-        }
-    }
-}
+use support::shipped::{record_shipments, shipped};
 
 #[allow(dead_code)]
 mod manual {
@@ -79,7 +36,7 @@ mod manual {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shards_example_ships_each_customers_shipments_in_order() {
     // The one global subscriber of this test binary (no other test here installs one).
-    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Recorder));
+    record_shipments();
     ships_in_order(example::app).await;
     shipped().lock().unwrap().clear();
     ships_in_order(manual::app).await;

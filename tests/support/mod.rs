@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 pub mod cutoff;
+pub mod shipped;
 
 use std::fs;
 use std::io;
