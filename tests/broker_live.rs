@@ -6,10 +6,10 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use kinesis_dataflow::broker::{KinesisBroker, KinesisOptions, KinesisStream};
-use ruststream::conformance::harness;
+use kinesis_dataflow::broker::{KinesisBroker, KinesisOptions};
 use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher};
 use support::shipped::{record_shipments, shipped};
+use support::suites;
 
 #[allow(dead_code)]
 mod example {
@@ -28,12 +28,6 @@ fn live_broker(application: &str) -> KinesisBroker {
         .kinesis_endpoint(support::kinesis_endpoint())
         .dynamodb_endpoint(support::dynamodb_endpoint())
         .application(application)
-}
-
-fn stream(name: &str) -> KinesisStream {
-    KinesisStream::new(name)
-        .create_if_missing(1)
-        .poll_interval(Duration::from_millis(50))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,98 +83,40 @@ async fn shards_example_live() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_live() {
-    let broker = live_broker(&support::unique_name("lifecycle"));
-    harness::lifecycle(move || broker.clone(), stream, |c| c.publisher()).await;
+    suites::lifecycle_suite(live_broker(&support::unique_name("lifecycle"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_handle_closes_live() {
-    let broker = live_broker(&support::unique_name("shared"));
-    ruststream::conformance::lifecycle::shared_handle_closes(
-        move || broker.clone(),
-        stream,
-        |c| c.publisher(),
-    )
-    .await;
+    suites::shared_handle_closes(live_broker(&support::unique_name("shared"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_flushes_live() {
-    let broker = live_broker(&support::unique_name("flushes"));
-    ruststream::conformance::lifecycle::shutdown_flushes(
-        move || broker.clone(),
-        stream,
-        |c| c.publisher(),
-        ruststream::testing::Backlog::Delivered,
-    )
-    .await;
+    suites::shutdown_flushes(live_broker(&support::unique_name("flushes"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settlement_live() {
-    let broker = live_broker(&support::unique_name("settlement"));
-    let _answers = ruststream::conformance::settlement::suite(
-        move || broker.clone(),
-        stream,
-        |c| c.publisher(),
-        Duration::ZERO,
-    )
-    .await;
+    suites::settlement_suite(live_broker(&support::unique_name("settlement"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redelivery_address_live() {
-    let broker = live_broker(&support::unique_name("redelivery"));
-    harness::redelivery_address(move || broker.clone(), stream, |c| c.publisher()).await;
+    suites::redelivery_address(live_broker(&support::unique_name("redelivery"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_order_live() {
-    let broker = live_broker(&support::unique_name("keyed"));
-    ruststream::conformance::message_shape::keyed_order(
-        move || broker.clone(),
-        &ruststream::conformance::helpers::unique_subject("keyed"),
-        |n| {
-            KinesisStream::new(n)
-                .create_if_missing(2)
-                .poll_interval(Duration::from_millis(50))
-        },
-        |c| c.publisher(),
-        |key, _headers| Some(KinesisOptions::partition_key(String::from_utf8_lossy(key))),
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batches_live() {
-    let broker = live_broker(&support::unique_name("batches"));
-    ruststream::conformance::capabilities::batches(
-        move || broker.clone(),
-        stream,
-        |c| c.publisher(),
-    )
-    .await;
+    suites::keyed_order(live_broker(&support::unique_name("keyed"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_options_live() {
-    use kinesis_dataflow::broker::KinesisPublish;
-    use ruststream::IncomingMessage;
-    use ruststream::conformance::message_shape::{self, OptionCases};
-    let broker = live_broker(&support::unique_name("options"));
-    message_shape::publish_options(
-        move || broker.clone(),
-        &ruststream::conformance::helpers::unique_subject("options"),
-        stream,
-        KinesisPublish::default().partition_key("policy-key"),
-        OptionCases::new(Some(b"policy-key".to_vec()))
-            .overrides(
-                KinesisOptions::partition_key("call-key"),
-                Some(b"call-key".to_vec()),
-            )
-            .refuses(KinesisOptions::partition_key(""))
-            .refuses(KinesisOptions::partition_key("k".repeat(257))),
-        |m| m.partition_key().map(<[u8]>::to_vec),
-    )
-    .await;
+    suites::publish_options(live_broker(&support::unique_name("options"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_live() {
+    suites::batches(live_broker(&support::unique_name("batches"))).await;
 }

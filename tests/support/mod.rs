@@ -20,6 +20,7 @@
 
 pub mod cutoff;
 pub mod shipped;
+pub mod suites;
 
 use std::fs;
 use std::io;
