@@ -452,25 +452,24 @@ async fn an_instance_cut_off_from_dynamodb_stops_reading_and_cannot_checkpoint()
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    // A can no longer reach DynamoDB; everything else can.
+    // A can no longer reach DynamoDB; everything else can. B starts at once, so it takes
+    // the shard as soon as the lease expires in its own view: the two never read together.
     a_view.down.store(true, Ordering::SeqCst);
-    let cut_at = tokio::time::Instant::now();
     let rest = publish(&api, &stream, 4, 50..60).await;
-    wait_until("A stops reading", Duration::from_secs(10), || {
-        a.shards().is_empty()
-    })
-    .await;
-    let a_stopped = cut_at.elapsed();
-    assert!(
-        a_stopped < Duration::from_secs(3),
-        "A stopped {a_stopped:?} after the cut, not before its lease could expire (3 s)"
-    );
     let b = Consumer::start(&api, &store, &stream, "instance-b").await;
-    wait_until("B takes the shard", Duration::from_secs(30), || {
-        b.shards().len() == 1
-    })
-    .await;
-    assert!(cut_at.elapsed() > a_stopped, "B reads only after A stopped");
+    let watching = tokio::time::Instant::now();
+    loop {
+        let (a_reads, b_reads) = (!a.shards().is_empty(), !b.shards().is_empty());
+        assert!(!(a_reads && b_reads), "A still reads the shard B took");
+        if !a_reads && b_reads {
+            break;
+        }
+        assert!(
+            watching.elapsed() < Duration::from_secs(30),
+            "B never took the shard (A reads: {a_reads})"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let a_checkpoints = a_view.checkpoints.load(Ordering::SeqCst);
     a_view.down.store(false, Ordering::SeqCst);
     wait_until("every record", Duration::from_secs(30), || {

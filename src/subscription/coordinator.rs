@@ -4,14 +4,14 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, MissedTickBehavior, interval, sleep};
+use tokio::time::{Instant, MissedTickBehavior, interval, sleep, sleep_until};
 
 use super::config::SubscriptionConfig;
+use super::gate::LeaseGate;
 use super::pump::{PumpEnd, PumpEvent, ShardPump};
 use crate::ack::ShardAcks;
 use crate::api::{ShardDescription, SharedKinesis, list_all_shards};
@@ -50,8 +50,7 @@ pub(crate) struct Links {
 struct Held {
     lease: Lease,
     acks: Arc<ShardAcks>,
-    revoked: Arc<AtomicBool>,
-    last_renewed: Instant,
+    gate: Arc<LeaseGate>,
     written: Option<Checkpoint>,
     finish_watch: JoinHandle<()>,
 }
@@ -138,6 +137,7 @@ impl Coordinator {
             timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
         }
         loop {
+            let expiry = self.next_expiry();
             tokio::select! {
                 biased;
                 changed = self.shutdown.changed() => {
@@ -146,6 +146,7 @@ impl Coordinator {
                     }
                 }
                 _ = renew.tick() => self.renew_all().await,
+                _ = sleep_until(expiry.unwrap_or_else(Instant::now)), if expiry.is_some() => self.expire(),
                 Some(event) = self.events.recv() => self.on_pump_end(event).await,
                 Some(shard) = self.finished.recv() => self.on_finished(shard).await,
                 _ = checkpoint.tick() => self.checkpoint_all().await,
@@ -353,8 +354,9 @@ impl Coordinator {
             .into_iter()
             .find(|l| l.shard_id == row.shard_id)
             .unwrap_or(row);
+        let sent = Instant::now();
         self.worker = Some(self.store.take(&current, &self.config.owner).await?);
-        self.worker_renewed = Instant::now();
+        self.worker_renewed = sent;
         Ok(())
     }
 
@@ -368,6 +370,8 @@ impl Coordinator {
     async fn take(&mut self, lease: Lease, parents_read: bool) {
         let shard = lease.shard_id.clone();
         let opening = self.startup.as_ref().is_some_and(|s| s.contains(&shard));
+        // The lease is timed from when the write that took it was sent (see `LeaseGate`).
+        let mut renewed_at = Instant::now();
         let taken = match self.store.take(&lease, &self.config.owner).await {
             Ok(taken) => taken,
             Err(e) if e.is_lost() => {
@@ -445,8 +449,12 @@ impl Coordinator {
             };
             let begins = Checkpoint::Start(begins);
             if taken.checkpoint.as_ref() != Some(&begins) {
+                let sent = Instant::now();
                 match self.store.checkpoint(&taken, &begins).await {
-                    Ok(lease) => taken = lease,
+                    Ok(lease) => {
+                        taken = lease;
+                        renewed_at = sent;
+                    }
                     Err(e) => {
                         tracing::warn!(shard = %shard, error = %e, "could not record the start position; leaving the shard");
                         if !e.is_lost() {
@@ -457,11 +465,11 @@ impl Coordinator {
                 }
             }
         }
-        let revoked = Arc::new(AtomicBool::new(false));
+        let gate = Arc::new(LeaseGate::new(renewed_at, self.config.give_up_after()));
         let pump = ShardPump::new(
             reader,
             acks.clone(),
-            revoked.clone(),
+            gate.clone(),
             self.config.max_in_flight,
             self.events_tx.clone(),
         );
@@ -495,8 +503,7 @@ impl Coordinator {
             Held {
                 lease: taken,
                 acks,
-                revoked,
-                last_renewed: Instant::now(),
+                gate,
                 written,
                 finish_watch,
             },
@@ -508,15 +515,13 @@ impl Coordinator {
         // All renewals at once (each bounded by the call timeout), so that many held shards
         // cannot push the last renewal past the lease duration.
         let store = self.store.clone();
+        let sent = Instant::now();
         let calls: Vec<_> = self
             .held
             .iter()
             .map(|(shard, held)| {
-                let (shard, lease, since) = (
-                    shard.clone(),
-                    held.lease.clone(),
-                    held.last_renewed.elapsed(),
-                );
+                let (shard, lease, since) =
+                    (shard.clone(), held.lease.clone(), held.gate.since_renewed());
                 let store = store.clone();
                 async move { (shard, since, store.renew(&lease).await) }
             })
@@ -532,18 +537,14 @@ impl Coordinator {
                     }
                     let held = self.held.get_mut(&shard).expect("held");
                     held.lease = lease;
-                    held.last_renewed = Instant::now();
+                    held.gate.renewed(sent);
                 }
                 Err(e) if e.is_lost() => {
                     tracing::warn!(shard = %shard, "lease lost to another instance; stopped reading");
                     self.drop_shard(&shard);
                 }
                 Err(e) => {
-                    let since = self
-                        .held
-                        .get(&shard)
-                        .map_or(since, |h| h.last_renewed.elapsed());
-                    if since >= self.config.give_up_after() {
+                    if self.held.get(&shard).is_some_and(|h| h.gate.is_expired()) {
                         tracing::error!(
                             shard = %shard,
                             error = %e,
@@ -557,10 +558,11 @@ impl Coordinator {
             }
         }
         if let Some(worker) = &self.worker {
+            let sent = Instant::now();
             match self.store.renew(worker).await {
                 Ok(w) => {
                     self.worker = Some(w);
-                    self.worker_renewed = Instant::now();
+                    self.worker_renewed = sent;
                 }
                 Err(e) if e.is_lost() => self.worker = None,
                 Err(_) if self.worker_renewed.elapsed() >= self.config.give_up_after() => {
@@ -594,13 +596,14 @@ impl Coordinator {
         if held.written.as_ref() == Some(&checkpoint) {
             return true;
         }
+        let sent = Instant::now();
         match self.store.checkpoint(&held.lease, &checkpoint).await {
             Ok(lease) => {
                 tracing::debug!(shard = %shard, ?checkpoint, "checkpoint written");
                 let held = self.held.get_mut(shard).expect("held");
                 held.lease = lease;
                 held.written = Some(checkpoint);
-                held.last_renewed = Instant::now();
+                held.gate.renewed(sent);
                 true
             }
             Err(e) if e.is_lost() => {
@@ -615,10 +618,33 @@ impl Coordinator {
         }
     }
 
+    /// The earliest instant at which a held lease runs out unless renewed.
+    fn next_expiry(&self) -> Option<Instant> {
+        self.held.values().map(|h| h.gate.deadline()).min()
+    }
+
+    /// Drops every held shard whose lease ran out without a renewal. Their pumps stopped
+    /// handing out records at the deadline already.
+    fn expire(&mut self) {
+        let expired: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.gate.is_expired())
+            .map(|(shard, _)| shard.clone())
+            .collect();
+        for shard in expired {
+            tracing::error!(
+                shard = %shard,
+                "cannot renew the lease; stopped reading before it can expire for others"
+            );
+            self.drop_shard(&shard);
+        }
+    }
+
     /// Stops reading a shard whose lease is gone (no release: it is not ours any more).
     fn drop_shard(&mut self, shard: &str) {
         if let Some(held) = self.held.remove(shard) {
-            held.revoked.store(true, Ordering::Release);
+            held.gate.revoke();
             held.finish_watch.abort();
             let _ = self.commands.send(Command::Remove(shard.to_owned()));
         }
@@ -633,6 +659,16 @@ impl Coordinator {
                     children = ?end.child_shards.iter().map(|c| c.shard_id.as_str()).collect::<Vec<_>>(),
                     "shard read to its end; SHARD_END once everything is settled"
                 );
+            }
+            PumpEnd::LeaseExpired => {
+                // The pump logged it; the lease is not ours any more as far as others know.
+                if self.held.get(&shard).is_some_and(|h| h.gate.is_expired()) {
+                    tracing::error!(
+                        shard = %shard,
+                        "cannot renew the lease; stopped reading before it can expire for others"
+                    );
+                    self.drop_shard(&shard);
+                }
             }
             PumpEnd::Stopped => {
                 tracing::warn!(shard = %shard, "reader stopped; releasing the lease so the shard is taken again");
@@ -667,7 +703,7 @@ impl Coordinator {
         }
         self.flush(shard).await;
         if let Some(held) = self.held.remove(shard) {
-            held.revoked.store(true, Ordering::Release);
+            held.gate.revoke();
             held.finish_watch.abort();
             let _ = self.commands.send(Command::Remove(shard.to_owned()));
             match self.store.release(&held.lease).await {
@@ -685,7 +721,7 @@ impl Coordinator {
         let Some(held) = self.held.remove(shard) else {
             return;
         };
-        held.revoked.store(true, Ordering::Release);
+        held.gate.revoke();
         held.finish_watch.abort();
         let _ = self.commands.send(Command::Remove(shard.to_owned()));
         let task = tokio::spawn(settle_and_release(
@@ -726,11 +762,12 @@ async fn settle_and_release(
     let deadline = Instant::now() + timeout;
     while held.acks.in_flight() > 0 && Instant::now() < deadline {
         sleep(std::time::Duration::from_millis(20)).await;
-        if held.last_renewed.elapsed() >= renew_every {
+        if held.gate.since_renewed() >= renew_every {
+            let sent = Instant::now();
             match store.renew(&held.lease).await {
                 Ok(lease) => {
                     held.lease = lease;
-                    held.last_renewed = Instant::now();
+                    held.gate.renewed(sent);
                 }
                 Err(e) if e.is_lost() => return,
                 Err(_) => {}

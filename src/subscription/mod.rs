@@ -30,6 +30,7 @@ mod bounded;
 mod clock;
 mod config;
 mod coordinator;
+mod gate;
 mod pump;
 
 use std::fmt;

@@ -2,7 +2,6 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 
 use futures::Stream;
@@ -10,6 +9,7 @@ use pin_project_lite::pin_project;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{Sleep, sleep_until};
 
+use super::gate::LeaseGate;
 use crate::ack::tracker::RetryPoll;
 use crate::ack::{AckToken, Delivery, Settlement, ShardAcks};
 use crate::error::KinesisError;
@@ -23,6 +23,8 @@ pub(crate) enum PumpEnd {
     ShardEnd(ShardEnd),
     /// The reader stopped (too many failures, or the shard cannot be opened).
     Stopped,
+    /// The lease was not renewed in time: the pump stopped handing out records.
+    LeaseExpired,
 }
 
 /// A message from a pump to the coordinator.
@@ -37,15 +39,16 @@ pin_project! {
     ///
     /// * Back-pressure: while `max_in_flight` deliveries of this shard are unsettled, the pump
     ///   yields nothing (and so its reader reads nothing) until one is settled.
-    /// * Revocation: once `revoked` is set (the lease is lost or being handed off), the pump
-    ///   ends at once and drops whatever it had read.
+    /// * Revocation: once the gate is revoked (the lease is lost or being handed off) or the
+    ///   lease runs out without a renewal, the pump ends at once and drops whatever it had
+    ///   read. The gate is checked before every delivery is handed out.
     /// * A KPL-aggregated record is reported as its error and settled as skipped at once.
     #[must_use = "streams do nothing unless polled"]
     pub(crate) struct ShardPump {
         #[pin]
         inner: ShardStream,
         acks: Arc<ShardAcks>,
-        revoked: Arc<AtomicBool>,
+        gate: Arc<LeaseGate>,
         max_in_flight: usize,
         events: UnboundedSender<PumpEvent>,
         done: bool,
@@ -60,14 +63,14 @@ impl ShardPump {
     pub(crate) fn new(
         inner: ShardStream,
         acks: Arc<ShardAcks>,
-        revoked: Arc<AtomicBool>,
+        gate: Arc<LeaseGate>,
         max_in_flight: usize,
         events: UnboundedSender<PumpEvent>,
     ) -> Self {
         Self {
             inner,
             acks,
-            revoked,
+            gate,
             max_in_flight,
             events,
             done: false,
@@ -77,14 +80,34 @@ impl ShardPump {
     }
 }
 
+/// Ends a pump whose gate closed; tells the coordinator when the lease ran out on its own
+/// (a revocation came from the coordinator, which knows already).
+fn close(
+    done: &mut bool,
+    gate: &LeaseGate,
+    acks: &ShardAcks,
+    events: &UnboundedSender<PumpEvent>,
+) -> Option<Result<Delivery<Record>, KinesisError>> {
+    *done = true;
+    if !gate.is_revoked() {
+        let _ = events.send(PumpEvent {
+            shard: acks.shard().clone(),
+            end: PumpEnd::LeaseExpired,
+        });
+    }
+    None
+}
+
 impl Stream for ShardPump {
     type Item = Result<Delivery<Record>, KinesisError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
-        if *this.done || this.revoked.load(Ordering::Acquire) {
-            *this.done = true;
+        if *this.done {
             return Poll::Ready(None);
+        }
+        if !this.gate.is_open() {
+            return Poll::Ready(close(this.done, this.gate, this.acks, this.events));
         }
         loop {
             match this.acks.next_retry(cx.waker()) {
@@ -94,6 +117,10 @@ impl Stream for ShardPump {
                 }
                 RetryPoll::Ready(index, record) => {
                     *this.retry_timer = None;
+                    if !this.gate.is_open() {
+                        // Stays unsettled: whoever reads the shard next delivers it again.
+                        return Poll::Ready(close(this.done, this.gate, this.acks, this.events));
+                    }
                     let token = AckToken::new(this.acks.clone(), index);
                     return Poll::Ready(Some(Ok(Delivery::new(record, token))));
                 }
@@ -118,9 +145,8 @@ impl Stream for ShardPump {
         match this.inner.as_mut().poll_next(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(record))) => {
-                if this.revoked.load(Ordering::Acquire) {
-                    *this.done = true;
-                    return Poll::Ready(None);
+                if !this.gate.is_open() {
+                    return Poll::Ready(close(this.done, this.gate, this.acks, this.events));
                 }
                 let index = this.acks.register(record.sequence_number());
                 let token = AckToken::new(this.acks.clone(), index);
