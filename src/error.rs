@@ -236,6 +236,36 @@ pub enum KinesisError {
         "the Kinesis broker was shut down; connect a new one to publish, subscribe or settle again"
     )]
     ShutDown,
+
+    /// A connection of the RustStream broker face already has a subscription of this stream.
+    /// One subscription reads every shard the instance holds, so a second one would only
+    /// compete with it for the same shards.
+    #[error(
+        "this connection already has a subscription of stream {stream}; drop that one first, \
+         or connect another broker to share the shards with it"
+    )]
+    AlreadySubscribed {
+        /// The stream.
+        stream: String,
+    },
+
+    /// A seek was refused; the subscription did not move.
+    #[error("seek to {position} on stream `{stream}` refused: {reason}")]
+    SeekRefused {
+        /// The stream.
+        stream: String,
+        /// The position asked for.
+        position: String,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+
+    /// The subscription has stopped (shut down, dropped, or ended on an error).
+    #[error("the subscription of stream `{stream}` has stopped; start a new one to read again")]
+    Stopped {
+        /// The stream.
+        stream: String,
+    },
 }
 
 impl KinesisError {

@@ -58,7 +58,7 @@ pub use position::{Checkpoint, KinesisPosition, ShardOrigin, StartingPoint};
 pub use publish::{OutgoingRecord, PublishFailure, Published, Publisher, RetryPolicy};
 pub use record::Record;
 pub use shard::{ReadSettings, SettledPosition, ShardEnd, ShardReader, ShardStream};
-pub use subscription::{ShutdownHandle, Subscription, SubscriptionBuilder};
+pub use subscription::{ShutdownHandle, Subscription, SubscriptionBuilder, SubscriptionSeeker};
 
 /// The README's code, compiled as doctests so it cannot drift from the API.
 #[cfg(doctest)]

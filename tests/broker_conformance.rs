@@ -50,3 +50,18 @@ async fn publish_options_in_memory() {
 async fn batches_in_memory() {
     suites::batches(broker()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeking_in_memory() {
+    suites::seeking(broker()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_seeking_in_memory() {
+    suites::batch_seeking(broker()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeking_unknown_position_in_memory() {
+    suites::seeking_unknown_position(broker()).await;
+}

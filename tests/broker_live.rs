@@ -6,7 +6,9 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use kinesis_dataflow::broker::{KinesisBroker, KinesisOptions};
+use kinesis_dataflow::broker::{KinesisBroker, KinesisOptions, KinesisStream};
+use ruststream::conformance::in_process::{self, Refusal};
+use ruststream::conformance::settlement;
 use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher};
 use support::shipped::{record_shipments, shipped};
 use support::suites;
@@ -119,4 +121,79 @@ async fn publish_options_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_live() {
     suites::batches(live_broker(&support::unique_name("batches"))).await;
+}
+
+/// The in-process transport declares the backlog the emulators show: a subscription by name
+/// opens at LATEST, so what was written before it is not delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_backlog_matches_the_emulators() {
+    let application = support::unique_name("backlog");
+    in_process::backlog_matches_server(
+        move || live_broker(&application).create_missing_streams(1),
+        |c| c.publisher(),
+    )
+    .await;
+}
+
+/// The in-process transport refuses what the emulators refuse: a record over the size limit,
+/// a stream name the service rejects, an invalid descriptor, and a second subscription of a
+/// stream on one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_refuses_like_the_emulators() {
+    let application = support::unique_name("refusals");
+    let shared = support::unique_name("conflict");
+    in_process::refuses_like_the_server(
+        move || live_broker(&application).create_missing_streams(1),
+        |c| c.publisher(),
+        [
+            Refusal::PayloadOver {
+                name: support::unique_name("limit"),
+                // 1 MiB of data and key; the publisher's random keys are 16 characters.
+                limit: 1024 * 1024 - 16,
+            },
+            Refusal::Publish {
+                name: "not a stream name!".into(),
+            },
+            Refusal::Subscription {
+                source: KinesisStream::new("").create_if_missing(1),
+            },
+            Refusal::Conflicting {
+                open: KinesisStream::new(shared.clone()).create_if_missing(1),
+                refused: KinesisStream::new(shared).create_if_missing(1),
+            },
+        ],
+    )
+    .await;
+}
+
+/// Settlement answers the same live and in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_settles_like_the_emulators() {
+    let application = support::unique_name("settles");
+    settlement::matches_in_process(
+        move || live_broker(&application),
+        |n| {
+            KinesisStream::new(n)
+                .create_if_missing(1)
+                .poll_interval(Duration::from_millis(20))
+        },
+        |c| c.publisher(),
+        Duration::ZERO,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeking_live() {
+    suites::seeking(live_broker(&support::unique_name("seeking"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_seeking_live() {
+    suites::batch_seeking(live_broker(&support::unique_name("batchseek"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeking_unknown_position_live() {
+    suites::seeking_unknown_position(live_broker(&support::unique_name("unknownpos"))).await;
 }

@@ -11,8 +11,9 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use kinesis_dataflow::subscription::ShiftedClock;
 use kinesis_dataflow::{
-    AckSink, Checkpoint, Delivery, KinesisPosition, LeaseStore, MemoryKinesis, MemoryLeaseStore,
-    ReadSettings, Record, SharedKinesis, SharedLeaseStore, Subscription, SubscriptionBuilder,
+    AckSink, Checkpoint, Delivery, KinesisError, KinesisPosition, LeaseStore, MemoryKinesis,
+    MemoryLeaseStore, ReadSettings, Record, SharedKinesis, SharedLeaseStore, Subscription,
+    SubscriptionBuilder,
 };
 use support::cutoff::CutOff;
 
@@ -540,4 +541,76 @@ async fn a_replay_with_start_at_over_a_stored_checkpoint_never_jumps_ahead() {
         "the replay goes on where it was"
     );
     sub.shutdown().await;
+}
+
+/// Waits until the stored checkpoint of shard 0 is `expected`.
+async fn checkpoint_becomes(store: &MemoryLeaseStore, expected: Checkpoint) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while stored_checkpoint(store, SHARD0).await.as_ref() != Some(&expected) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the checkpoint never became {expected:?}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seek_moves_the_shard_and_the_checkpoint_follows_what_is_settled_after_it() {
+    let (memory, api, store) = setup(1, 10);
+    let mut sub = builder(&api, &store, "a").start().await.unwrap();
+    let seeker = sub.seeker();
+    let mut first = take(&mut sub, 10).await;
+    let seqs: Vec<String> = first
+        .iter()
+        .map(|d| d.sequence_number().to_owned())
+        .collect();
+    let held_back = first.split_off(8);
+    first.into_iter().for_each(|d| drop(d.ack()));
+    checkpoint_becomes(&store, Checkpoint::Sequence(seqs[7].clone())).await;
+
+    // Back to record 3: it comes again, then the rest of the shard.
+    seeker
+        .seek(KinesisPosition::sequence(SHARD0, &seqs[3]))
+        .await
+        .unwrap();
+    let again = take(&mut sub, 7).await;
+    let again_seqs: Vec<&str> = again.iter().map(|d| d.sequence_number()).collect();
+    assert_eq!(
+        again_seqs,
+        seqs[3..].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    // What was handed out before the seek is stale: settling it moves nothing.
+    assert!(held_back.iter().all(Delivery::is_stale));
+    held_back.into_iter().for_each(|d| drop(d.ack()));
+    // The checkpoint follows the new ledger, back to record 3 once it is settled.
+    let mut again = again.into_iter();
+    drop(again.next().unwrap().ack());
+    checkpoint_becomes(&store, Checkpoint::Sequence(seqs[3].clone())).await;
+
+    // Refused seeks move nothing: a shard the stream does not have, a sequence number the
+    // service does not know.
+    let foreign = seeker
+        .seek(KinesisPosition::sequence("shardId-000000000099", &seqs[0]))
+        .await;
+    assert!(
+        matches!(foreign, Err(KinesisError::SeekRefused { .. })),
+        "{foreign:?}"
+    );
+    let unknown = seeker.seek(KinesisPosition::sequence(SHARD0, "1")).await;
+    assert!(unknown.is_err(), "{unknown:?}");
+    drop(again);
+
+    // To the tip: only what is written afterwards comes.
+    seeker.seek(KinesisPosition::latest()).await.unwrap();
+    memory.put(STREAM, "k", "after-latest").unwrap();
+    let next = take(&mut sub, 1).await;
+    assert_eq!(&next[0].data()[..], b"after-latest");
+    next.into_iter().for_each(|d| drop(d.ack()));
+
+    sub.shutdown().await;
+    let stopped = seeker.seek(KinesisPosition::horizon()).await;
+    assert!(
+        matches!(stopped, Err(KinesisError::Stopped { .. })),
+        "{stopped:?}"
+    );
 }

@@ -60,6 +60,13 @@ impl AckToken {
         self.acks.shard()
     }
 
+    /// True when the subscription moved its shard (a seek) after this was handed out:
+    /// settling it no longer moves the checkpoint.
+    #[must_use]
+    pub fn is_stale(&self) -> bool {
+        self.acks.is_retired()
+    }
+
     fn settle(&mut self, how: Settlement) {
         if !self.settled {
             self.settled = true;
@@ -141,6 +148,13 @@ impl<T> Delivery<T> {
     #[must_use]
     pub fn shard_id(&self) -> &str {
         self.token.shard_id()
+    }
+
+    /// True when the subscription moved its shard (a seek) after this was handed out:
+    /// settling it no longer moves the checkpoint.
+    #[must_use]
+    pub fn is_stale(&self) -> bool {
+        self.token.is_stale()
     }
 }
 

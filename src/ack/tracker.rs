@@ -114,6 +114,8 @@ pub struct ShardAcks {
     settled: SettledPosition,
     /// Notified when the checkpoint candidate becomes SHARD_END.
     finished: Notify,
+    /// Replaced by a new ledger (the subscription moved): its deliveries are stale.
+    retired: std::sync::atomic::AtomicBool,
 }
 
 /// Counts of settlements on one shard, for logs and tests.
@@ -145,7 +147,19 @@ impl ShardAcks {
             }),
             settled,
             finished: Notify::new(),
+            retired: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Marks the ledger as replaced (the subscription moved): its deliveries are stale.
+    pub(crate) fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// True once the ledger was replaced.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

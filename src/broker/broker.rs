@@ -1,5 +1,6 @@
 //! [`KinesisBroker`] (configuration) and [`ConnectedKinesis`] (the live connection).
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,6 +73,9 @@ pub struct KinesisBroker {
     owner: Option<String>,
     create_missing_streams: Option<u32>,
     shutdown_grace: Duration,
+    /// The in-process world, created on first `connect_in_process` and shared by clones.
+    #[cfg(feature = "testing")]
+    world: Arc<std::sync::OnceLock<Arc<super::in_process::World>>>,
 }
 
 impl fmt::Debug for KinesisBroker {
@@ -132,6 +136,8 @@ impl KinesisBroker {
             owner: None,
             create_missing_streams: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            #[cfg(feature = "testing")]
+            world: Arc::default(),
         }
     }
 
@@ -233,9 +239,11 @@ impl KinesisBroker {
         self
     }
 
-    /// Creates a missing stream with `shards` shards when a subscription opens it, for the
-    /// by-name form (`#[subscriber("name")]`) and for descriptors that do not say
-    /// [`create_if_missing`](super::KinesisStream::create_if_missing) themselves.
+    /// Creates a missing stream with `shards` shards when a subscription opens it (the
+    /// by-name form `#[subscriber("name")]`, and descriptors that do not say
+    /// [`create_if_missing`](super::KinesisStream::create_if_missing) themselves) or when a
+    /// publish of this connection writes to it, whichever comes first. Without it, both refuse
+    /// a missing stream ([`KinesisError::StreamNotFound`]).
     pub fn create_missing_streams(mut self, shards: u32) -> Self {
         self.create_missing_streams = Some(shards);
         self
@@ -259,9 +267,47 @@ impl KinesisBroker {
             .unwrap_or_default()
     }
 
+    /// The in-process world of this broker and its clones.
+    #[cfg(feature = "testing")]
+    pub(crate) fn world(&self) -> Arc<super::in_process::World> {
+        self.world
+            .get_or_init(|| {
+                let kinesis = match &self.transport {
+                    Transport::Memory(kinesis) => kinesis.clone(),
+                    Transport::Aws { .. } => MemoryKinesis::new(),
+                };
+                let store = match &self.leases {
+                    LeaseChoice::Ready(store) => Some(store.clone()),
+                    LeaseChoice::Dynamo { .. } => None,
+                };
+                Arc::new(super::in_process::World::new(kinesis, store))
+            })
+            .clone()
+    }
+
+    /// Connects to `world` in process, with this broker's settings.
+    #[cfg(feature = "testing")]
+    pub(crate) async fn connect_to_world(
+        mut self,
+        world: Arc<super::in_process::World>,
+    ) -> Result<ConnectedKinesis, KinesisError> {
+        self.transport = Transport::Memory(world.kinesis.clone());
+        self.leases = LeaseChoice::Ready(world.store.clone());
+        let mut inner = self.resolve().await?;
+        inner.in_process = true;
+        inner.accounting = Some(world.accounting.clone());
+        Ok(ConnectedKinesis {
+            inner: Arc::new(inner),
+        })
+    }
+
     async fn resolve(self) -> Result<Inner, KinesisError> {
         let runtime = RuntimeHandle::current();
         let application = self.application_name();
+        let memory = match &self.transport {
+            Transport::Memory(kinesis) => Some(kinesis.clone()),
+            Transport::Aws { .. } => None,
+        };
         let (api, dynamo): (SharedKinesis, Option<aws_sdk_dynamodb::Client>) = match &self.transport
         {
             Transport::Memory(kinesis) => (Arc::new(kinesis.clone()), None),
@@ -349,6 +395,11 @@ impl KinesisBroker {
             runtime,
             closed: AtomicBool::new(false),
             subscriptions: Mutex::new(Vec::new()),
+            streams: Mutex::new(HashSet::new()),
+            stopping: Mutex::default(),
+            memory,
+            in_process: false,
+            accounting: None,
             owner: self.owner,
             create_missing_streams: self.create_missing_streams,
             shutdown_grace: self.shutdown_grace,
@@ -378,6 +429,17 @@ pub(crate) struct Inner {
     pub(crate) runtime: RuntimeHandle,
     pub(crate) closed: AtomicBool,
     subscriptions: Mutex<Vec<ShutdownHandle>>,
+    /// The streams a subscription of this connection reads now (one each).
+    streams: Mutex<HashSet<String>>,
+    /// Subscriptions dropped and still stopping (handing their leases back), by stream.
+    stopping: Mutex<std::collections::HashMap<String, ShutdownHandle>>,
+    /// The in-memory transport, when the connection is on it.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) memory: Option<MemoryKinesis>,
+    /// Connected in process (see [`in_process`](super::in_process)).
+    pub(crate) in_process: bool,
+    /// The harness's delivery accounting (in process only).
+    pub(crate) accounting: Option<Arc<super::in_process::Accounting>>,
     pub(crate) owner: Option<String>,
     pub(crate) create_missing_streams: Option<u32>,
     pub(crate) shutdown_grace: Duration,
@@ -397,6 +459,45 @@ impl Inner {
         }
     }
 
+    /// Claims `stream` for one subscription of this connection: a second one would only
+    /// compete with the first for the same shards, so it is refused until the first closes.
+    pub(crate) fn claim(self: &Arc<Self>, stream: &str) -> Result<StreamClaim, KinesisError> {
+        let mut streams = self
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !streams.insert(stream.to_owned()) {
+            return Err(KinesisError::AlreadySubscribed {
+                stream: stream.to_owned(),
+            });
+        }
+        Ok(StreamClaim {
+            inner: self.clone(),
+            stream: stream.to_owned(),
+        })
+    }
+
+    /// A subscription of `stream` was dropped and stops in the background.
+    pub(crate) fn stopping(&self, stream: &str, handle: ShutdownHandle) {
+        self.stopping
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(stream.to_owned(), handle);
+    }
+
+    /// Waits (at most the shutdown grace) until a dropped subscription of `stream` handed its
+    /// leases back, so that a new one takes the shards at once rather than at a later listing.
+    pub(crate) async fn wait_stopped(&self, stream: &str) {
+        let handle = self
+            .stopping
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(stream);
+        if let Some(handle) = handle {
+            let _ = tokio::time::timeout(self.shutdown_grace, handle.shutdown()).await;
+        }
+    }
+
     /// Records a subscription so shutdown stops it. Refused (and the subscription stopped)
     /// when the connection closed meanwhile.
     pub(crate) fn register(&self, handle: ShutdownHandle) -> Result<(), KinesisError> {
@@ -411,6 +512,22 @@ impl Inner {
         }
         subscriptions.push(handle);
         Ok(())
+    }
+}
+
+/// One subscription's hold on its stream within a connection (see [`Inner::claim`]).
+pub(crate) struct StreamClaim {
+    inner: Arc<Inner>,
+    stream: String,
+}
+
+impl Drop for StreamClaim {
+    fn drop(&mut self) {
+        self.inner
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.stream);
     }
 }
 

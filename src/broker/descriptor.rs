@@ -191,6 +191,8 @@ impl KinesisStream {
         inner.check_open()?;
         let create = self.create_if_missing.or(inner.create_missing_streams);
         self.validate(create)?;
+        let claim = inner.claim(&self.name)?;
+        inner.wait_stopped(&self.name).await;
         let task_inner = inner.clone();
         let stream: std::sync::Arc<str> = std::sync::Arc::from(self.name.as_str());
         let max_wait = self.max_wait;
@@ -207,6 +209,7 @@ impl KinesisStream {
             stream,
             inner,
             max_wait,
+            claim,
         ))
     }
 
@@ -232,6 +235,10 @@ impl KinesisStream {
         if let Some(duration) = self.lease_duration {
             builder = builder.lease_duration(duration);
         }
+        if inner.in_process {
+            // A jump of the paused test clock must not look like a frozen process.
+            builder = builder.lease_duration(IN_PROCESS_LEASE_DURATION);
+        }
         if let Some(every) = self.checkpoint_interval {
             builder = builder.checkpoint_interval(every);
         }
@@ -242,8 +249,17 @@ impl KinesisStream {
     }
 }
 
+/// The lease duration in process: longer than any jump a test makes on its paused clock.
+const IN_PROCESS_LEASE_DURATION: Duration = Duration::from_secs(24 * 3600);
+
 /// Creates `stream` with `shards` shards when it does not exist, then waits until it is ACTIVE.
-async fn ensure_stream(inner: &Inner, stream: &str, shards: u32) -> Result<(), KinesisError> {
+pub(crate) async fn ensure_stream(
+    inner: &Inner,
+    stream: &str,
+    shards: u32,
+) -> Result<(), KinesisError> {
+    // In process a stream has one shard (see `in_process`).
+    let shards = if inner.in_process { 1 } else { shards };
     let started = Instant::now();
     let mut created = false;
     loop {

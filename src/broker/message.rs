@@ -6,16 +6,38 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use ruststream::{
-    AckError, BuildContext, ContextField, Field, HeaderMap, IncomingMessage, Partitioned,
+    AckError, BuildBatchContext, BuildContext, ContextField, Field, HeaderMap, IncomingMessage,
+    Partitioned, Positioned,
 };
 
 use super::broker::Inner;
+use super::in_process::Counted;
+use super::seeker::KinesisSeeker;
 use crate::ack::Delivery;
 use crate::error::KinesisError;
+use crate::position::KinesisPosition;
 use crate::record::Record;
 
-/// Deliveries so far of the records sent back for another try, by (shard, sequence number).
-pub(crate) type Attempts = Arc<Mutex<HashMap<(Arc<str>, String), u64>>>;
+/// What every message of one subscription shares (one reference per message).
+pub(crate) struct Shared {
+    pub(crate) stream: Arc<str>,
+    /// Deliveries so far of the records sent back for another try, by (shard, sequence
+    /// number).
+    attempts: Mutex<HashMap<(Arc<str>, String), u64>>,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) seeker: KinesisSeeker,
+}
+
+impl Shared {
+    pub(crate) fn new(stream: Arc<str>, inner: Arc<Inner>, seeker: KinesisSeeker) -> Self {
+        Self {
+            stream,
+            attempts: Mutex::default(),
+            inner,
+            seeker,
+        }
+    }
+}
 
 /// One record delivered to a handler, with what settles it (see the
 /// [settlement table](super#settlement-on-a-log)).
@@ -25,16 +47,16 @@ pub struct KinesisMessage {
     delivery: Option<Delivery<Record>>,
     headers: HeaderMap,
     offset: usize,
-    stream: Arc<str>,
     attempt: u64,
-    attempts: Attempts,
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
+    /// In process: released to the test harness when the message is dropped.
+    _counted: Option<Counted>,
 }
 
 impl fmt::Debug for KinesisMessage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut out = f.debug_struct("KinesisMessage");
-        out.field("stream", &self.stream);
+        out.field("stream", &self.shared.stream);
         if let Some(delivery) = &self.delivery {
             out.field("shard", &delivery.shard_id())
                 .field("sequence_number", &delivery.sequence_number())
@@ -47,11 +69,11 @@ impl fmt::Debug for KinesisMessage {
 impl KinesisMessage {
     pub(crate) fn new(
         delivery: Delivery<Record>,
-        stream: Arc<str>,
-        attempts: Attempts,
-        inner: Arc<Inner>,
+        shared: Arc<Shared>,
+        counted: Option<Counted>,
     ) -> Self {
-        let attempt = attempts
+        let attempt = shared
+            .attempts
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&key(&delivery))
@@ -63,10 +85,9 @@ impl KinesisMessage {
             delivery: Some(delivery),
             headers,
             offset,
-            stream,
             attempt,
-            attempts,
-            inner,
+            shared,
+            _counted: counted,
         }
     }
 
@@ -79,23 +100,34 @@ impl KinesisMessage {
     /// The stream the record was read from.
     #[must_use]
     pub fn stream(&self) -> &str {
-        &self.stream
+        &self.shared.stream
     }
 
     /// Sends the record back (holding the checkpoint) and remembers this attempt.
     fn send_back(&mut self, delay: Duration) {
         if let Some(delivery) = self.delivery.take() {
-            self.attempts
+            self.shared
+                .attempts
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(key(&delivery), self.attempt);
+            // In process, the harness counts the redelivery before it can be read.
+            if let Some(accounting) = &self.shared.inner.accounting {
+                let (shard, seq) = (delivery.shard_id_shared(), delivery.sequence_number());
+                if delay.is_zero() {
+                    accounting.requeued(&self.shared.stream, shard, seq);
+                } else {
+                    accounting.requeue_after(&self.shared.stream, shard, seq, delay);
+                }
+            }
             delivery.retry_after(delay);
         }
     }
 
     fn forget(&self, delivery: &Delivery<Record>) {
         if self.attempt > 1 {
-            self.attempts
+            self.shared
+                .attempts
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&key(delivery));
@@ -121,7 +153,7 @@ impl Drop for KinesisMessage {
     /// A message dropped unsettled is sent back like `retry()`: the checkpoint does not pass it.
     fn drop(&mut self) {
         if self.delivery.is_some() {
-            tracing::debug!(stream = %self.stream, "message dropped unsettled; redelivered");
+            tracing::debug!(stream = %self.shared.stream, "message dropped unsettled; redelivered");
             self.send_back(Duration::ZERO);
         }
     }
@@ -147,7 +179,7 @@ impl IncomingMessage for KinesisMessage {
     }
 
     async fn ack(mut self) -> Result<(), AckError> {
-        if self.inner.is_closed() {
+        if self.shared.inner.is_closed() {
             return self.refuse_closed();
         }
         if let Some(delivery) = self.delivery.take() {
@@ -158,7 +190,7 @@ impl IncomingMessage for KinesisMessage {
     }
 
     async fn nack(mut self, requeue: bool) -> Result<(), AckError> {
-        if self.inner.is_closed() {
+        if self.shared.inner.is_closed() {
             return self.refuse_closed();
         }
         if requeue {
@@ -166,7 +198,7 @@ impl IncomingMessage for KinesisMessage {
         } else if let Some(delivery) = self.delivery.take() {
             self.forget(&delivery);
             tracing::info!(
-                stream = %self.stream,
+                stream = %self.shared.stream,
                 shard = %delivery.shard_id(),
                 sequence_number = %delivery.sequence_number(),
                 "record dropped by its handler; skipped"
@@ -181,11 +213,25 @@ impl IncomingMessage for KinesisMessage {
     }
 
     async fn nack_after(mut self, delay: Duration) -> Result<(), AckError> {
-        if self.inner.is_closed() {
+        if self.shared.inner.is_closed() {
             return self.refuse_closed();
         }
         self.send_back(delay);
         Ok(())
+    }
+}
+
+impl Positioned for KinesisMessage {
+    type Position = KinesisPosition;
+
+    /// The record's position: seeking to it delivers this record again, then the rest of its
+    /// shard.
+    fn position(&self) -> KinesisPosition {
+        match &self.delivery {
+            Some(d) => KinesisPosition::sequence(d.shard_id(), d.sequence_number()),
+            // Only a settled message has no record, and settling consumes it.
+            None => KinesisPosition::latest(),
+        }
     }
 }
 
@@ -212,13 +258,17 @@ pub struct KinesisContext {
     pub arrival: Option<SystemTime>,
     /// How far the shard's tip was ahead of the read that returned the record, in ms.
     pub millis_behind_latest: Option<u64>,
+    /// The record's position: seeking to it delivers the record again.
+    pub position: KinesisPosition,
+    /// Moves the subscription that delivered the record.
+    pub seeker: KinesisSeeker,
 }
 
 impl BuildContext<KinesisMessage> for KinesisContext {
     fn build(msg: &KinesisMessage) -> Self {
         let record = msg.record();
         Self {
-            stream: msg.stream.clone(),
+            stream: msg.shared.stream.clone(),
             shard_id: record.map_or_else(|| Arc::from(""), |r| r.shard_id_shared().clone()),
             sequence_number: record
                 .map(|r| r.sequence_number().to_owned())
@@ -228,7 +278,34 @@ impl BuildContext<KinesisMessage> for KinesisContext {
                 .unwrap_or_default(),
             arrival: record.and_then(Record::approximate_arrival),
             millis_behind_latest: record.and_then(Record::millis_behind_latest),
+            position: msg.position(),
+            seeker: msg.shared.seeker.clone(),
         }
+    }
+}
+
+/// What a batch handler may read about its batch: the seeker of the subscription that
+/// delivered it (`ctx.context(SeekHandle)`). Per-record data rides each element.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct KinesisBatchContext {
+    /// Moves the subscription that delivered the batch.
+    pub seeker: KinesisSeeker,
+}
+
+impl BuildBatchContext<KinesisMessage> for KinesisBatchContext {
+    fn build(first: &KinesisMessage) -> Self {
+        Self {
+            seeker: first.shared.seeker.clone(),
+        }
+    }
+}
+
+impl Field<KinesisBatchContext> for SeekHandle {
+    type Value<'a> = &'a KinesisSeeker;
+
+    fn get(self, batch: &KinesisBatchContext) -> &KinesisSeeker {
+        &batch.seeker
     }
 }
 
@@ -281,4 +358,13 @@ context_key!(
     /// How far behind the shard's tip the read that returned the record was, in milliseconds
     /// (`MillisBehindLatest`; `None` when the service did not say).
     MillisBehindLatest, millis_behind_latest, Option<u64>, Option<u64>, |c| c.millis_behind_latest, |c| c.millis_behind_latest
+);
+context_key!(
+    /// The record's position ([`KinesisPosition::sequence`]): seeking to it delivers the record
+    /// again.
+    Position, position, KinesisPosition, &'a KinesisPosition, |c| c.position.clone(), |c| &c.position
+);
+context_key!(
+    /// The seeker of the subscription that delivered the record.
+    SeekHandle, seeker, KinesisSeeker, &'a KinesisSeeker, |c| c.seeker.clone(), |c| &c.seeker
 );

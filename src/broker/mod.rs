@@ -14,6 +14,7 @@
 //! | `message.rs` | [`KinesisMessage`] (settlement) and the per-delivery [`KinesisContext`] with its keys |
 //! | [`envelope`] | how headers ride in a record (data and a key only) |
 //! | `publisher.rs` | [`KinesisPublish`] (the policy), [`KinesisPublisher`], [`KinesisOptions`] |
+//! | [`in_process`] | the framework's in-process mode (feature `testing`): `TestApp` with no server |
 //!
 //! ```no_run
 //! use kinesis_dataflow::broker::prelude::*;
@@ -56,6 +57,24 @@
 //! every settlement answers an error ([`KinesisError::ShutDown`](crate::KinesisError::ShutDown)):
 //! the record will be read again from the checkpoint, so an `Ok` would be a lie.
 //!
+//! # One subscription per stream and connection
+//!
+//! One subscription reads every shard the instance holds, so a second subscription of the same
+//! stream on the same connection could only compete with the first for those shards. It is
+//! refused with [`KinesisError::AlreadySubscribed`](crate::KinesisError::AlreadySubscribed)
+//! until the first is dropped. To share a stream's shards, run several instances (or connect
+//! several brokers): they share them through the lease table.
+//!
+//! # Testing in process
+//!
+//! With the `testing` feature (enable it in a service's `[dev-dependencies]`), the framework's
+//! `TestApp::start(service(KinesisBroker::new()))` runs the production broker on the in-memory
+//! transport with no server: one shard per stream, so every record is ordered against every
+//! other, and the same settlement as live. Use a paused clock
+//! (`#[tokio::test(start_paused = true)]`): a retry after a delay, and the records held behind
+//! it, are delivered when the test moves the clock. See [`in_process`] for the details and
+//! the two differences from a live run.
+//!
 //! # Partition keys
 //!
 //! A publish names its record's partition key, first match wins: the per-publish
@@ -68,20 +87,23 @@
 mod broker;
 mod descriptor;
 pub mod envelope;
+pub mod in_process;
 mod message;
 mod publisher;
+mod seeker;
 mod subscriber;
 
 pub use broker::{ClosedKinesis, ConnectedKinesis, KinesisBroker};
 pub use descriptor::KinesisStream;
 pub use message::{
-    ArrivalTime, KinesisContext, KinesisMessage, MillisBehindLatest, PartitionKey, SequenceNumber,
-    ShardId, StreamName,
+    ArrivalTime, KinesisBatchContext, KinesisContext, KinesisMessage, MillisBehindLatest,
+    PartitionKey, Position, SeekHandle, SequenceNumber, ShardId, StreamName,
 };
 pub use publisher::{
     KinesisOptions, KinesisPublish, KinesisPublishSettings, KinesisPublishSteps, KinesisPublisher,
     PARTITION_KEY_HEADER,
 };
+pub use seeker::KinesisSeeker;
 pub use subscriber::KinesisSubscriber;
 
 /// Everything an application built on this broker needs: the framework's prelude plus the
@@ -94,9 +116,10 @@ pub mod prelude {
 
     pub use super::KinesisPublish as Publish;
     pub use super::{
-        ArrivalTime, KinesisBroker, KinesisContext, KinesisOptions, KinesisPublish,
-        KinesisPublishSettings, KinesisPublishSteps, KinesisStream, MillisBehindLatest,
-        PartitionKey, SequenceNumber, ShardId, StreamName,
+        ArrivalTime, KinesisBatchContext, KinesisBroker, KinesisContext, KinesisOptions,
+        KinesisPublish, KinesisPublishSettings, KinesisPublishSteps, KinesisSeeker, KinesisStream,
+        MillisBehindLatest, PartitionKey, Position, SeekHandle, SequenceNumber, ShardId,
+        StreamName,
     };
     pub use crate::{KinesisError, KinesisPosition, MemoryKinesis};
 }

@@ -143,7 +143,7 @@ impl KinesisPublisher {
 }
 
 /// A random partition key (the records then spread over the shards).
-fn random_key() -> String {
+pub(crate) fn random_key() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
@@ -181,11 +181,26 @@ impl ruststream::Publisher for KinesisPublisher {
         }
         let data = super::envelope::encode(&headers, payload);
         let publisher = CorePublisher::new(self.inner.api.clone(), name);
+        let inner = self.inner.clone();
+        let stream = name.to_owned();
         // On the connection's runtime: the caller's may be short-lived, and the SDK's
         // connections belong to the runtime that opened them.
         self.inner
             .runtime
-            .spawn(async move { publisher.publish(key, data).await })
+            .spawn(async move {
+                match publisher.publish(key.clone(), data.clone()).await {
+                    // With `create_missing_streams`, a publish may come first and create the
+                    // stream, as a subscription would.
+                    Err(KinesisError::StreamNotFound { .. })
+                        if inner.create_missing_streams.is_some() =>
+                    {
+                        let shards = inner.create_missing_streams.unwrap_or(1);
+                        super::descriptor::ensure_stream(&inner, &stream, shards).await?;
+                        publisher.publish(key, data).await
+                    }
+                    other => other,
+                }
+            })
             .await
             .map_err(|_| KinesisError::ShutDown)?
             .map(|_| ())

@@ -10,9 +10,13 @@ use std::time::Duration;
 use futures::Stream;
 use ruststream::{BatchSubscriber, BufferedSubscriber, Subscriber};
 
-use super::broker::Inner;
-use super::message::{Attempts, KinesisMessage};
+use super::broker::{Inner, StreamClaim};
+use super::in_process::Taken;
+use super::message::{KinesisMessage, Shared};
+use super::seeker::KinesisSeeker;
+use crate::ack::Delivery;
 use crate::error::KinesisError;
+use crate::record::Record;
 use crate::subscription::Subscription;
 
 /// The records of every shard this instance holds of one stream, as [`KinesisMessage`]s.
@@ -43,13 +47,18 @@ impl KinesisSubscriber {
         stream: Arc<str>,
         inner: Arc<Inner>,
         max_wait: Duration,
+        claim: StreamClaim,
     ) -> Self {
+        if let Some(accounting) = &inner.accounting {
+            accounting.opened(&stream);
+        }
+        let seeker = KinesisSeeker::new(subscription.seeker(), inner.clone());
         Self {
             buffered: BufferedSubscriber::new(Wire {
                 subscription,
-                stream,
-                attempts: Attempts::default(),
-                inner,
+                shared: Arc::new(Shared::new(stream, inner, seeker)),
+                parked: None,
+                _claim: claim,
             })
             .max_wait(max_wait),
         }
@@ -62,6 +71,14 @@ impl Subscriber for KinesisSubscriber {
 
     fn stream(&mut self) -> impl Stream<Item = Result<KinesisMessage, KinesisError>> + Send + '_ {
         self.buffered.stream()
+    }
+}
+
+impl ruststream::Seekable for KinesisSubscriber {
+    type Seeker = KinesisSeeker;
+
+    fn seeker(&self) -> KinesisSeeker {
+        self.buffered.seeker()
     }
 }
 
@@ -79,9 +96,35 @@ impl BatchSubscriber for KinesisSubscriber {
 /// The core subscription, message by message.
 struct Wire {
     subscription: Subscription,
-    stream: Arc<str>,
-    attempts: Attempts,
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
+    /// In process: a delayed redelivery read before the harness's timer for it fell due.
+    parked: Option<Delivery<Record>>,
+    _claim: StreamClaim,
+}
+
+impl ruststream::Seekable for Wire {
+    type Seeker = KinesisSeeker;
+
+    fn seeker(&self) -> KinesisSeeker {
+        self.shared.seeker.clone()
+    }
+}
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        if let Some(delivery) = self.parked.take() {
+            // Not delivered: it must not count as settled.
+            delivery.retry();
+        }
+        if let Some(accounting) = &self.shared.inner.accounting {
+            accounting.closed(&self.shared.stream);
+        }
+        // Dropping the subscription stops it in the background; a new one of the stream on
+        // this connection waits for that.
+        self.shared
+            .inner
+            .stopping(&self.shared.stream, self.subscription.shutdown_handle());
+    }
 }
 
 impl fmt::Debug for Wire {
@@ -99,16 +142,39 @@ impl Subscriber for Wire {
     fn stream(&mut self) -> impl Stream<Item = Result<KinesisMessage, KinesisError>> + Send + '_ {
         futures::stream::poll_fn(move |cx| {
             loop {
-                if self.inner.is_closed() {
+                if self.shared.inner.is_closed() {
                     return Poll::Ready(None);
                 }
-                return match Pin::new(&mut self.subscription).poll_next(cx) {
-                    Poll::Ready(Some(Ok(delivery))) => Poll::Ready(Some(Ok(KinesisMessage::new(
-                        delivery,
-                        self.stream.clone(),
-                        self.attempts.clone(),
-                        self.inner.clone(),
-                    )))),
+                let next = match self.parked.take() {
+                    // A seek since: it is no longer the next record.
+                    Some(parked) if parked.is_stale() => continue,
+                    Some(parked) => Poll::Ready(Some(Ok(parked))),
+                    None => Pin::new(&mut self.subscription).poll_next(cx),
+                };
+                return match next {
+                    Poll::Ready(Some(Ok(delivery))) => {
+                        let counted = match &self.shared.inner.accounting {
+                            None => None,
+                            Some(accounting) => match accounting.take(
+                                &self.shared.stream,
+                                delivery.shard_id_shared(),
+                                delivery.sequence_number(),
+                                cx.waker(),
+                            ) {
+                                Taken::Uncounted => None,
+                                Taken::Counted(counted) => Some(counted),
+                                Taken::Park => {
+                                    self.parked = Some(delivery);
+                                    return Poll::Pending;
+                                }
+                            },
+                        };
+                        Poll::Ready(Some(Ok(KinesisMessage::new(
+                            delivery,
+                            self.shared.clone(),
+                            counted,
+                        ))))
+                    }
                     Poll::Ready(Some(Err(e))) if e.is_retryable() => {
                         tracing::debug!(error = %e, "read failed; the subscription retries it");
                         continue;

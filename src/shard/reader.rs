@@ -131,18 +131,31 @@ impl Reader {
     /// Fetches the first iterator now, fixing where the reader starts. A failure is left to
     /// the first step, which retries and reports it by the usual rules.
     pub(crate) async fn prime(&mut self) -> bool {
+        self.try_prime().await.is_ok()
+    }
+
+    /// [`prime`](Self::prime), saying why the position could not be fixed.
+    pub(crate) async fn try_prime(&mut self) -> Result<(), KinesisError> {
         if self.iterator.is_some() {
-            return true;
+            return Ok(());
         }
         if self.first_iterator_at.is_some() {
-            return false;
+            return Err(KinesisError::Service {
+                operation: crate::error::Operation::GetShardIterator,
+                stream: self.stream.to_string(),
+                message: "the first iterator was already fetched and lost".into(),
+            });
         }
         match self.fetch_iterator().await {
             Ok(iterator) => {
                 self.iterator = Some(iterator);
-                true
+                Ok(())
             }
-            Err(_) => false,
+            Err(Some(Step::Failed(e) | Step::Stopped(e))) => Err(e),
+            Err(_) => Err(KinesisError::Throttled {
+                operation: crate::error::Operation::GetShardIterator,
+                stream: self.stream.to_string(),
+            }),
         }
     }
 

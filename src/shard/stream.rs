@@ -244,6 +244,15 @@ impl ShardStream {
         }
     }
 
+    /// [`prime`](Self::prime), saying why the position could not be fixed.
+    pub(crate) async fn try_prime(&mut self) -> Result<(), KinesisError> {
+        let span = self.span.clone();
+        match &mut self.state {
+            State::Idle(reader) => reader.try_prime().instrument(span).await,
+            _ => Ok(()),
+        }
+    }
+
     /// How many records are read but not yet taken.
     #[must_use]
     pub fn buffered_len(&self) -> usize {

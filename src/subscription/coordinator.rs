@@ -35,6 +35,17 @@ pub(crate) enum Command {
     Close,
 }
 
+/// A request to the running coordinator.
+pub(crate) enum Control {
+    /// Move the subscription; answered once the new readers are in place.
+    Seek(
+        crate::position::KinesisPosition,
+        tokio::sync::oneshot::Sender<Result<(), KinesisError>>,
+    ),
+}
+
+mod seek;
+
 /// The channels between a coordinator and its subscription.
 pub(crate) struct Links {
     /// To the subscription's stream.
@@ -45,6 +56,8 @@ pub(crate) struct Links {
     pub(crate) done: watch::Sender<bool>,
     /// Told once the first listing took its shards (or failed in a way retrying cannot fix).
     pub(crate) first_sync: tokio::sync::oneshot::Sender<Option<KinesisError>>,
+    /// Requests from seekers.
+    pub(crate) control: UnboundedReceiver<Control>,
 }
 
 struct Held {
@@ -85,6 +98,7 @@ pub(crate) struct Coordinator {
     first_sync: Option<tokio::sync::oneshot::Sender<Option<KinesisError>>>,
     /// Shards being handed off (waiting for in-flight deliveries before the release).
     handoffs: Vec<(String, JoinHandle<()>)>,
+    control: UnboundedReceiver<Control>,
 }
 
 impl Coordinator {
@@ -100,6 +114,7 @@ impl Coordinator {
             shutdown,
             done,
             first_sync,
+            control,
         } = links;
         let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
         let (finished_tx, finished) = tokio::sync::mpsc::unbounded_channel();
@@ -122,6 +137,7 @@ impl Coordinator {
             finished,
             first_sync: Some(first_sync),
             handoffs: Vec::new(),
+            control,
         }
     }
 
@@ -148,6 +164,7 @@ impl Coordinator {
                 _ = renew.tick() => self.renew_all().await,
                 _ = sleep_until(expiry.unwrap_or_else(Instant::now)), if expiry.is_some() => self.expire(),
                 Some(event) = self.events.recv() => self.on_pump_end(event).await,
+                Some(control) = self.control.recv() => self.on_control(control).await,
                 Some(shard) = self.finished.recv() => self.on_finished(shard).await,
                 _ = checkpoint.tick() => self.checkpoint_all().await,
                 _ = list.tick() => self.sync().await,
@@ -466,22 +483,6 @@ impl Coordinator {
             }
         }
         let gate = Arc::new(LeaseGate::new(renewed_at, self.config.give_up_after()));
-        let pump = ShardPump::new(
-            reader,
-            acks.clone(),
-            gate.clone(),
-            self.config.max_in_flight,
-            self.events_tx.clone(),
-        );
-        let finish_watch = {
-            let acks = acks.clone();
-            let tx = self.finished_tx.clone();
-            let shard = shard.clone();
-            tokio::spawn(async move {
-                acks.finished().await;
-                let _ = tx.send(shard);
-            })
-        };
         if taken.parents.is_empty() {
             tracing::info!(shard = %shard, ?origin, position = ?start, "lease taken, reading");
         } else {
@@ -498,10 +499,40 @@ impl Coordinator {
         } else {
             taken.checkpoint.clone()
         };
+        self.install(shard, taken, acks, reader, gate, written);
+    }
+
+    /// Starts reading a held shard: its pump goes to the subscription's stream, and the
+    /// ledger is watched for the shard's end.
+    fn install(
+        &mut self,
+        shard: String,
+        lease: Lease,
+        acks: Arc<ShardAcks>,
+        reader: crate::shard::ShardStream,
+        gate: Arc<LeaseGate>,
+        written: Option<Checkpoint>,
+    ) {
+        let pump = ShardPump::new(
+            reader,
+            acks.clone(),
+            gate.clone(),
+            self.config.max_in_flight,
+            self.events_tx.clone(),
+        );
+        let finish_watch = {
+            let acks = acks.clone();
+            let tx = self.finished_tx.clone();
+            let shard = shard.clone();
+            tokio::spawn(async move {
+                acks.finished().await;
+                let _ = tx.send(shard);
+            })
+        };
         self.held.insert(
             shard.clone(),
             Held {
-                lease: taken,
+                lease,
                 acks,
                 gate,
                 written,

@@ -36,6 +36,17 @@ impl LeaseGate {
         gate
     }
 
+    /// A gate for the same lease, open until the same deadline: for a new reader of a shard
+    /// whose old reader is revoked.
+    pub(crate) fn successor(previous: &Self) -> Self {
+        Self {
+            revoked: AtomicBool::new(false),
+            base: previous.base,
+            valid_until: AtomicU64::new(previous.valid_until.load(Ordering::Acquire)),
+            give_up_after: previous.give_up_after,
+        }
+    }
+
     /// A write sent at `sent` moved the counter: the lease is ours for longer.
     pub(crate) fn renewed(&self, sent: Instant) {
         let until = sent.saturating_duration_since(self.base) + self.give_up_after;

@@ -32,6 +32,7 @@ mod config;
 mod coordinator;
 mod gate;
 mod pump;
+mod seeker;
 
 use std::fmt;
 use std::pin::Pin;
@@ -49,6 +50,7 @@ pub use config::{
     DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LEASE_DURATION, DEFAULT_LIST_INTERVAL,
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_SHUTDOWN_TIMEOUT, SubscriptionConfig,
 };
+pub use seeker::SubscriptionSeeker;
 
 use self::coordinator::{Command, Coordinator, Links};
 use self::pump::ShardPump;
@@ -211,11 +213,13 @@ impl SubscriptionBuilder {
         let owner = self.config.owner.clone();
         let span = tracing::info_span!("subscription", stream = %self.stream, owner = %owner);
         let (first_sync_tx, first_sync) = tokio::sync::oneshot::channel();
+        let (control_tx, control) = mpsc::unbounded_channel();
         let links = Links {
             commands: commands_tx,
             shutdown: shutdown_rx,
             done: done_tx,
             first_sync: first_sync_tx,
+            control,
         };
         let store: SharedLeaseStore = Arc::new(bounded::BoundedStore::new(
             self.store,
@@ -244,6 +248,7 @@ impl SubscriptionBuilder {
                 shutdown: shutdown_tx,
                 done: done_rx,
             },
+            seeker: SubscriptionSeeker::new(control_tx, self.stream.clone()),
             stream: self.stream,
             owner,
         })
@@ -280,6 +285,7 @@ pub struct Subscription {
     closing: bool,
     task: Option<JoinHandle<()>>,
     handle: ShutdownHandle,
+    seeker: SubscriptionSeeker,
     stream: Arc<str>,
     owner: String,
 }
@@ -344,6 +350,12 @@ impl Subscription {
         let mut shards: Vec<String> = self.shards.keys().cloned().collect();
         shards.sort();
         shards
+    }
+
+    /// A handle that moves this subscription to another position while it runs.
+    #[must_use]
+    pub fn seeker(&self) -> SubscriptionSeeker {
+        self.seeker.clone()
     }
 
     /// A handle that stops this subscription gracefully from elsewhere.

@@ -1,15 +1,29 @@
 //! The framework's conformance suites, each run against a given broker: the in-memory
-//! transport (`tests/broker_conformance.rs`) and the emulators (`tests/broker_live.rs`) run the
-//! same calls.
+//! transport (`tests/broker_conformance.rs`), the in-process mode
+//! (`tests/broker_in_process.rs`) and the emulators (`tests/broker_live.rs`) run the same calls.
 
 use std::time::Duration;
 
-use kinesis_dataflow::broker::{KinesisBroker, KinesisOptions, KinesisPublish, KinesisStream};
+use kinesis_dataflow::KinesisError;
+use kinesis_dataflow::broker::{ConnectedKinesis, KinesisOptions, KinesisPublish, KinesisStream};
+use ruststream::Broker;
 use ruststream::IncomingMessage;
 use ruststream::conformance::harness;
 use ruststream::conformance::helpers::unique_subject;
 use ruststream::conformance::message_shape::{self, OptionCases};
 use ruststream::conformance::{capabilities, lifecycle, settlement};
+
+/// A broker the suites can run: [`KinesisBroker`](kinesis_dataflow::broker::KinesisBroker)
+/// itself, or wrapped in the framework's `InProcessBroker`.
+pub trait SuiteBroker:
+    Broker<Connected = ConnectedKinesis, Error = KinesisError> + Clone + Send + Sync + 'static
+{
+}
+
+impl<B> SuiteBroker for B where
+    B: Broker<Connected = ConnectedKinesis, Error = KinesisError> + Clone + Send + Sync + 'static
+{
+}
 
 fn stream(name: &str) -> KinesisStream {
     KinesisStream::new(name)
@@ -18,18 +32,18 @@ fn stream(name: &str) -> KinesisStream {
 }
 
 /// `harness::lifecycle`.
-pub async fn lifecycle_suite(broker: KinesisBroker) {
+pub async fn lifecycle_suite<B: SuiteBroker>(broker: B) {
     harness::lifecycle(move || broker.clone(), stream, |c| c.publisher()).await;
 }
 
 /// `lifecycle::shared_handle_closes`.
-pub async fn shared_handle_closes(broker: KinesisBroker) {
+pub async fn shared_handle_closes<B: SuiteBroker>(broker: B) {
     lifecycle::shared_handle_closes(move || broker.clone(), stream, |c| c.publisher()).await;
 }
 
 /// `lifecycle::shutdown_flushes`: a resumed consumer reads from its checkpoint, so the backlog
 /// is delivered.
-pub async fn shutdown_flushes(broker: KinesisBroker) {
+pub async fn shutdown_flushes<B: SuiteBroker>(broker: B) {
     lifecycle::shutdown_flushes(
         move || broker.clone(),
         stream,
@@ -40,7 +54,7 @@ pub async fn shutdown_flushes(broker: KinesisBroker) {
 }
 
 /// `settlement::suite`.
-pub async fn settlement_suite(broker: KinesisBroker) {
+pub async fn settlement_suite<B: SuiteBroker>(broker: B) {
     let _answers = settlement::suite(
         move || broker.clone(),
         stream,
@@ -51,12 +65,12 @@ pub async fn settlement_suite(broker: KinesisBroker) {
 }
 
 /// `harness::redelivery_address`.
-pub async fn redelivery_address(broker: KinesisBroker) {
+pub async fn redelivery_address<B: SuiteBroker>(broker: B) {
     harness::redelivery_address(move || broker.clone(), stream, |c| c.publisher()).await;
 }
 
 /// `message_shape::keyed_order` on a two-shard stream.
-pub async fn keyed_order(broker: KinesisBroker) {
+pub async fn keyed_order<B: SuiteBroker>(broker: B) {
     message_shape::keyed_order(
         move || broker.clone(),
         &unique_subject("keyed"),
@@ -73,7 +87,7 @@ pub async fn keyed_order(broker: KinesisBroker) {
 
 /// `message_shape::publish_options`: the partition key of the policy, overridden per publish,
 /// and the keys the service refuses.
-pub async fn publish_options(broker: KinesisBroker) {
+pub async fn publish_options<B: SuiteBroker>(broker: B) {
     message_shape::publish_options(
         move || broker.clone(),
         &unique_subject("options"),
@@ -92,6 +106,32 @@ pub async fn publish_options(broker: KinesisBroker) {
 }
 
 /// `capabilities::batches`.
-pub async fn batches(broker: KinesisBroker) {
+pub async fn batches<B: SuiteBroker>(broker: B) {
     capabilities::batches(move || broker.clone(), stream, |c| c.publisher()).await;
+}
+
+/// `capabilities::seeking`: back, forward, before the first delivery, after shutdown.
+pub async fn seeking<B: SuiteBroker>(broker: B) {
+    capabilities::seeking(move || broker.clone(), stream, |c| c.publisher()).await;
+}
+
+/// `capabilities::batch_seeking`.
+pub async fn batch_seeking<B: SuiteBroker>(broker: B) {
+    capabilities::batch_seeking(move || broker.clone(), stream, |c| c.publisher()).await;
+}
+
+/// `capabilities::seeking_unknown_position`: a record of a shard the stream does not have.
+pub async fn seeking_unknown_position<B: SuiteBroker>(broker: B) {
+    capabilities::seeking_unknown_position(
+        move || broker.clone(),
+        stream,
+        |c| c.publisher(),
+        |_| {
+            kinesis_dataflow::KinesisPosition::sequence(
+                "shardId-000000000099",
+                "49000000000000000000000000000000000000000000000000000000",
+            )
+        },
+    )
+    .await;
 }

@@ -142,7 +142,11 @@ struct State {
     latency: Duration,
     iterator_ttl: Duration,
     list_page_size: usize,
+    observer: Option<PutObserver>,
 }
+
+/// Told of every record stored: the stream's name and the record.
+pub type PutObserver = Arc<dyn Fn(&str, &Record) + Send + Sync>;
 
 /// An in-memory Kinesis Data Streams behind [`KinesisApi`].
 ///
@@ -199,6 +203,7 @@ impl MemoryKinesis {
                 latency: Duration::ZERO,
                 iterator_ttl: DEFAULT_ITERATOR_TTL,
                 list_page_size: DEFAULT_LIST_SHARDS_PAGE_SIZE,
+                observer: None,
             })),
             region: DEFAULT_REGION.into(),
             instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
@@ -225,6 +230,22 @@ impl MemoryKinesis {
     pub fn with_list_shards_page_size(self, page_size: usize) -> Self {
         self.lock().list_page_size = page_size.max(1);
         self
+    }
+
+    /// Calls `observer` with every record stored from now on (by [`put`](Self::put) and by
+    /// PutRecords), after it is stored and before the call that stored it returns. It replaces
+    /// an observer set earlier. The observer must not call back into this store.
+    pub fn on_put(&self, observer: impl Fn(&str, &Record) + Send + Sync + 'static) {
+        self.lock().observer = Some(Arc::new(observer));
+    }
+
+    /// Tells the observer, if any, of records just stored (called with the lock released).
+    fn observed(&self, observer: Option<PutObserver>, stream: &str, stored: &[Record]) {
+        if let Some(observer) = observer {
+            for record in stored {
+                observer(stream, record);
+            }
+        }
     }
 
     /// Creates stream `name` with `shard_count` open shards, like CreateStream but without
@@ -258,9 +279,23 @@ impl MemoryKinesis {
         let mut state = self.lock();
         let stream_state = self.stream_mut(&mut state, op, stream)?;
         let index = stream_state.route(hash);
+        let now = SystemTime::now();
         let sequence_number =
-            stream_state.append(index, partition_key.to_owned(), data, SystemTime::now());
-        Ok((stream_state.shard_id(index).to_string(), sequence_number))
+            stream_state.append(index, partition_key.to_owned(), data.clone(), now);
+        let shard_id = stream_state.shard_id(index);
+        let observer = state.observer.clone();
+        drop(state);
+        if observer.is_some() {
+            let record = Record::new(
+                shard_id.clone(),
+                sequence_number.clone(),
+                partition_key,
+                data,
+                Some(now),
+            );
+            self.observed(observer, stream, std::slice::from_ref(&record));
+        }
+        Ok((shard_id.to_string(), sequence_number))
     }
 
     /// Drops the records of every shard of `stream` that arrived before `older_than`, as the

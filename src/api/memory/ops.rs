@@ -305,8 +305,10 @@ impl MemoryKinesis {
             .collect::<Result<Vec<u128>, KinesisError>>()?;
 
         let mut state = self.lock();
+        let observer = state.observer.clone();
         let stream_state = self.stream_mut(&mut state, op, stream)?;
         let now = SystemTime::now();
+        let mut stored = Vec::new();
         let results = entries
             .into_iter()
             .zip(hashes)
@@ -318,14 +320,32 @@ impl MemoryKinesis {
                 {
                     return entry_failure(fault, stream, &shard_id);
                 }
-                let sequence_number =
-                    stream_state.append(index, entry.partition_key, entry.data, now);
+                let sequence_number = if observer.is_some() {
+                    let sequence_number = stream_state.append(
+                        index,
+                        entry.partition_key.clone(),
+                        entry.data.clone(),
+                        now,
+                    );
+                    stored.push(Record::new(
+                        shard_id.clone(),
+                        sequence_number.clone(),
+                        entry.partition_key,
+                        entry.data,
+                        Some(now),
+                    ));
+                    sequence_number
+                } else {
+                    stream_state.append(index, entry.partition_key, entry.data, now)
+                };
                 PutRecordResult::Stored {
                     shard_id: shard_id.to_string(),
                     sequence_number,
                 }
             })
             .collect();
+        drop(state);
+        self.observed(observer, stream, &stored);
         Ok(PutRecordsOutput { results })
     }
 

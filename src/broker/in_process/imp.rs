@@ -1,0 +1,335 @@
+//! The in-process world and the harness's delivery accounting.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::Waker;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ruststream::testing::{Backlog, Coordinator, InProcess, TestableBroker};
+use ruststream::{OutgoingMessage, RawMessage};
+
+use super::super::broker::{ConnectedKinesis, KinesisBroker};
+use super::super::publisher::{PARTITION_KEY_HEADER, random_key};
+use crate::api::MemoryKinesis;
+use crate::error::KinesisError;
+use crate::lease::{MemoryLeaseStore, SharedLeaseStore};
+use crate::record::Record;
+
+/// The streams and leases every clone of one broker reaches in process.
+pub(crate) struct World {
+    pub(crate) kinesis: MemoryKinesis,
+    pub(crate) store: SharedLeaseStore,
+    pub(crate) accounting: Arc<Accounting>,
+}
+
+impl World {
+    /// A world over `kinesis` (a fresh one unless the broker was built on one) whose stored
+    /// records are counted for the harness.
+    pub(crate) fn new(kinesis: MemoryKinesis, store: Option<SharedLeaseStore>) -> Self {
+        let accounting = Arc::new(Accounting::default());
+        let observer = Arc::downgrade(&accounting);
+        kinesis.on_put(move |stream, record| {
+            if let Some(accounting) = observer.upgrade() {
+                accounting.stored(stream, record);
+            }
+        });
+        Self {
+            kinesis,
+            store: store.unwrap_or_else(|| Arc::new(MemoryLeaseStore::new())),
+            accounting,
+        }
+    }
+}
+
+/// Which deliveries the harness waits for, and the publish log it reads.
+#[derive(Default)]
+pub(crate) struct Accounting {
+    coordinator: OnceLock<Coordinator>,
+    ledger: Mutex<Ledger>,
+}
+
+impl std::fmt::Debug for Accounting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Accounting")
+            .field("coordinator", &self.coordinator.get().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Ledger {
+    streams: HashMap<String, StreamLedger>,
+    log: Vec<RawMessage>,
+}
+
+/// One stream's open subscriptions and the deliveries they owe the harness.
+#[derive(Default)]
+struct StreamLedger {
+    open: usize,
+    /// Counted deliveries not yet handed out, by (shard, sequence number).
+    owed: HashMap<(Arc<str>, String), u32>,
+    /// Delayed redeliveries whose time has not come, with the subscriptions waiting on them.
+    awaiting: HashMap<(Arc<str>, String), Vec<Waker>>,
+}
+
+/// A counted delivery: released to the harness once, when dropped.
+#[derive(Debug)]
+pub(crate) struct Counted(Coordinator);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.consumed();
+    }
+}
+
+/// What a delivery is, for the harness.
+pub(crate) enum Taken {
+    /// Not counted (read from before the subscription opened, or no harness installed).
+    Uncounted,
+    /// Counted; released when dropped.
+    Counted(Counted),
+    /// A delayed redelivery whose time has not come: hold it until the waker is woken.
+    Park,
+}
+
+impl Accounting {
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Installs the harness's coordinator (a second install is ignored).
+    pub(crate) fn install(&self, coordinator: Coordinator) {
+        let _ = self.coordinator.set(coordinator);
+    }
+
+    /// A record was stored: logged, and counted once when a subscription of its stream is
+    /// open (the one that holds the shard delivers it).
+    fn stored(&self, stream: &str, record: &Record) {
+        let (headers, offset) = super::super::envelope::decode(record.data());
+        let message =
+            RawMessage::new(stream.to_owned(), record.data().slice(offset..)).with_headers(headers);
+        let mut ledger = self.ledger();
+        ledger.log.push(message);
+        let Some(coordinator) = self.coordinator.get() else {
+            return;
+        };
+        if let Some(entry) = ledger.streams.get_mut(stream)
+            && entry.open > 0
+        {
+            *entry
+                .owed
+                .entry((
+                    record.shard_id_shared().clone(),
+                    record.sequence_number().to_owned(),
+                ))
+                .or_default() += 1;
+            coordinator.enqueued();
+        }
+    }
+
+    /// What the record about to be handed out is for the harness.
+    pub(crate) fn take(&self, stream: &str, shard: &Arc<str>, seq: &str, waker: &Waker) -> Taken {
+        let Some(coordinator) = self.coordinator.get() else {
+            return Taken::Uncounted;
+        };
+        let mut ledger = self.ledger();
+        let Some(entry) = ledger.streams.get_mut(stream) else {
+            return Taken::Uncounted;
+        };
+        let key = (shard.clone(), seq.to_owned());
+        if let Some(waiting) = entry.awaiting.get_mut(&key) {
+            if !waiting.iter().any(|w| w.will_wake(waker)) {
+                waiting.push(waker.clone());
+            }
+            return Taken::Park;
+        }
+        match entry.owed.get_mut(&key) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                if *n == 0 {
+                    entry.owed.remove(&key);
+                }
+                Taken::Counted(Counted(coordinator.clone()))
+            }
+            _ => Taken::Uncounted,
+        }
+    }
+
+    /// A delivery was sent back for another try now: counted again before this returns.
+    pub(crate) fn requeued(&self, stream: &str, shard: &Arc<str>, seq: &str) {
+        let Some(coordinator) = self.coordinator.get() else {
+            return;
+        };
+        let mut ledger = self.ledger();
+        if let Some(entry) = ledger.streams.get_mut(stream)
+            && entry.open > 0
+        {
+            *entry
+                .owed
+                .entry((shard.clone(), seq.to_owned()))
+                .or_default() += 1;
+            coordinator.enqueued();
+        }
+    }
+
+    /// A delivery was sent back for another try after `delay`: counted when the harness's
+    /// timer falls due, and held back until then.
+    pub(crate) fn requeue_after(
+        self: &Arc<Self>,
+        stream: &str,
+        shard: &Arc<str>,
+        seq: &str,
+        delay: Duration,
+    ) {
+        let Some(coordinator) = self.coordinator.get() else {
+            return;
+        };
+        let key = (shard.clone(), seq.to_owned());
+        {
+            let mut ledger = self.ledger();
+            let Some(entry) = ledger.streams.get_mut(stream) else {
+                return;
+            };
+            if entry.open == 0 {
+                return;
+            }
+            entry.awaiting.entry(key.clone()).or_default();
+        }
+        let this = Arc::clone(self);
+        let stream = stream.to_owned();
+        coordinator.schedule_redelivery(delay, move || {
+            let wakers = {
+                let mut ledger = this.ledger();
+                let Some(entry) = ledger.streams.get_mut(&stream) else {
+                    return;
+                };
+                let wakers = entry.awaiting.remove(&key).unwrap_or_default();
+                if entry.open > 0 {
+                    *entry.owed.entry(key).or_default() += 1;
+                    if let Some(coordinator) = this.coordinator.get() {
+                        coordinator.enqueued();
+                    }
+                }
+                wakers
+            };
+            wakers.into_iter().for_each(Waker::wake);
+        });
+    }
+
+    /// A subscription of `stream` opened: records stored from now on are counted.
+    pub(crate) fn opened(&self, stream: &str) {
+        self.ledger()
+            .streams
+            .entry(stream.to_owned())
+            .or_default()
+            .open += 1;
+    }
+
+    /// A subscription of `stream` closed. When it was the last, what it still owed is
+    /// released: nobody will deliver it in this run.
+    pub(crate) fn closed(&self, stream: &str) {
+        let (owed, wakers) = {
+            let mut ledger = self.ledger();
+            let Some(entry) = ledger.streams.get_mut(stream) else {
+                return;
+            };
+            entry.open = entry.open.saturating_sub(1);
+            if entry.open > 0 {
+                return;
+            }
+            let owed: u32 = entry.owed.drain().map(|(_, n)| n).sum();
+            let wakers: Vec<Waker> = entry.awaiting.drain().flat_map(|(_, w)| w).collect();
+            (owed, wakers)
+        };
+        if let Some(coordinator) = self.coordinator.get() {
+            (0..owed).for_each(|_| coordinator.consumed());
+        }
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// What was stored in `stream`, in order.
+    fn published(&self, stream: &str) -> Vec<RawMessage> {
+        self.ledger()
+            .log
+            .iter()
+            .filter(|m| m.name() == stream)
+            .cloned()
+            .collect()
+    }
+}
+
+impl InProcess for KinesisBroker {
+    /// Connects to the in-process world of this broker (created on first use and shared by
+    /// its clones): an in-memory Kinesis (the one the broker was built on, if any) and an
+    /// in-memory lease store, with the broker's own settings. See the
+    /// [module docs](super) for what differs from a live connection.
+    async fn connect_in_process(self) -> Result<ConnectedKinesis, KinesisError> {
+        let world = self.world();
+        self.connect_to_world(world).await
+    }
+}
+
+impl TestableBroker for ConnectedKinesis {
+    fn install_coordinator(&self, coordinator: Coordinator) {
+        if let Some(accounting) = &self.inner.accounting {
+            accounting.install(coordinator);
+        }
+    }
+
+    /// Writes the message as one record, the way a publish does (headers in the envelope, the
+    /// `partition-key` header or a random key). A record the service would refuse (unknown
+    /// stream, bad key, too large) is refused here too: logged, not stored, not delivered.
+    ///
+    /// # Panics
+    ///
+    /// On a connection that is not on the in-memory transport: there is nothing to inject
+    /// into synchronously.
+    fn inject(&self, message: OutgoingMessage<'_>) {
+        let Some(kinesis) = &self.inner.memory else {
+            panic!(
+                "inject needs the in-memory transport: connect the broker in process \
+                 (TestApp::start) or build it with KinesisBroker::in_memory"
+            );
+        };
+        let key = message
+            .headers()
+            .get(PARTITION_KEY_HEADER)
+            .map_or_else(random_key, |k| String::from_utf8_lossy(k).into_owned());
+        let (name, payload, headers) = message.into_parts();
+        if let Err(reason) = super::super::envelope::check(&headers) {
+            tracing::warn!(stream = name, reason, "injected message refused");
+            return;
+        }
+        let data: Bytes = super::super::envelope::encode(&headers, payload);
+        let result = match kinesis.put(name, &key, data.clone()) {
+            // With `create_missing_streams`, a write may come first and create the stream
+            // (with one shard, in process), as a publish does.
+            Err(KinesisError::StreamNotFound { .. })
+                if self.inner.create_missing_streams.is_some() =>
+            {
+                let _ = kinesis.add_stream(name, 1);
+                kinesis.put(name, &key, data)
+            }
+            other => other,
+        };
+        if let Err(e) = result {
+            tracing::warn!(stream = name, error = %e, "injected message refused");
+        }
+    }
+
+    fn published(&self, name: &str) -> Vec<RawMessage> {
+        self.inner
+            .accounting
+            .as_ref()
+            .map(|a| a.published(name))
+            .unwrap_or_default()
+    }
+
+    /// A subscription by name opens at LATEST: what was written before it is not delivered.
+    fn backlog(&self) -> Backlog {
+        Backlog::Missed
+    }
+}
+
+ruststream::register_testable_broker!(KinesisBroker);

@@ -1,0 +1,208 @@
+//! The in-process mode: `TestApp::start(service(KinesisBroker::new()))` with no server, and
+//! the framework's conformance suites on the production broker's in-process transport.
+
+mod support;
+
+#[allow(dead_code)]
+mod example {
+    include!("../examples/kinesis_subscriptions_shards.rs");
+
+    /// The example's `service`, as the spec shows it (private there).
+    pub fn app(broker: KinesisBroker) -> RustStream {
+        service(broker)
+    }
+}
+
+use std::time::Duration;
+
+use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
+use kinesis_dataflow::{KinesisApi, MemoryKinesis};
+use ruststream::conformance::harness::{self, InProcessBroker};
+use ruststream::runtime::{AppInfo, HandlerOutcome, RustStream};
+use ruststream::subscriber;
+use ruststream::testing::TestApp;
+use serde::{Deserialize, Serialize};
+use support::suites;
+
+fn in_process() -> InProcessBroker<KinesisBroker> {
+    InProcessBroker::new(KinesisBroker::new())
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Clone)]
+struct Shipment {
+    customer: String,
+    seq: u64,
+}
+
+fn shipment(customer: &str, seq: u64) -> Shipment {
+    Shipment {
+        customer: customer.to_owned(),
+        seq,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_shards_example_runs_in_process_with_one_shard_and_every_record_in_order() {
+    let kinesis = MemoryKinesis::new();
+    let tb = TestApp::start(example::app(KinesisBroker::in_memory(kinesis.clone())))
+        .await
+        .expect("the app starts in process");
+    let sent: Vec<Shipment> = (1..=3)
+        .flat_map(|seq| [shipment("ada", seq), shipment("bob", seq)])
+        .collect();
+    for s in &sent {
+        tb.broker::<KinesisBroker>()
+            .publish("shipments", s)
+            .await
+            .expect("the publish reaches the handler and settles");
+    }
+    let broker = tb.broker::<KinesisBroker>();
+    let handled = broker.subscriber("shipments");
+    assert_eq!(
+        handled.received::<Shipment>(),
+        sent,
+        "one shard: every record in publish order"
+    );
+    handled
+        .assert_called(sent.len())
+        .settled(HandlerOutcome::ack());
+    // `create_if_missing(2)` made one shard in process.
+    let summary = kinesis.describe_stream_summary("shipments").await.unwrap();
+    assert_eq!(summary.open_shard_count, 1);
+    tb.shutdown().await.expect("shuts down");
+}
+
+static RETRIED_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sends shipment 1 back for 30 s the first time it sees it.
+#[subscriber(KinesisStream::new("retried").create_if_missing(1))]
+async fn retried(shipment: &Shipment) -> HandlerOutcome {
+    if shipment.seq == 1 && !RETRIED_ONCE.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        HandlerOutcome::retry_after(Duration::from_secs(30))
+    } else {
+        HandlerOutcome::ack()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delayed_retry_waits_for_the_clock_and_holds_back_the_records_after_it() {
+    let app =
+        RustStream::new(AppInfo::new("retries", "0.1.0")).with_broker(KinesisBroker::new(), |b| {
+            b.include(retried);
+        });
+    let tb = TestApp::start(app).await.expect("starts");
+    let broker = tb.broker::<KinesisBroker>();
+    let seqs = || -> Vec<u64> {
+        broker
+            .subscriber("retried")
+            .received::<Shipment>()
+            .iter()
+            .map(|s| s.seq)
+            .collect()
+    };
+    broker
+        .publish("retried", &shipment("ada", 1))
+        .await
+        .unwrap();
+    assert_eq!(seqs(), [1], "the retry waits for its 30 s");
+
+    // Shipment 2 comes after shipment 1 on the shard, so it is delivered only after the retry:
+    // the publish returns once the clock passed the 30 s (longer than a live lease's give-up
+    // time, which in process does not apply).
+    let before = tokio::time::Instant::now();
+    broker
+        .publish("retried", &shipment("ada", 2))
+        .await
+        .unwrap();
+    assert!(before.elapsed() >= Duration::from_secs(29));
+    assert_eq!(
+        seqs(),
+        [1, 1, 2],
+        "the retry, then the record held behind it"
+    );
+    tb.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_subscription_of_a_stream_on_one_connection_is_refused() {
+    use ruststream::Subscribe;
+    let connected = ruststream::testing::InProcess::connect_in_process(
+        KinesisBroker::new().create_missing_streams(1),
+    )
+    .await
+    .unwrap();
+    let first = connected.subscribe("twice").await.unwrap();
+    let second = connected.subscribe("twice").await;
+    assert!(
+        matches!(
+            second,
+            Err(kinesis_dataflow::KinesisError::AlreadySubscribed { ref stream }) if stream == "twice"
+        ),
+        "{second:?}"
+    );
+    drop(first);
+    connected
+        .subscribe("twice")
+        .await
+        .expect("open again once the first is dropped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_suite_in_process() {
+    harness::run_suite(|| KinesisBroker::new().create_missing_streams(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_in_process() {
+    suites::lifecycle_suite(in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_handle_closes_in_process() {
+    suites::shared_handle_closes(in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_flushes_in_process() {
+    suites::shutdown_flushes(in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlement_in_process() {
+    suites::settlement_suite(in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivery_address_in_process() {
+    suites::redelivery_address(in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_order_in_process() {
+    suites::keyed_order(in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_options_in_process() {
+    suites::publish_options(in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_in_process() {
+    suites::batches(in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeking_in_process() {
+    suites::seeking(in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_seeking_in_process() {
+    suites::batch_seeking(in_process()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeking_unknown_position_in_process() {
+    suites::seeking_unknown_position(in_process()).await;
+}
