@@ -1,81 +1,119 @@
-//! The main job: publish records to a four-shard stream on the in-memory transport and read
-//! them back, one shard stream per shard, merged.
+//! The main job: a RustStream app on the Kinesis broker, run on the in-memory transport. It
+//! publishes shipments to a four-shard stream with each customer as the partition key, and a
+//! handler consumes them: the shards are read side by side, each customer's shipments in order.
 //!
 //! ```text
 //! cargo run --example demo
 //! ```
+//!
+//! The same app runs against AWS by building the broker with `KinesisBroker::new()` instead
+//! (see `examples/kinesis_subscriptions_shards.rs`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::select_all;
-use kinesis_dataflow::api::{KinesisApi, list_all_shards};
-use kinesis_dataflow::{
-    KinesisError, MemoryKinesis, OutgoingRecord, Publisher, ReadSettings, ShardReader,
-    StartingPoint,
-};
+use kinesis_dataflow::broker::prelude::*;
+use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher};
+use serde::Deserialize;
 
 const STREAM: &str = "shipments";
-const SHARDS: u32 = 4;
-const CUSTOMERS: [&str; 8] = [
-    "ada", "grace", "linus", "margaret", "dennis", "barbara", "ken", "frances",
-];
+const CUSTOMERS: [&str; 6] = ["ada", "grace", "linus", "margaret", "dennis", "barbara"];
+const PER_CUSTOMER: u64 = 5;
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), KinesisError> {
-    let kinesis = MemoryKinesis::new();
-    let api: Arc<dyn KinesisApi> = Arc::new(kinesis.clone());
-    api.create_stream(STREAM, SHARDS).await?;
-    println!("created stream `{STREAM}` with {SHARDS} shards (in memory)\n");
+#[derive(Debug, Deserialize)]
+struct Shipment {
+    customer: String,
+    seq: u64,
+}
 
-    // Publish: each customer's shipments carry the customer as partition key.
-    let publisher = Publisher::new(api.clone(), STREAM);
-    let records: Vec<OutgoingRecord> = (0..32)
-        .map(|seq| {
-            let customer = CUSTOMERS[seq % CUSTOMERS.len()];
-            let json = format!("{{\"customer\":\"{customer}\",\"seq\":{seq}}}");
-            OutgoingRecord::new(customer, json)
-        })
-        .collect();
-    let published = records.len();
-    let mut per_shard: BTreeMap<String, usize> = BTreeMap::new();
-    for stored in publisher.publish_batch(records).await? {
-        *per_shard.entry(stored.shard_id).or_default() += 1;
+/// What the handler saw: (shard, customer, seq), in handling order.
+static HANDLED: Mutex<Vec<(String, String, u64)>> = Mutex::new(Vec::new());
+
+#[subscriber(
+    KinesisStream::new(STREAM)
+        .create_if_missing(4)
+        .poll_interval(Duration::from_millis(100))
+)]
+async fn ship(shipment: &Shipment, Ctx(shard): Ctx<ShardId>) -> HandlerOutcome {
+    println!(
+        "  handled  {shard}  {:<9} #{}",
+        shipment.customer, shipment.seq
+    );
+    HANDLED
+        .lock()
+        .unwrap()
+        .push((shard.to_string(), shipment.customer.clone(), shipment.seq));
+    HandlerOutcome::ack()
+}
+
+fn service(broker: KinesisBroker) -> RustStream {
+    RustStream::new(AppInfo::new("demo", "0.1.0")).with_broker(broker, |b| {
+        b.include(ship);
+    })
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // One in-memory Kinesis (and lease store) shared by the app and the producer.
+    let broker = KinesisBroker::in_memory(MemoryKinesis::new());
+    let running = service(broker.clone()).start().await?;
+    println!("app started: subscribed to `{STREAM}` (4 shards, in memory)\n");
+
+    let producer = broker.connect().await?;
+    let publisher = producer.publisher();
+    println!(
+        "publishing {} shipments, the customer as partition key:",
+        CUSTOMERS.len() as u64 * PER_CUSTOMER
+    );
+    for seq in 1..=PER_CUSTOMER {
+        for customer in CUSTOMERS {
+            let body = format!(r#"{{"customer":"{customer}","seq":{seq}}}"#);
+            publisher
+                .publish(
+                    OutgoingMessage::new(STREAM, body.as_bytes()),
+                    Some(&KinesisOptions::partition_key(customer)),
+                )
+                .await?;
+        }
     }
-    println!("published {published} records:");
-    for (shard, n) in &per_shard {
-        println!("  {shard}: {n} records");
+    println!("  done\n\nhandling:");
+
+    let expected = CUSTOMERS.len() * PER_CUSTOMER as usize;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while HANDLED.lock().unwrap().len() < expected {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!(
+                "only {} of {expected} shipments handled in 30 s",
+                HANDLED.lock().unwrap().len()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // Consume: one shard stream per shard, read side by side.
-    let shards = list_all_shards(api.as_ref(), STREAM).await?;
-    let settings = ReadSettings::default().poll_interval(std::time::Duration::from_millis(100));
-    let readers = shards
-        .iter()
-        .map(|s| {
-            ShardReader::new(api.clone(), STREAM, s.shard_id.as_str())
-                .settings(settings.clone())
-                .open(StartingPoint::TrimHorizon)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut merged = select_all(readers);
-    println!("\nreading every shard from TRIM_HORIZON:");
-    let mut received = 0;
-    while received < published {
-        let record = merged
-            .next()
-            .await
-            .expect("shard streams never end on open shards")?;
-        received += 1;
+    let handled = HANDLED.lock().unwrap().clone();
+    let mut by_customer: BTreeMap<&str, (String, Vec<u64>)> = BTreeMap::new();
+    for (shard, customer, seq) in &handled {
+        let entry = by_customer
+            .entry(customer.as_str())
+            .or_insert_with(|| (shard.clone(), Vec::new()));
+        entry.1.push(*seq);
+    }
+    println!("\n{} shipments handled; per customer:", handled.len());
+    for (customer, (shard, seqs)) in &by_customer {
+        let in_order = seqs.windows(2).all(|w| w[0] < w[1]);
         println!(
-            "  {} #{}  key={:<9} {}",
-            record.shard_id(),
-            &record.sequence_number()[record.sequence_number().len() - 6..],
-            record.partition_key(),
-            String::from_utf8_lossy(record.data())
+            "  {customer:<9} on {shard}: {seqs:?} {}",
+            if in_order { "in order" } else { "OUT OF ORDER" }
         );
+        if !in_order {
+            return Err(format!("{customer}'s shipments came out of order").into());
+        }
     }
-    println!("\nread back {received} of {published} records; each customer's shipments in order");
+
+    producer.shutdown().await?;
+    running.shutdown().await?;
+    println!("\nshut down: checkpoints flushed, leases released");
     Ok(())
 }
