@@ -183,26 +183,34 @@ impl ruststream::Publisher for KinesisPublisher {
         let publisher = CorePublisher::new(self.inner.api.clone(), name);
         let inner = self.inner.clone();
         let stream = name.to_owned();
-        // On the connection's runtime: the caller's may be short-lived, and the SDK's
-        // connections belong to the runtime that opened them.
-        self.inner
-            .runtime
-            .spawn(async move {
-                match publisher.publish(key.clone(), data.clone()).await {
-                    // With `create_missing_streams`, a publish may come first and create the
-                    // stream, as a subscription would.
-                    Err(KinesisError::StreamNotFound { .. })
-                        if inner.create_missing_streams.is_some() =>
-                    {
-                        let shards = inner.create_missing_streams.unwrap_or(1);
-                        super::descriptor::ensure_stream(&inner, &stream, shards).await?;
-                        publisher.publish(key, data).await
-                    }
-                    other => other,
+        let publish = async move {
+            match publisher.publish(key.clone(), data.clone()).await {
+                // With `create_missing_streams`, a publish may come first and create the
+                // stream, as a subscription would.
+                Err(KinesisError::StreamNotFound { .. })
+                    if inner.create_missing_streams.is_some() =>
+                {
+                    let shards = inner.create_missing_streams.unwrap_or(1);
+                    super::descriptor::ensure_stream(&inner, &stream, shards).await?;
+                    publisher.publish(key, data).await
                 }
-            })
-            .await
-            .map_err(|_| KinesisError::ShutDown)?
-            .map(|_| ())
+                other => other,
+            }
+        };
+        // On the connection's runtime: the caller's may be short-lived, and the SDK's
+        // connections belong to the runtime that opened them. A caller already there (a
+        // handler, the app's own tasks) publishes without the hop.
+        let here = tokio::runtime::Handle::try_current()
+            .is_ok_and(|current| current.id() == self.inner.runtime.id());
+        if here {
+            publish.await.map(|_| ())
+        } else {
+            self.inner
+                .runtime
+                .spawn(publish)
+                .await
+                .map_err(|_| KinesisError::ShutDown)?
+                .map(|_| ())
+        }
     }
 }
