@@ -206,3 +206,28 @@ async fn batch_seeking_in_process() {
 async fn seeking_unknown_position_in_process() {
     suites::seeking_unknown_position(in_process()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_keeps_track_only_of_the_subscriptions_still_running() {
+    use ruststream::{ConnectedBroker, Subscribe};
+    let connected = ruststream::testing::InProcess::connect_in_process(
+        KinesisBroker::new().create_missing_streams(1),
+    )
+    .await
+    .unwrap();
+    // Each one is dropped, and stopped before the next one opens.
+    for _ in 0..3 {
+        drop(connected.subscribe("churn").await.unwrap());
+    }
+    let live = connected.subscribe("churn").await.unwrap();
+    let closed = connected.shutdown().await.unwrap();
+    assert_eq!(
+        (
+            closed.subscriptions_stopped,
+            closed.subscriptions_unfinished
+        ),
+        (1, 0),
+        "only the running subscription is left to stop"
+    );
+    drop(live);
+}

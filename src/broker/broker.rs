@@ -510,6 +510,8 @@ impl Inner {
             self.runtime.spawn(async move { handle.shutdown().await });
             return Err(KinesisError::ShutDown);
         }
+        // Keep the list to the subscriptions still running.
+        subscriptions.retain(|h| !h.is_stopped());
         subscriptions.push(handle);
         Ok(())
     }

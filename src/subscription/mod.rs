@@ -271,6 +271,13 @@ impl ShutdownHandle {
         let mut done = self.done.clone();
         let _ = done.wait_for(|d| *d).await;
     }
+
+    /// True once the subscription has stopped (its checkpoints flushed and leases released,
+    /// or its task ended).
+    #[must_use]
+    pub fn is_stopped(&self) -> bool {
+        *self.done.borrow() || self.shutdown.is_closed()
+    }
 }
 
 /// Every shard this instance holds, as one `Stream` of deliveries.
