@@ -231,3 +231,105 @@ async fn a_connection_keeps_track_only_of_the_subscriptions_still_running() {
     );
     drop(live);
 }
+
+static FLAKY_PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// Panics once on shipment 1; its failure policy retries it.
+#[subscriber(
+    KinesisStream::new("flaky").create_if_missing(1),
+    on_failure(panic = retry)
+)]
+async fn flaky(shipment: &Shipment) -> HandlerOutcome {
+    if shipment.seq == 1
+        && FLAKY_PANICS
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .is_ok()
+    {
+        panic!("shipment 1 fails once");
+    }
+    HandlerOutcome::ack()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_handler_is_settled_by_its_failure_policy_and_the_shard_goes_on() {
+    let app =
+        RustStream::new(AppInfo::new("flaky", "0.1.0")).with_broker(KinesisBroker::new(), |b| {
+            b.include(flaky);
+        });
+    let tb = TestApp::start(app).await.unwrap();
+    let broker = tb.broker::<KinesisBroker>();
+    broker.publish("flaky", &shipment("ada", 1)).await.unwrap();
+    broker.publish("flaky", &shipment("ada", 2)).await.unwrap();
+    let seqs: Vec<u64> = broker
+        .subscriber("flaky")
+        .received::<Shipment>()
+        .iter()
+        .map(|s| s.seq)
+        .collect();
+    assert_eq!(
+        seqs,
+        [1, 1, 2],
+        "retried after the panic, then the next one"
+    );
+    assert!(tb.run_result().is_ok(), "the service keeps running");
+    tb.shutdown().await.unwrap();
+}
+
+static FRAGILE_PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// Panics once on shipment 1, under the framework's default policy for a panic (fail fast).
+#[subscriber(KinesisStream::new("fragile").create_if_missing(1))]
+async fn fragile(shipment: &Shipment) -> HandlerOutcome {
+    if shipment.seq == 1
+        && FRAGILE_PANICS
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .is_ok()
+    {
+        panic!("shipment 1 fails once");
+    }
+    HandlerOutcome::ack()
+}
+
+fn fragile_app(broker: KinesisBroker) -> RustStream {
+    RustStream::new(AppInfo::new("fragile", "0.1.0")).with_broker(broker, |b| {
+        b.include(fragile);
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fail_fast_panic_stops_the_service_and_the_restarted_one_handles_the_record() {
+    // Clones of one broker share the in-process world: the restart finds the lease table.
+    let broker = KinesisBroker::new();
+    let tb = TestApp::start(fragile_app(broker.clone())).await.unwrap();
+    let _ = tb
+        .broker::<KinesisBroker>()
+        .publish("fragile", &shipment("ada", 1))
+        .await;
+    assert!(tb.run_result().is_err(), "the panic tore the service down");
+    let _ = tb.shutdown().await;
+
+    // The panicking record was never settled: the restarted service reads it again, before
+    // what comes after it.
+    let tb = TestApp::start(fragile_app(broker)).await.unwrap();
+    tb.broker::<KinesisBroker>()
+        .publish("fragile", &shipment("ada", 2))
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = tb
+        .broker::<KinesisBroker>()
+        .subscriber("fragile")
+        .received::<Shipment>()
+        .iter()
+        .map(|s| s.seq)
+        .collect();
+    assert_eq!(seqs, [1, 2]);
+    tb.shutdown().await.unwrap();
+}

@@ -104,7 +104,11 @@ impl KinesisMessage {
     }
 
     /// Sends the record back (holding the checkpoint) and remembers this attempt.
-    fn send_back(&mut self, delay: Duration) {
+    fn send_back(&mut self, when: Redelivery) {
+        let delay = match when {
+            Redelivery::Backoff => retry_backoff(self.attempt),
+            Redelivery::After(delay) => delay,
+        };
         if let Some(delivery) = self.delivery.take() {
             self.shared
                 .attempts
@@ -114,10 +118,11 @@ impl KinesisMessage {
             // In process, the harness counts the redelivery before it can be read.
             if let Some(accounting) = &self.shared.inner.accounting {
                 let (shard, seq) = (delivery.shard_id_shared(), delivery.sequence_number());
-                if delay.is_zero() {
-                    accounting.requeued(&self.shared.stream, shard, seq);
-                } else {
-                    accounting.requeue_after(&self.shared.stream, shard, seq, delay);
+                match when {
+                    Redelivery::Backoff => accounting.requeued(&self.shared.stream, shard, seq),
+                    Redelivery::After(_) => {
+                        accounting.requeue_after(&self.shared.stream, shard, seq, delay);
+                    }
                 }
             }
             delivery.retry_after(delay);
@@ -137,9 +142,34 @@ impl KinesisMessage {
     /// After shutdown: the record is held (it will be read again from the checkpoint) and the
     /// settlement is refused.
     fn refuse_closed(&mut self) -> Result<(), AckError> {
-        self.send_back(Duration::ZERO);
+        self.send_back(Redelivery::Backoff);
         Err(AckError::Broker(Box::new(KinesisError::ShutDown)))
     }
+}
+
+/// When a record sent back comes again.
+#[derive(Clone, Copy)]
+enum Redelivery {
+    /// `retry()` or an unsettled drop: after the retry backoff of its attempt.
+    Backoff,
+    /// `retry_after(d)`: after `d`.
+    After(Duration),
+}
+
+/// The first wait of [`retry()`](ruststream::runtime::HandlerOutcome::retry): a record sent
+/// back on its first delivery comes again after this.
+pub const RETRY_BACKOFF_FIRST: Duration = Duration::from_millis(50);
+
+/// The longest wait of [`retry()`](ruststream::runtime::HandlerOutcome::retry): the backoff
+/// doubles per attempt up to this.
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// The wait before the redelivery of a record sent back on delivery `attempt` (1 = first).
+fn retry_backoff(attempt: u64) -> Duration {
+    let doublings = u32::try_from(attempt.saturating_sub(1).min(16)).unwrap_or(16);
+    RETRY_BACKOFF_FIRST
+        .saturating_mul(1 << doublings)
+        .min(RETRY_BACKOFF_MAX)
 }
 
 fn key(delivery: &Delivery<Record>) -> (Arc<str>, String) {
@@ -150,11 +180,12 @@ fn key(delivery: &Delivery<Record>) -> (Arc<str>, String) {
 }
 
 impl Drop for KinesisMessage {
-    /// A message dropped unsettled is sent back like `retry()`: the checkpoint does not pass it.
+    /// A message dropped unsettled is sent back like `retry()` (with its backoff): the
+    /// checkpoint does not pass it.
     fn drop(&mut self) {
         if self.delivery.is_some() {
             tracing::debug!(stream = %self.shared.stream, "message dropped unsettled; redelivered");
-            self.send_back(Duration::ZERO);
+            self.send_back(Redelivery::Backoff);
         }
     }
 }
@@ -194,7 +225,7 @@ impl IncomingMessage for KinesisMessage {
             return self.refuse_closed();
         }
         if requeue {
-            self.send_back(Duration::ZERO);
+            self.send_back(Redelivery::Backoff);
         } else if let Some(delivery) = self.delivery.take() {
             self.forget(&delivery);
             tracing::info!(
@@ -216,7 +247,7 @@ impl IncomingMessage for KinesisMessage {
         if self.shared.inner.is_closed() {
             return self.refuse_closed();
         }
-        self.send_back(delay);
+        self.send_back(Redelivery::After(delay));
         Ok(())
     }
 }
@@ -368,3 +399,15 @@ context_key!(
     /// The seeker of the subscription that delivered the record.
     SeekHandle, seeker, KinesisSeeker, &'a KinesisSeeker, |c| c.seeker.clone(), |c| &c.seeker
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_backoff_doubles_per_attempt_and_stays_bounded() {
+        let waits: Vec<u128> = (1..=9).map(|a| retry_backoff(a).as_millis()).collect();
+        assert_eq!(waits, [50, 100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(retry_backoff(u64::MAX), RETRY_BACKOFF_MAX);
+    }
+}

@@ -47,9 +47,12 @@
 //! |---|---|---|
 //! | `HandlerOutcome::ack()` / `Ok(..)` | `ack` | settled as acked; the checkpoint may pass it |
 //! | `HandlerOutcome::drop()` | `nack(false)` | settled as skipped (logged at `info`); the checkpoint may pass it |
-//! | `HandlerOutcome::retry()` | `nack(true)` | redelivered in this process, before any later record of its shard; the checkpoint holds meanwhile |
+//! | `HandlerOutcome::retry()` | `nack(true)` | redelivered in this process, before any later record of its shard, after a backoff that doubles per attempt from [`RETRY_BACKOFF_FIRST`] (50 ms) up to [`RETRY_BACKOFF_MAX`] (5 s); the checkpoint holds meanwhile |
 //! | `HandlerOutcome::retry_after(d)` | `nack_after(d)` | the same, after `d`; later records of the shard wait for it |
-//! | a message dropped unsettled | `Drop` | redelivered like `retry()` while the subscription runs |
+//! | a message dropped unsettled | `Drop` | redelivered like `retry()` (same backoff) while the subscription runs |
+//! | the handler panics, with `on_failure(panic = retry / retry_after(d) / drop / skip)` | the matching row above | the shard goes on after the redelivery or the skip |
+//! | the handler panics, under the framework's default (fail fast) | none: the app shuts down gracefully | the record is unsettled, so the checkpoint stops before it and the restarted service reads it again; nothing is lost and nothing is wedged |
+//! | the body does not decode (framework default: drop) | `nack(false)` | settled as skipped and logged with the stream, shard and sequence number |
 //!
 //! The redelivery count (`redelivery_count()`, 1 on the first delivery) is kept by the
 //! subscriber in memory: it starts over after a restart or a lease hand-over, where the record
@@ -97,7 +100,8 @@ pub use broker::{ClosedKinesis, ConnectedKinesis, KinesisBroker};
 pub use descriptor::KinesisStream;
 pub use message::{
     ArrivalTime, KinesisBatchContext, KinesisContext, KinesisMessage, MillisBehindLatest,
-    PartitionKey, Position, SeekHandle, SequenceNumber, ShardId, StreamName,
+    PartitionKey, Position, RETRY_BACKOFF_FIRST, RETRY_BACKOFF_MAX, SeekHandle, SequenceNumber,
+    ShardId, StreamName,
 };
 pub use publisher::{
     KinesisOptions, KinesisPublish, KinesisPublishSettings, KinesisPublishSteps, KinesisPublisher,

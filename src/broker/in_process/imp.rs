@@ -1,7 +1,7 @@
 //! The in-process world and the harness's delivery accounting.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -45,14 +45,15 @@ impl World {
 /// Which deliveries the harness waits for, and the publish log it reads.
 #[derive(Default)]
 pub(crate) struct Accounting {
-    coordinator: OnceLock<Coordinator>,
+    /// The coordinator of the harness run now driving this world (the latest installed).
+    coordinator: Mutex<Option<Coordinator>>,
     ledger: Mutex<Ledger>,
 }
 
 impl std::fmt::Debug for Accounting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Accounting")
-            .field("coordinator", &self.coordinator.get().is_some())
+            .field("coordinator", &self.coordinator().is_some())
             .finish_non_exhaustive()
     }
 }
@@ -98,9 +99,25 @@ impl Accounting {
         self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Installs the harness's coordinator (a second install is ignored).
+    fn coordinator(&self) -> Option<Coordinator> {
+        self.coordinator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Installs the coordinator of a harness run. A world outlives a run when a test starts
+    /// the app again on a clone of the broker (a restart): the new run's coordinator replaces
+    /// the old one, and counting starts over from what is stored from now on.
     pub(crate) fn install(&self, coordinator: Coordinator) {
-        let _ = self.coordinator.set(coordinator);
+        let mut ledger = self.ledger();
+        for entry in ledger.streams.values_mut() {
+            entry.owed.clear();
+        }
+        *self
+            .coordinator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(coordinator);
     }
 
     /// A record was stored: logged, and counted once when a subscription of its stream is
@@ -111,7 +128,7 @@ impl Accounting {
             RawMessage::new(stream.to_owned(), record.data().slice(offset..)).with_headers(headers);
         let mut ledger = self.ledger();
         ledger.log.push(message);
-        let Some(coordinator) = self.coordinator.get() else {
+        let Some(coordinator) = self.coordinator() else {
             return;
         };
         if let Some(entry) = ledger.streams.get_mut(stream)
@@ -130,7 +147,7 @@ impl Accounting {
 
     /// What the record about to be handed out is for the harness.
     pub(crate) fn take(&self, stream: &str, shard: &Arc<str>, seq: &str, waker: &Waker) -> Taken {
-        let Some(coordinator) = self.coordinator.get() else {
+        let Some(coordinator) = self.coordinator() else {
             return Taken::Uncounted;
         };
         let mut ledger = self.ledger();
@@ -150,7 +167,7 @@ impl Accounting {
                 if *n == 0 {
                     entry.owed.remove(&key);
                 }
-                Taken::Counted(Counted(coordinator.clone()))
+                Taken::Counted(Counted(coordinator))
             }
             _ => Taken::Uncounted,
         }
@@ -158,7 +175,7 @@ impl Accounting {
 
     /// A delivery was sent back for another try now: counted again before this returns.
     pub(crate) fn requeued(&self, stream: &str, shard: &Arc<str>, seq: &str) {
-        let Some(coordinator) = self.coordinator.get() else {
+        let Some(coordinator) = self.coordinator() else {
             return;
         };
         let mut ledger = self.ledger();
@@ -182,7 +199,7 @@ impl Accounting {
         seq: &str,
         delay: Duration,
     ) {
-        let Some(coordinator) = self.coordinator.get() else {
+        let Some(coordinator) = self.coordinator() else {
             return;
         };
         let key = (shard.clone(), seq.to_owned());
@@ -207,7 +224,7 @@ impl Accounting {
                 let wakers = entry.awaiting.remove(&key).unwrap_or_default();
                 if entry.open > 0 {
                     *entry.owed.entry(key).or_default() += 1;
-                    if let Some(coordinator) = this.coordinator.get() {
+                    if let Some(coordinator) = this.coordinator() {
                         coordinator.enqueued();
                     }
                 }
@@ -242,7 +259,7 @@ impl Accounting {
             let wakers: Vec<Waker> = entry.awaiting.drain().flat_map(|(_, w)| w).collect();
             (owed, wakers)
         };
-        if let Some(coordinator) = self.coordinator.get() {
+        if let Some(coordinator) = self.coordinator() {
             (0..owed).for_each(|_| coordinator.consumed());
         }
         wakers.into_iter().for_each(Waker::wake);
