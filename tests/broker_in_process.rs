@@ -333,3 +333,70 @@ async fn a_fail_fast_panic_stops_the_service_and_the_restarted_one_handles_the_r
     assert_eq!(seqs, [1, 2]);
     tb.shutdown().await.unwrap();
 }
+
+/// A shipment passed on to another stream.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Clone, ruststream::Outgoing)]
+#[outgoing(name = "forwarded")]
+struct Forward {
+    customer: String,
+    seq: u64,
+}
+
+#[derive(ruststream::OutSlot)]
+#[publishes(Forward)]
+struct Forwarded;
+
+/// Passes each shipment on through an `Out` slot whose key is fixed at the mount site.
+#[subscriber(KinesisStream::new("inbound").create_if_missing(1))]
+async fn forward(
+    shipment: &Shipment,
+    ruststream::runtime::Out(out): ruststream::runtime::Out<
+        impl ruststream::Publisher<Options = kinesis_dataflow::broker::KinesisOptions>,
+        Forwarded,
+    >,
+) -> HandlerOutcome {
+    let next = Forward {
+        customer: shipment.customer.clone(),
+        seq: shipment.seq,
+    };
+    match out.message(&next).publish().await {
+        Ok(()) => HandlerOutcome::ack(),
+        Err(_) => HandlerOutcome::retry(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_publishes_through_an_out_slot_with_the_key_fixed_at_the_mount_site() {
+    use kinesis_dataflow::broker::{KinesisPublish, KinesisPublishSettings};
+    let kinesis = MemoryKinesis::new();
+    kinesis.add_stream("forwarded", 1).unwrap();
+    let app = RustStream::new(AppInfo::new("forwarding", "0.1.0")).with_broker(
+        KinesisBroker::in_memory(kinesis.clone()),
+        |b| {
+            b.include(forward)
+                .out(Forwarded, KinesisPublish::default())
+                .fixed_partition_key("forwarded-key")
+                .build();
+        },
+    );
+    let tb = TestApp::start(app)
+        .await
+        .expect("an Out-slot handler mounts on a Kinesis stream");
+    tb.broker::<KinesisBroker>()
+        .publish("inbound", &shipment("ada", 1))
+        .await
+        .unwrap();
+    tb.broker::<KinesisBroker>()
+        .published::<Forward>("forwarded")
+        .assert_called_once()
+        .with(&Forward {
+            customer: "ada".into(),
+            seq: 1,
+        });
+    let stored = kinesis
+        .records("forwarded", "shardId-000000000000")
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].partition_key(), "forwarded-key");
+    tb.shutdown().await.unwrap();
+}

@@ -103,6 +103,11 @@ impl KinesisMessage {
         &self.shared.stream
     }
 
+    /// The shard the record was read from (present until the message is settled).
+    pub(crate) fn shard(&self) -> Option<&Arc<str>> {
+        self.delivery.as_ref().map(|d| d.shard_id_shared())
+    }
+
     /// Sends the record back (holding the checkpoint) and remembers this attempt.
     fn send_back(&mut self, when: Redelivery) {
         let delay = match when {
@@ -315,11 +320,16 @@ impl BuildContext<KinesisMessage> for KinesisContext {
     }
 }
 
-/// What a batch handler may read about its batch: the seeker of the subscription that
+/// What a batch handler may read about its batch: the stream, the shard every record of the
+/// batch comes from (`ctx.context(ShardId)`), and the seeker of the subscription that
 /// delivered it (`ctx.context(SeekHandle)`). Per-record data rides each element.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct KinesisBatchContext {
+    /// The stream name.
+    pub stream: Arc<str>,
+    /// The shard of every record of the batch.
+    pub shard_id: Arc<str>,
     /// Moves the subscription that delivered the batch.
     pub seeker: KinesisSeeker,
 }
@@ -327,8 +337,26 @@ pub struct KinesisBatchContext {
 impl BuildBatchContext<KinesisMessage> for KinesisBatchContext {
     fn build(first: &KinesisMessage) -> Self {
         Self {
+            stream: first.shared.stream.clone(),
+            shard_id: first.shard().cloned().unwrap_or_else(|| Arc::from("")),
             seeker: first.shared.seeker.clone(),
         }
+    }
+}
+
+impl Field<KinesisBatchContext> for StreamName {
+    type Value<'a> = &'a str;
+
+    fn get(self, batch: &KinesisBatchContext) -> &str {
+        &batch.stream
+    }
+}
+
+impl Field<KinesisBatchContext> for ShardId {
+    type Value<'a> = &'a str;
+
+    fn get(self, batch: &KinesisBatchContext) -> &str {
+        &batch.shard_id
     }
 }
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use futures::Stream;
-use ruststream::{BatchSubscriber, BufferedSubscriber, Subscriber};
+use futures::{Stream, StreamExt};
+use ruststream::{BatchSubscriber, Subscriber};
 
 use super::broker::{Inner, StreamClaim};
 use super::in_process::Taken;
@@ -26,17 +26,24 @@ use crate::subscription::Subscription;
 /// (a shard that cannot be read, a KPL-aggregated record, a failing lease table) are. The
 /// stream ends when the subscription stops or the connection is shut down.
 ///
-/// A batch subscription (`&[T]` bodies) gets a shard's records in order, in batches of at most
-/// the mount site's size; a partial batch waits at most the descriptor's
-/// [`max_wait`](super::KinesisStream::max_wait) for more.
+/// A batch subscription (`&[T]` bodies) gets the records of one shard per batch, in order, in
+/// batches of at most the mount site's size: a batch closes when it is full, when the next
+/// record comes from another shard, or when the descriptor's
+/// [`max_wait`](super::KinesisStream::max_wait) has passed since its first record. The batch
+/// context names the shard ([`KinesisBatchContext`](super::KinesisBatchContext)).
 pub struct KinesisSubscriber {
-    buffered: BufferedSubscriber<Wire>,
+    /// Behind a mutex only to make the subscriber `Sync` (the framework holds `&subscriber`
+    /// across awaits on routes that publish); it is reached through `&mut self`, never locked.
+    wire: std::sync::Mutex<Wire>,
+    seeker: KinesisSeeker,
+    max_wait: Duration,
 }
 
 impl fmt::Debug for KinesisSubscriber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KinesisSubscriber")
-            .field("buffered", &self.buffered)
+            .field("seeker", &self.seeker)
+            .field("max_wait", &self.max_wait)
             .finish()
     }
 }
@@ -54,14 +61,21 @@ impl KinesisSubscriber {
         }
         let seeker = KinesisSeeker::new(subscription.seeker(), inner.clone());
         Self {
-            buffered: BufferedSubscriber::new(Wire {
+            wire: std::sync::Mutex::new(Wire {
                 subscription,
-                shared: Arc::new(Shared::new(stream, inner, seeker)),
+                shared: Arc::new(Shared::new(stream, inner, seeker.clone())),
                 parked: None,
                 _claim: claim,
-            })
-            .max_wait(max_wait),
+            }),
+            seeker,
+            max_wait,
         }
+    }
+
+    fn wire(&mut self) -> &mut Wire {
+        self.wire
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -70,7 +84,7 @@ impl Subscriber for KinesisSubscriber {
     type Error = KinesisError;
 
     fn stream(&mut self) -> impl Stream<Item = Result<KinesisMessage, KinesisError>> + Send + '_ {
-        self.buffered.stream()
+        self.wire().stream()
     }
 }
 
@@ -78,7 +92,7 @@ impl ruststream::Seekable for KinesisSubscriber {
     type Seeker = KinesisSeeker;
 
     fn seeker(&self) -> KinesisSeeker {
-        self.buffered.seeker()
+        self.seeker.clone()
     }
 }
 
@@ -89,8 +103,73 @@ impl BatchSubscriber for KinesisSubscriber {
         &mut self,
         size: NonZeroUsize,
     ) -> impl Stream<Item = Result<Vec<KinesisMessage>, KinesisError>> + Send + '_ {
-        self.buffered.batches(size)
+        let max_wait = self.max_wait;
+        let messages = Box::pin(self.wire().stream());
+        futures::stream::unfold((messages, Carry::Nothing), move |state| {
+            next_batch(state, size.get(), max_wait)
+        })
     }
+}
+
+/// What filling one batch left for the next.
+enum Carry {
+    Nothing,
+    /// The first record of another shard: it opens the next batch.
+    Message(KinesisMessage),
+    /// An error met while filling: yielded after the batch.
+    Error(KinesisError),
+    /// The stream ended while filling.
+    Ended,
+}
+
+/// One batch: records of one shard, up to `max`, closed early by another shard's record or
+/// by `max_wait` after the first.
+async fn next_batch<S>(
+    (mut messages, carry): (S, Carry),
+    max: usize,
+    max_wait: Duration,
+) -> Option<(Result<Vec<KinesisMessage>, KinesisError>, (S, Carry))>
+where
+    S: Stream<Item = Result<KinesisMessage, KinesisError>> + Unpin,
+{
+    let first = match carry {
+        Carry::Error(e) => return Some((Err(e), (messages, Carry::Nothing))),
+        Carry::Ended => return None,
+        Carry::Message(first) => first,
+        Carry::Nothing => match messages.next().await? {
+            Ok(first) => first,
+            Err(e) => return Some((Err(e), (messages, Carry::Nothing))),
+        },
+    };
+    let shard = first.shard().cloned();
+    let mut batch = Vec::with_capacity(max.min(64));
+    batch.push(first);
+    let mut carry = Carry::Nothing;
+    if max > 1 {
+        let deadline = tokio::time::sleep(max_wait);
+        tokio::pin!(deadline);
+        while batch.len() < max {
+            tokio::select! {
+                () = &mut deadline => break,
+                next = messages.next() => match next {
+                    Some(Ok(message)) if message.shard() == shard.as_ref() => batch.push(message),
+                    Some(Ok(message)) => {
+                        carry = Carry::Message(message);
+                        break;
+                    }
+                    Some(Err(e)) => {
+                        carry = Carry::Error(e);
+                        break;
+                    }
+                    None => {
+                        carry = Carry::Ended;
+                        break;
+                    }
+                },
+            }
+        }
+    }
+    Some((Ok(batch), (messages, carry)))
 }
 
 /// The core subscription, message by message.
@@ -187,3 +266,10 @@ impl Subscriber for Wire {
         })
     }
 }
+
+/// The framework needs a subscriber it can share across awaits (routes with `Out` slots or
+/// replies); this fails to compile if `KinesisSubscriber` stops being `Send + Sync`.
+const _: fn() = || {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<KinesisSubscriber>();
+};
