@@ -287,7 +287,8 @@ impl ShutdownHandle {
 /// records (settled as skipped automatically). The stream ends after a graceful shutdown.
 #[must_use = "streams do nothing unless polled"]
 pub struct Subscription {
-    shards: StreamMap<String, ShardPump>,
+    // Keyed by `Arc<str>`: the map hands out a clone of the key with every item.
+    shards: StreamMap<Arc<str>, ShardPump>,
     commands: mpsc::UnboundedReceiver<Command>,
     closing: bool,
     task: Option<JoinHandle<()>>,
@@ -354,7 +355,7 @@ impl Subscription {
     /// The shards being read right now.
     #[must_use]
     pub fn shards(&self) -> Vec<String> {
-        let mut shards: Vec<String> = self.shards.keys().cloned().collect();
+        let mut shards: Vec<String> = self.shards.keys().map(|k| k.to_string()).collect();
         shards.sort();
         shards
     }
@@ -394,10 +395,10 @@ impl Subscription {
     fn apply(&mut self, command: Command) -> Option<KinesisError> {
         match command {
             Command::Add(shard, pump) => {
-                self.shards.insert(shard, *pump);
+                self.shards.insert(Arc::from(shard), *pump);
             }
             Command::Remove(shard) => {
-                self.shards.remove(&shard);
+                self.shards.remove(shard.as_str());
             }
             Command::Error(e) => return Some(e),
             Command::Close => {

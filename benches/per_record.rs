@@ -1,0 +1,166 @@
+//! Per-record cost of the core on the in-memory transport: allocations per record (counted by a
+//! global allocator) and, under callgrind, instructions per record, for three consumers of the
+//! same records:
+//!
+//! * `iter`: a bare `futures::stream::iter` over the records, already built (the baseline);
+//! * `shard`: one `ShardStream` reading them from a `MemoryKinesis` (GetRecords of 10,000,
+//!   read-rate cap lifted, no background tasks so the count is the reader's alone);
+//! * `subscription`: a `Subscription` (in-memory leases) over the same shard, every delivery
+//!   acked through the `AckSink`.
+//!
+//! ```text
+//! cargo bench --bench per_record                      # allocations per record, all three
+//! cargo bench --bench per_record -- --mode shard --records 20000   # one mode (for callgrind)
+//! benches/callgrind.sh                                # instructions per record, all three
+//! ```
+//!
+//! Instructions per record come from two callgrind runs of one mode, with N and 2N records:
+//! (I(2N) - I(N)) / N, so the setup (building the stream, the runtime) cancels out.
+
+use std::alloc::System;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use kinesis_dataflow::{
+    AckSink, KinesisPosition, MemoryKinesis, MemoryLeaseStore, ReadSettings, Record, ShardReader,
+    SharedKinesis, StartingPoint, Subscription,
+};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use tokio::runtime::Runtime;
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const STREAM: &str = "bench";
+const SHARD: &str = "shardId-000000000000";
+
+fn kinesis(records: usize) -> MemoryKinesis {
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, 1).expect("creates the stream");
+    let payload = vec![b'x'; 100];
+    for i in 0..records {
+        memory
+            .put(STREAM, &format!("key-{}", i % 64), payload.clone())
+            .expect("writes");
+    }
+    memory
+}
+
+fn settings() -> ReadSettings {
+    ReadSettings::default()
+        .batch_size(10_000)
+        .unlimited_reads()
+        .poll_interval(Duration::from_millis(1))
+        .background_reads(false)
+}
+
+/// Consumes `records` records one way; returns the allocations made while consuming. The
+/// consuming itself runs in the `measured_*` functions, which `benches/callgrind.sh` tells
+/// callgrind to count (`--toggle-collect`), so building the stream is left out.
+fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
+    let memory = kinesis(records);
+    match mode {
+        "iter" => {
+            let built: Vec<Record> = memory.records(STREAM, SHARD).expect("the shard's records");
+            let region = Region::new(GLOBAL);
+            measured_iter(runtime, built, records);
+            region.change().allocations as u64
+        }
+        "shard" => {
+            let api: SharedKinesis = Arc::new(memory);
+            let region = Region::new(GLOBAL);
+            measured_shard(runtime, api, records);
+            region.change().allocations as u64
+        }
+        "subscription" => {
+            let api: SharedKinesis = Arc::new(memory);
+            let subscription = runtime.block_on(async {
+                Subscription::builder(api, Arc::new(MemoryLeaseStore::new()), STREAM)
+                    .start_at(KinesisPosition::horizon())
+                    .read_settings(settings())
+                    .start()
+                    .await
+                    .expect("starts")
+            });
+            let stop = subscription.shutdown_handle();
+            let region = Region::new(GLOBAL);
+            measured_subscription(runtime, subscription, records);
+            let allocations = region.change().allocations as u64;
+            runtime.block_on(stop.shutdown());
+            allocations
+        }
+        other => panic!("unknown mode {other:?}: iter, shard or subscription"),
+    }
+}
+
+#[inline(never)]
+fn measured_iter(runtime: &Runtime, built: Vec<Record>, records: usize) {
+    runtime.block_on(async {
+        let n = stream::iter(built)
+            .map(|r| black_box(r.data().len()))
+            .count()
+            .await;
+        assert_eq!(n, records);
+    });
+}
+
+#[inline(never)]
+fn measured_shard(runtime: &Runtime, api: SharedKinesis, records: usize) {
+    runtime.block_on(async {
+        let mut shard = ShardReader::new(api, STREAM, SHARD)
+            .settings(settings())
+            .open(StartingPoint::TrimHorizon)
+            .expect("opens");
+        let mut n = 0;
+        while n < records {
+            let record = shard.next().await.expect("open shard").expect("read");
+            black_box(record.data().len());
+            n += 1;
+        }
+    });
+}
+
+#[inline(never)]
+fn measured_subscription(runtime: &Runtime, subscription: Subscription, records: usize) {
+    runtime.block_on(async {
+        let _ = subscription
+            .filter_map(|item| futures::future::ready(item.ok()))
+            .take(records)
+            .map(Ok)
+            .forward(AckSink::new())
+            .await;
+    });
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let records: usize = value("--records").map_or(20_000, |n| n.parse().expect("a count"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    if let Some(mode) = value("--mode") {
+        let allocations = consume(&runtime, &mode, records);
+        println!("{mode}: {records} records, {allocations} allocations");
+        return;
+    }
+    // Allocations per record: the difference between 2N and N records, so fixed costs cancel.
+    println!(
+        "allocations per record (from runs of {records} and {} records):",
+        2 * records
+    );
+    for mode in ["iter", "shard", "subscription"] {
+        let once = consume(&runtime, mode, records);
+        let twice = consume(&runtime, mode, 2 * records);
+        let per_record = (twice as f64 - once as f64) / records as f64;
+        println!("  {mode:<13} {per_record:.3}");
+    }
+}
