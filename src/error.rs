@@ -249,6 +249,17 @@ pub enum KinesisError {
         stream: String,
     },
 
+    /// No usable AWS credentials at `connect`: none configured, the provider failed, or the
+    /// ones it gave have expired.
+    #[error(
+        "no usable AWS credentials: {reason}; set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and \
+         AWS_SESSION_TOKEN), a profile (AWS_PROFILE), or a role, or give a ready SdkConfig"
+    )]
+    Credentials {
+        /// What was wrong (never the credentials themselves).
+        reason: String,
+    },
+
     /// A seek was refused; the subscription did not move.
     #[error("seek to {position} on stream `{stream}` refused: {reason}")]
     SeekRefused {

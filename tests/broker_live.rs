@@ -197,3 +197,41 @@ async fn batch_seeking_live() {
 async fn seeking_unknown_position_live() {
     suites::seeking_unknown_position(live_broker(&support::unique_name("unknownpos"))).await;
 }
+
+/// Missing or expired credentials fail `connect` with an error that says so, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_refuses_missing_or_expired_credentials() {
+    use aws_sdk_kinesis::config::{Credentials, SharedCredentialsProvider};
+    let region = aws_config::Region::new("us-east-1");
+    let none = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(region.clone())
+        .build();
+    let expired = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(region)
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "AKIDEXPIRED1234",
+            "expired-secret",
+            None,
+            Some(std::time::SystemTime::now() - Duration::from_secs(3600)),
+            "test",
+        )))
+        .build();
+    for (config, expected) in [(none, "no credentials provider"), (expired, "expired")] {
+        let connected = KinesisBroker::new()
+            .sdk_config(config)
+            .kinesis_endpoint(support::kinesis_endpoint())
+            .dynamodb_endpoint(support::dynamodb_endpoint())
+            .connect()
+            .await;
+        match connected {
+            Err(e @ kinesis_dataflow::KinesisError::Credentials { .. }) => {
+                let message = e.to_string();
+                assert!(message.contains(expected), "{message}");
+                assert!(!message.contains("expired-secret"), "{message}");
+            }
+            other => panic!("expected a credentials error, got {other:?}"),
+        }
+    }
+}

@@ -51,6 +51,10 @@ enum LeaseChoice {
 /// `AWS_ENDPOINT_URL_DYNAMODB`) unless a ready [`SdkConfig`](aws_config::SdkConfig) is given,
 /// and the leases go to a DynamoDB table named after the [application](Self::application).
 ///
+/// `connect` also asks the credential chain for credentials (at most
+/// [`CREDENTIALS_TIMEOUT`]), so missing or expired credentials fail there with
+/// [`KinesisError::Credentials`] instead of on every later call.
+///
 /// Clones share the in-memory transport and lease store when those were chosen.
 ///
 /// ```
@@ -341,6 +345,7 @@ impl KinesisBroker {
                         loader.load().await
                     }
                 };
+                check_credentials(&config).await?;
                 let mut kinesis = aws_sdk_kinesis::config::Builder::from(&config);
                 if let Some(url) = kinesis_endpoint {
                     kinesis = kinesis.endpoint_url(url.clone());
@@ -405,6 +410,63 @@ impl KinesisBroker {
             shutdown_grace: self.shutdown_grace,
         })
     }
+}
+
+/// How long `connect` waits for the credential chain (which may ask the instance metadata
+/// service) before it says there are none.
+pub const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Fails `connect` with a clear error when no credentials can be had, or the ones there are
+/// have expired, rather than letting every later call fail (or hang on retries).
+async fn check_credentials(config: &aws_config::SdkConfig) -> Result<(), KinesisError> {
+    use aws_sdk_kinesis::config::ProvideCredentials;
+    let Some(provider) = config.credentials_provider() else {
+        return Err(KinesisError::Credentials {
+            reason: "the SDK configuration has no credentials provider".into(),
+        });
+    };
+    let credentials =
+        match tokio::time::timeout(CREDENTIALS_TIMEOUT, provider.provide_credentials()).await {
+            Err(_) => {
+                return Err(KinesisError::Credentials {
+                    reason: format!(
+                        "the credential chain gave none within {CREDENTIALS_TIMEOUT:?}"
+                    ),
+                });
+            }
+            Ok(Err(e)) => {
+                return Err(KinesisError::Credentials {
+                    reason: format!(
+                        "the credential provider failed: {}",
+                        aws_smithy_types::error::display::DisplayErrorContext(&e)
+                    ),
+                });
+            }
+            Ok(Ok(credentials)) => credentials,
+        };
+    if let Some(expiry) = credentials.expiry()
+        && expiry <= std::time::SystemTime::now()
+    {
+        let ago = std::time::SystemTime::now()
+            .duration_since(expiry)
+            .unwrap_or_default();
+        return Err(KinesisError::Credentials {
+            reason: format!(
+                "the credentials expired {}s ago (access key id ending in ...{})",
+                ago.as_secs(),
+                credentials
+                    .access_key_id()
+                    .chars()
+                    .rev()
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<String>()
+            ),
+        });
+    }
+    Ok(())
 }
 
 impl Broker for KinesisBroker {

@@ -96,7 +96,7 @@ mod publisher;
 mod seeker;
 mod subscriber;
 
-pub use broker::{ClosedKinesis, ConnectedKinesis, KinesisBroker};
+pub use broker::{CREDENTIALS_TIMEOUT, ClosedKinesis, ConnectedKinesis, KinesisBroker};
 pub use descriptor::KinesisStream;
 pub use message::{
     ArrivalTime, KinesisBatchContext, KinesisContext, KinesisMessage, MillisBehindLatest,
