@@ -400,3 +400,34 @@ async fn a_handler_publishes_through_an_out_slot_with_the_key_fixed_at_the_mount
     assert_eq!(stored[0].partition_key(), "forwarded-key");
     tb.shutdown().await.unwrap();
 }
+
+static DECODED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+#[subscriber(KinesisStream::new("mixed").create_if_missing(1))]
+async fn decode_shipments(shipment: &Shipment) -> HandlerOutcome {
+    DECODED.lock().unwrap().push(shipment.seq);
+    HandlerOutcome::ack()
+}
+
+/// A body that does not decode is skipped by the framework's default decode policy (drop),
+/// logged with its stream, shard and sequence number next to the decode error, and the records
+/// after it are handled: the shard is not wedged.
+#[tokio::test(start_paused = true)]
+async fn a_body_that_does_not_decode_is_skipped_and_the_shard_goes_on() {
+    let kinesis = MemoryKinesis::new();
+    let app = RustStream::new(AppInfo::new("mixed", "0.1.0")).with_broker(
+        KinesisBroker::in_memory(kinesis.clone()),
+        |b| {
+            b.include(decode_shipments);
+        },
+    );
+    let tb = TestApp::start(app).await.unwrap();
+    let broker = tb.broker::<KinesisBroker>();
+    broker.publish("mixed", &"not a shipment").await.unwrap();
+    broker.subscriber("mixed").assert_last_failed_to_decode();
+    broker.publish("mixed", &shipment("ada", 2)).await.unwrap();
+    assert_eq!(*DECODED.lock().unwrap(), [2], "the next record is handled");
+    tb.shutdown().await.unwrap();
+    let stored = kinesis.records("mixed", "shardId-000000000000").unwrap();
+    assert_eq!(stored.len(), 2, "both records were written");
+}

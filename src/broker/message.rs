@@ -233,11 +233,15 @@ impl IncomingMessage for KinesisMessage {
             self.send_back(Redelivery::Backoff);
         } else if let Some(delivery) = self.delivery.take() {
             self.forget(&delivery);
-            tracing::info!(
+            // The framework logged why just before (a handler's drop, or a body that did not
+            // decode, with the decode error); this names the record.
+            tracing::warn!(
                 stream = %self.shared.stream,
                 shard = %delivery.shard_id(),
                 sequence_number = %delivery.sequence_number(),
-                "record dropped by its handler; skipped"
+                partition_key = %delivery.partition_key(),
+                "record skipped (dropped by the handler or its decode policy); the checkpoint \
+                 passes it"
             );
             delivery.skip();
         }
