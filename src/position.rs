@@ -164,6 +164,13 @@ pub enum Checkpoint {
     /// where that reader began instead of skipping to the tip. Never `LATEST`: a reader that
     /// opens at LATEST records the time it opened (AT_TIMESTAMP).
     Start(StartingPoint),
+    /// Nobody has read the shard yet: written when its lease row is created. A reader that
+    /// takes the shard later than the listing that created the row (it did not open with it
+    /// at its own startup) opens here, so nothing written after any instance's `start`
+    /// returned is missed: the position `start_at` names for the shard, else the time the row
+    /// was created (AT_TIMESTAMP). A reader opening the shard at its own startup ignores it
+    /// (`start_at`, else LATEST, as if there were no checkpoint).
+    Initial(StartingPoint),
     /// Every record up to and including this sequence number is settled.
     Sequence(String),
     /// The shard is closed and every record of it is settled (SHARD_END).
@@ -172,7 +179,8 @@ pub enum Checkpoint {
 
 impl Checkpoint {
     /// The text form a lease store keeps: a sequence number, `SHARD_END`, `TRIM_HORIZON`,
-    /// `AT_TIMESTAMP:<ms>`, `AT_SEQUENCE_NUMBER:<seq>` or `AFTER_SEQUENCE_NUMBER:<seq>`.
+    /// `AT_TIMESTAMP:<ms>`, `AT_SEQUENCE_NUMBER:<seq>` or `AFTER_SEQUENCE_NUMBER:<seq>`, and
+    /// for [`Initial`](Self::Initial) the start's form after `INITIAL:`.
     ///
     /// ```
     /// use kinesis_dataflow::{Checkpoint, StartingPoint};
@@ -182,6 +190,8 @@ impl Checkpoint {
     ///     Checkpoint::ShardEnd,
     ///     Checkpoint::Start(StartingPoint::TrimHorizon),
     ///     Checkpoint::Start(StartingPoint::AtTimestamp(1_700_000_000_000)),
+    ///     Checkpoint::Initial(StartingPoint::AtTimestamp(1_700_000_000_000)),
+    ///     Checkpoint::Initial(StartingPoint::TrimHorizon),
     /// ] {
     ///     assert_eq!(Checkpoint::decode(&cp.encode()), Some(cp));
     /// }
@@ -189,6 +199,7 @@ impl Checkpoint {
     #[must_use]
     pub fn encode(&self) -> String {
         match self {
+            Self::Initial(point) => format!("INITIAL:{}", Self::Start(point.clone()).encode()),
             Self::Sequence(seq) => seq.clone(),
             Self::ShardEnd => "SHARD_END".to_owned(),
             Self::Start(StartingPoint::TrimHorizon) => "TRIM_HORIZON".to_owned(),
@@ -205,6 +216,12 @@ impl Checkpoint {
     #[must_use]
     pub fn decode(text: &str) -> Option<Self> {
         let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if let Some(start) = text.strip_prefix("INITIAL:") {
+            return match Self::decode(start)? {
+                Self::Start(point) => Some(Self::Initial(point)),
+                _ => None,
+            };
+        }
         Some(match text {
             "SHARD_END" => Self::ShardEnd,
             "TRIM_HORIZON" => Self::Start(StartingPoint::TrimHorizon),
@@ -274,6 +291,11 @@ pub fn starting_point(
         return Some(point);
     }
     match checkpoint {
+        // Opening with the shard at startup: as if there were no checkpoint.
+        Some(Checkpoint::Initial(_)) if origin == ShardOrigin::Startup => {
+            Some(StartingPoint::Latest)
+        }
+        Some(Checkpoint::Initial(point)) => Some(point.clone()),
         Some(Checkpoint::ShardEnd) => None,
         Some(Checkpoint::Sequence(seq)) => Some(StartingPoint::AfterSequence(seq.clone())),
         Some(Checkpoint::Start(point)) => Some(point.clone()),
@@ -297,6 +319,30 @@ mod tests {
             starting_point("shardId-2", ShardOrigin::Startup, Some(&p), None),
             Some(StartingPoint::Latest)
         );
+    }
+
+    #[test]
+    fn a_shard_nobody_read_opens_where_its_row_was_created_unless_opened_at_startup() {
+        let created = Checkpoint::Initial(StartingPoint::AtTimestamp(1_000));
+        assert_eq!(
+            starting_point("s", ShardOrigin::Takeover, None, Some(&created)),
+            Some(StartingPoint::AtTimestamp(1_000))
+        );
+        assert_eq!(
+            starting_point("s", ShardOrigin::Startup, None, Some(&created)),
+            Some(StartingPoint::Latest)
+        );
+        assert_eq!(
+            starting_point(
+                "s",
+                ShardOrigin::Startup,
+                Some(&KinesisPosition::horizon()),
+                Some(&created)
+            ),
+            Some(StartingPoint::TrimHorizon)
+        );
+        assert_eq!(Checkpoint::decode("INITIAL:SHARD_END"), None);
+        assert_eq!(Checkpoint::decode("INITIAL:42"), None);
     }
 
     #[test]

@@ -164,7 +164,7 @@ async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing(
     // The first instance creates the stream (`create_if_missing(2)`) and the lease table,
     // and opens both shards at LATEST: the producer starts once it reads them, so that no
     // shipment is written before anyone reads.
-    let mut generations = vec![0usize; INSTANCES];
+    let mut generations = [0usize; INSTANCES];
     let mut instances: Vec<Instance> = Vec::new();
     instances.push(start("i0", 0, &logs));
     let ready = Instant::now();

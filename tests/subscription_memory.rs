@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use kinesis_dataflow::subscription::ShiftedClock;
 use kinesis_dataflow::{
-    AckSink, Checkpoint, Delivery, KinesisError, KinesisPosition, LeaseStore, MemoryKinesis,
+    AckSink, Checkpoint, Delivery, KinesisError, KinesisPosition, Lease, LeaseStore, MemoryKinesis,
     MemoryLeaseStore, ReadSettings, Record, SharedKinesis, SharedLeaseStore, Subscription,
     SubscriptionBuilder,
 };
@@ -613,4 +613,60 @@ async fn a_seek_moves_the_shard_and_the_checkpoint_follows_what_is_settled_after
         matches!(stopped, Err(KinesisError::Stopped { .. })),
         "{stopped:?}"
     );
+}
+
+/// An instance that starts while another counts as live opens only its share of the shards
+/// and takes the rest at a later listing (here: once the other's worker row expires, as when
+/// two instances start together and one dies). Those shards still start where their lease
+/// rows were created, so nothing written after `start` returned is missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_taken_after_startup_miss_nothing_written_after_start() {
+    let (memory, api, store) = setup(4, 0);
+    // Another instance, "b", is registered as live (its worker row), then never renews.
+    let row = Lease::new(STREAM.to_owned(), "worker:b".to_owned(), Vec::new());
+    store.create(&row).await.unwrap();
+    store.take(&row, "b").await.unwrap();
+
+    let mut a = Subscription::builder(api.clone(), Arc::new(store.clone()), STREAM)
+        .owner("a")
+        .read_settings(
+            ReadSettings::default()
+                .poll_interval(Duration::from_millis(50))
+                .unlimited_reads(),
+        )
+        .list_interval(Duration::from_millis(200))
+        .lease_duration(Duration::from_millis(900))
+        .checkpoint_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let written: Vec<String> = (0..40).map(|i| format!("after-start-{i}")).collect();
+    for (i, data) in written.iter().enumerate() {
+        memory
+            .put(STREAM, &format!("key-{i}"), data.clone())
+            .unwrap();
+    }
+    let mut seen = std::collections::HashSet::new();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while seen.len() < written.len() {
+            if let Some(Ok(d)) = a.next().await {
+                seen.insert(String::from_utf8_lossy(d.data()).into_owned());
+                d.ack();
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{} of {} records delivered; missing {:?}",
+            seen.len(),
+            written.len(),
+            written
+                .iter()
+                .filter(|w| !seen.contains(*w))
+                .collect::<Vec<_>>()
+        )
+    });
+    assert_eq!(a.shards().len(), 4, "a took b's share once b's row expired");
+    a.shutdown().await;
 }

@@ -229,11 +229,22 @@ impl Coordinator {
             .collect();
         for shard in shards {
             if !leases.contains_key(&shard.shard_id) {
-                let lease = Lease::new(
+                let mut lease = Lease::new(
                     self.stream.to_string(),
                     shard.shard_id.clone(),
                     shard.parents().map(str::to_owned).collect(),
                 );
+                // Where a reader that takes the shard later opens (children: the child rule).
+                if lease.parents.is_empty() {
+                    let point = self
+                        .config
+                        .start_at
+                        .as_ref()
+                        .and_then(|p| p.for_shard(&lease.shard_id))
+                        .filter(|p| *p != StartingPoint::Latest)
+                        .unwrap_or_else(|| StartingPoint::since(std::time::SystemTime::now()));
+                    lease.checkpoint = Some(Checkpoint::Initial(point));
+                }
                 self.store.create(&lease).await?;
                 leases.insert(shard.shard_id.clone(), lease);
             }
@@ -557,7 +568,18 @@ impl Coordinator {
                 async move { (shard, since, store.renew(&lease).await) }
             })
             .collect();
-        for (shard, since, result) in futures::future::join_all(calls).await {
+        // The worker row is renewed alongside, not after: a slow table must not double the
+        // time a round of renewals takes.
+        let worker = self.worker.clone();
+        let worker_call = async {
+            match &worker {
+                Some(worker) => Some(store.renew(worker).await),
+                None => None,
+            }
+        };
+        let (results, worker_result) =
+            futures::join!(futures::future::join_all(calls), worker_call);
+        for (shard, since, result) in results {
             if !self.held.contains_key(&shard) {
                 continue;
             }
@@ -588,9 +610,8 @@ impl Coordinator {
                 }
             }
         }
-        if let Some(worker) = &self.worker {
-            let sent = Instant::now();
-            match self.store.renew(worker).await {
+        if let Some(result) = worker_result {
+            match result {
                 Ok(w) => {
                     self.worker = Some(w);
                     self.worker_renewed = sent;
@@ -691,13 +712,28 @@ impl Coordinator {
                     "shard read to its end; SHARD_END once everything is settled"
                 );
             }
-            PumpEnd::LeaseExpired => {
-                // The pump logged it; the lease is not ours any more as far as others know.
-                if self.held.get(&shard).is_some_and(|h| h.gate.is_expired()) {
-                    tracing::error!(
-                        shard = %shard,
-                        "cannot renew the lease; stopped reading before it can expire for others"
-                    );
+            PumpEnd::LeaseExpired(gate) => {
+                // That pump is gone for good, even if a late renewal has reopened the gate
+                // since: without a pump the shard would be held (and renewed) but never read.
+                let Some(held) = self.held.get(&shard) else {
+                    return;
+                };
+                if !Arc::ptr_eq(&held.gate, &gate) {
+                    // A reader installed since (a seek, a new take) is not this one.
+                    return;
+                }
+                let renewed_since = !held.gate.is_expired();
+                tracing::error!(
+                    shard = %shard,
+                    renewed_since,
+                    "the lease was not renewed in time; stopped reading before it could expire \
+                     for others"
+                );
+                if renewed_since {
+                    // Still ours: hand it back so that the next listing takes it again and a
+                    // new reader resumes from the checkpoint.
+                    self.release(&shard).await;
+                } else {
                     self.drop_shard(&shard);
                 }
             }

@@ -23,8 +23,9 @@ pub(crate) enum PumpEnd {
     ShardEnd(ShardEnd),
     /// The reader stopped (too many failures, or the shard cannot be opened).
     Stopped,
-    /// The lease was not renewed in time: the pump stopped handing out records.
-    LeaseExpired,
+    /// The lease was not renewed in time: the pump (the one behind this gate) stopped handing
+    /// out records for good.
+    LeaseExpired(Arc<LeaseGate>),
 }
 
 /// A message from a pump to the coordinator.
@@ -84,7 +85,7 @@ impl ShardPump {
 /// (a revocation came from the coordinator, which knows already).
 fn close(
     done: &mut bool,
-    gate: &LeaseGate,
+    gate: &Arc<LeaseGate>,
     acks: &ShardAcks,
     events: &UnboundedSender<PumpEvent>,
 ) -> Option<Result<Delivery<Record>, KinesisError>> {
@@ -92,7 +93,7 @@ fn close(
     if !gate.is_revoked() {
         let _ = events.send(PumpEvent {
             shard: acks.shard().clone(),
-            end: PumpEnd::LeaseExpired,
+            end: PumpEnd::LeaseExpired(gate.clone()),
         });
     }
     None
