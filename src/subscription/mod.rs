@@ -284,7 +284,11 @@ impl ShutdownHandle {
 ///
 /// Each shard's records come in order; shards are interleaved. Items are `Err` when a read
 /// failed (the reader retries on its own) or a shard listing failed, and for KPL-aggregated
-/// records (settled as skipped automatically). The stream ends after a graceful shutdown.
+/// records (settled as skipped automatically). The stream ends as soon as a graceful shutdown
+/// starts; the checkpoints are flushed and the leases released afterwards, in the background.
+/// A program that exits when the stream ends must first await
+/// [`ShutdownHandle::shutdown`] (or [`Subscription::shutdown`]), or the release is cut short
+/// and the shards wait for their leases to expire.
 #[must_use = "streams do nothing unless polled"]
 pub struct Subscription {
     // Keyed by `Arc<str>`: the map hands out a clone of the key with every item.
