@@ -1,0 +1,987 @@
+//! Probes of kinesis-dataflow against ferrokinesis: latency, an idle instance, memory under a
+//! stalled consumer, and checkpoint writes.
+//!
+//! ```text
+//! cargo run --release --manifest-path benches/e2e/Cargo.toml --bin probes -- <probe|all> [--quick]
+//! ```
+//!
+//! Each probe starts ferrokinesis in a child process of its own (this binary re-run as
+//! `probes --serve-emulator`), creates its streams, prints its figures and ends with one line
+//! starting `summary:`. `all` runs every probe, each in a process of its own (so one probe's
+//! memory does not weigh on the next one's readings). `--quick` shortens every phase to a few
+//! seconds (a CI smoke run: it checks that the probes work, its figures mean little).
+//!
+//! * `latency`: put-to-handler latency at 10 records/s on a 1-shard stream and at 1,000
+//!   records/s on a 4-shard stream, through a core `Subscription` and through the RustStream
+//!   broker face, with the default `poll_interval` (1 s) and with 100 ms. Each record carries
+//!   its send time; the handler compares it with its own clock.
+//! * `idle`: one instance holding the 100 shards of an idle stream: CPU share, resident memory,
+//!   GetRecords calls per second, lease-store calls per second.
+//! * `memory`: a consumer that takes one record and then stalls while records arrive; resident
+//!   memory every second, then everything must be delivered once it resumes. `--hold`: the
+//!   consumer keeps taking records during the stall but settles none (`max_in_flight` bounds
+//!   it).
+//! * `checkpoints`: checkpoint writes per shard per minute at 10 and at 1,000 records/s, every
+//!   delivery acked, the default `checkpoint_interval` (5 s).
+//!
+//! Times are reported, never asserted on; a probe fails only when records go missing.
+
+use std::future::{Future, ready};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_config::SdkConfig;
+use aws_sdk_kinesis::Client;
+use futures::StreamExt;
+use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
+use kinesis_dataflow::{
+    AwsKinesis, Delivery, LeaseStore, MemoryLeaseStore, ReadSettings, Record, SharedKinesis,
+    Subscription,
+};
+use kinesis_dataflow_e2e::{
+    ApiCounts, CountingKinesis, CountingLeaseStore, CpuClock, Emulator, Frame, LeaseCounts,
+    PUT_BATCH, Result, SERVE_EMULATOR, create_stream, entry, mib, now_micros, percentile,
+    put_entries, record_stamp, rss_bytes, sdk_config, serve_emulator, stamped_record,
+};
+use ruststream::runtime::{AppInfo, Context, Handle, HandlerOutcome, RustStream, subscriber};
+
+const USAGE: &str = "\
+probes: latency, idle, memory and checkpoint probes of kinesis-dataflow against ferrokinesis
+
+usage: cargo run --release --manifest-path benches/e2e/Cargo.toml --bin probes -- <probe> [options]
+
+probes:
+  latency       put-to-handler latency: 10/s on 1 shard, 1,000/s on 4 shards; core and broker
+                face; poll_interval 1 s and 100 ms (30 s each; quick: 3 s)
+  idle          one instance holding 100 idle shards (60 s; quick: 5 s)
+  memory        a consumer stalled while 100,000 records arrive (60 s; quick: 5 s, 10,000)
+  checkpoints   checkpoint writes per shard per minute at 10/s and 1,000/s (60 s each; quick: 5 s)
+  all           every probe (memory twice: stalled, then --hold), each in a process of its own
+
+options:
+  --quick       the CI smoke run: a few seconds per phase
+  --seconds S   the length of each phase (latency run, idle window, stall, checkpoint run)
+  --records N   memory: records arriving during the stall
+  --hold        memory: the consumer keeps taking records during the stall but settles none
+  --help        this text";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == SERVE_EMULATOR) {
+        return serve_emulator();
+    }
+    let options = match Options::parse(&args) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("{message}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    if options.help {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    if options.probe == Probe::All {
+        return run_all(&args);
+    }
+    kinesis_dataflow_e2e::runtime()?.block_on(async {
+        let env = Env::start().await?;
+        match options.probe {
+            Probe::Latency => latency(&env, &options).await,
+            Probe::Idle => idle(&env, &options).await,
+            Probe::Memory => memory(&env, &options).await,
+            Probe::Checkpoints => checkpoints(&env, &options).await,
+            Probe::All => unreachable!("run above"),
+        }
+    })?;
+    let given = args.join(" ");
+    println!(
+        "command: cargo run --release --manifest-path benches/e2e/Cargo.toml --bin probes -- {given}"
+    );
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    Latency,
+    Idle,
+    Memory,
+    Checkpoints,
+    All,
+}
+
+#[derive(Debug)]
+struct Options {
+    probe: Probe,
+    quick: bool,
+    seconds: Option<u64>,
+    records: Option<usize>,
+    hold: bool,
+    help: bool,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Self, String> {
+        let mut probe = None;
+        let mut options = Options {
+            probe: Probe::All,
+            quick: false,
+            seconds: None,
+            records: None,
+            hold: false,
+            help: false,
+        };
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let mut number = |name: &str| -> Result<u64, String> {
+                let value = it.next().ok_or_else(|| format!("{name} needs a value"))?;
+                match value.replace('_', "").parse::<u64>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(format!("{name}: `{value}` is not a positive number")),
+                }
+            };
+            match arg.as_str() {
+                "--quick" => options.quick = true,
+                "--seconds" => options.seconds = Some(number("--seconds")?),
+                "--records" => options.records = Some(number("--records")? as usize),
+                "--hold" => options.hold = true,
+                "--help" | "-h" => options.help = true,
+                name if !name.starts_with('-') && probe.is_none() => {
+                    probe = Some(match name {
+                        "latency" => Probe::Latency,
+                        "idle" => Probe::Idle,
+                        "memory" => Probe::Memory,
+                        "checkpoints" => Probe::Checkpoints,
+                        "all" => Probe::All,
+                        other => return Err(format!("unknown probe `{other}`")),
+                    });
+                }
+                other => return Err(format!("unknown argument `{other}`")),
+            }
+        }
+        match probe {
+            Some(probe) => options.probe = probe,
+            None if options.help => {}
+            None => return Err("name a probe".into()),
+        }
+        Ok(options)
+    }
+
+    /// The length of a phase: `--seconds`, else `full` (`quick` with `--quick`).
+    fn phase(&self, full: u64, quick: u64) -> Duration {
+        Duration::from_secs(
+            self.seconds
+                .unwrap_or(if self.quick { quick } else { full }),
+        )
+    }
+}
+
+/// `all`: every probe in a child process of its own, one after the other.
+fn run_all(args: &[String]) -> Result<()> {
+    let flags: Vec<&String> = args
+        .iter()
+        .filter(|a| *a != "all" && *a != "--hold")
+        .collect();
+    let runs: [&[&str]; 5] = [
+        &["latency"],
+        &["idle"],
+        &["memory"],
+        &["memory", "--hold"],
+        &["checkpoints"],
+    ];
+    for run in runs {
+        println!("\n=== probes {} ===", run.join(" "));
+        let status = std::process::Command::new(std::env::current_exe()?)
+            .args(run)
+            .args(&flags)
+            .status()?;
+        if !status.success() {
+            return Err(format!("probes {} failed: {status}", run.join(" ")).into());
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The environment: the emulator and the clients
+// ---------------------------------------------------------------------------------------------
+
+struct Env {
+    emulator: Emulator,
+    endpoint: String,
+    config: SdkConfig,
+    client: Client,
+    /// The library's SDK transport over `client`.
+    aws: SharedKinesis,
+    cpu: CpuClock,
+}
+
+impl Env {
+    async fn start() -> Result<Self> {
+        let emulator = Emulator::start()?;
+        let endpoint = emulator.endpoint();
+        let config = sdk_config(&endpoint).await;
+        let client = Client::new(&config);
+        println!(
+            "ferrokinesis 0.7 in a child process (pid {}, port {}); client runtime: tokio \
+             multi-thread, 2 workers",
+            emulator.pid(),
+            emulator.port
+        );
+        Ok(Self {
+            aws: Arc::new(AwsKinesis::new(client.clone())),
+            emulator,
+            endpoint,
+            config,
+            client,
+            cpu: CpuClock::new(),
+        })
+    }
+
+    /// CPU seconds of this process and of the emulator.
+    fn cpu(&self) -> (f64, f64) {
+        (
+            self.cpu.seconds("self"),
+            self.cpu.seconds(&self.emulator.pid().to_string()),
+        )
+    }
+
+    /// A broker on the emulator with in-memory leases (fresh ones: a new store per broker).
+    fn broker(&self) -> KinesisBroker {
+        KinesisBroker::new()
+            .sdk_config(self.config.clone())
+            .kinesis_endpoint(self.endpoint.clone())
+            .in_memory_leases()
+    }
+}
+
+/// Puts stamped records on `stream` at `rate` a second for `duration` (PutRecords of the
+/// records due at each tick: every 10 ms from 100 a second up, else one record a tick).
+/// Returns how many it sent.
+async fn produce(client: Client, stream: String, rate: f64, duration: Duration) -> Result<u64> {
+    let tick = if rate >= 100.0 {
+        Duration::from_millis(10)
+    } else {
+        Duration::from_secs_f64(1.0 / rate)
+    };
+    let total = (rate * duration.as_secs_f64()).round() as u64;
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let started = Instant::now();
+    let mut sent = 0_u64;
+    while sent < total {
+        interval.tick().await;
+        let due = ((started.elapsed().as_secs_f64() * rate).round() as u64 + 1).min(total);
+        while sent < due {
+            let batch = (due - sent).min(PUT_BATCH as u64);
+            let stamp = now_micros();
+            let entries = (sent..sent + batch)
+                .map(|i| entry(format!("pk-{i}"), stamped_record(stamp, i)))
+                .collect::<Result<Vec<_>>>()?;
+            put_entries(&client, &stream, entries).await?;
+            sent += batch;
+        }
+    }
+    Ok(sent)
+}
+
+/// Waits until `count()` reaches `want` or `deadline` passes; true when it was reached.
+async fn wait_for(count: impl Fn() -> usize, want: usize, deadline: Instant) -> bool {
+    while count() < want {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    true
+}
+
+fn ms(micros: u64) -> f64 {
+    micros as f64 / 1000.0
+}
+
+// ---------------------------------------------------------------------------------------------
+// latency
+// ---------------------------------------------------------------------------------------------
+
+/// The latency runs' first seconds: records sent while the subscription still paces itself
+/// as on an idle stream (empty reads, each followed by a `poll_interval` wait). Reported
+/// apart from the steady state that follows.
+const WARM_UP: Duration = Duration::from_secs(2);
+
+/// Send-to-handler latencies, in microseconds, with each record's send stamp.
+#[derive(Debug, Default)]
+struct Latencies {
+    samples: Mutex<Vec<(u64, u64)>>,
+    count: AtomicUsize,
+}
+
+impl Latencies {
+    fn record(&self, data: &[u8]) {
+        if let Some(stamp) = record_stamp(data) {
+            let latency = now_micros().saturating_sub(stamp);
+            self.samples
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((stamp, latency));
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The latencies of records sent before `stamp` and of those sent from it on, each sorted.
+    fn split_at(&self, stamp: u64) -> (Vec<u64>, Vec<u64>) {
+        let samples = self
+            .samples
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (mut before, mut after): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
+        for &(sent, latency) in samples.iter() {
+            if sent < stamp {
+                before.push(latency);
+            } else {
+                after.push(latency);
+            }
+        }
+        before.sort_unstable();
+        after.sort_unstable();
+        (before, after)
+    }
+}
+
+/// The broker face's handler: records the latency, acks (`Ok(())`).
+struct LatencyHandler(Arc<Latencies>);
+
+impl<'p> Handle<Frame<'p>> for LatencyHandler {
+    fn handle(
+        &self,
+        frame: &Frame<'p>,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send {
+        self.0.record(frame.0);
+        ready(Ok(()))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Face {
+    Core,
+    Broker,
+}
+
+impl Face {
+    fn label(self) -> &'static str {
+        match self {
+            Face::Core => "core Subscription",
+            Face::Broker => "broker face (app)",
+        }
+    }
+}
+
+/// One latency run's figures.
+struct LatencyRun {
+    sent: u64,
+    handled: usize,
+    /// Sorted latencies of the records sent in the first [`WARM_UP`].
+    first: Vec<u64>,
+    /// Sorted latencies of the records sent after it.
+    steady: Vec<u64>,
+    /// GetRecords calls a second (core only: the broker builds its own client).
+    get_records_per_second: Option<f64>,
+    client_cpu_share: f64,
+}
+
+/// Consumes a core subscription until it ends: records each delivery's latency, acks it.
+async fn consume_core(
+    mut subscription: Subscription,
+    sink: Arc<Latencies>,
+) -> (Subscription, usize) {
+    let mut errors = 0;
+    while let Some(item) = subscription.next().await {
+        match item {
+            Ok(delivery) => {
+                sink.record(delivery.data());
+                delivery.ack();
+            }
+            Err(_) => errors += 1,
+        }
+    }
+    (subscription, errors)
+}
+
+async fn latency_run(
+    env: &Env,
+    face: Face,
+    stream: &str,
+    rate: f64,
+    poll: Duration,
+    duration: Duration,
+) -> Result<LatencyRun> {
+    let sink = Arc::new(Latencies::default());
+    let settings = ReadSettings::default().poll_interval(poll);
+    // Opens at the tip (LATEST; no checkpoint in the fresh lease store): earlier runs' records
+    // are not read.
+    let api = CountingKinesis::new(env.aws.clone());
+    enum Running {
+        Core(
+            kinesis_dataflow::ShutdownHandle,
+            tokio::task::JoinHandle<(Subscription, usize)>,
+        ),
+        Broker(ruststream::runtime::RunningApp),
+    }
+    let running = match face {
+        Face::Core => {
+            let subscription =
+                Subscription::builder(api.clone(), Arc::new(MemoryLeaseStore::new()), stream)
+                    .read_settings(settings)
+                    .start()
+                    .await?;
+            let handle = subscription.shutdown_handle();
+            Running::Core(
+                handle,
+                tokio::spawn(consume_core(subscription, sink.clone())),
+            )
+        }
+        Face::Broker => {
+            let source = KinesisStream::new(stream).read_settings(settings);
+            let handler = LatencyHandler(sink.clone());
+            let app = RustStream::new(AppInfo::new("e2e-latency", "0.0.0")).with_broker(
+                env.broker(),
+                |b| {
+                    b.include(subscriber(source, handler).build());
+                },
+            );
+            Running::Broker(app.start().await?)
+        }
+    };
+    let counts = api.counts();
+    let (cpu, _) = env.cpu();
+    let started = Instant::now();
+    let warm_until = now_micros() + u64::try_from(WARM_UP.as_micros())?;
+    let sent = produce(env.client.clone(), stream.to_owned(), rate, duration).await?;
+    // The last records get one poll interval and a margin to arrive.
+    let deadline = Instant::now() + poll + Duration::from_secs(3);
+    wait_for(|| sink.count(), sent as usize, deadline).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let reads = (api.counts() - counts).get_records;
+    let client_cpu_share = (env.cpu().0 - cpu) / elapsed;
+    let mut errors = 0;
+    match running {
+        Running::Core(handle, consumer) => {
+            handle.shutdown().await;
+            errors = consumer.await?.1;
+        }
+        Running::Broker(app) => app.shutdown().await?,
+    }
+    if errors > 0 {
+        eprintln!("  note: {errors} error items (retried by the reader)");
+    }
+    let (first, steady) = sink.split_at(warm_until);
+    Ok(LatencyRun {
+        sent,
+        handled: sink.count(),
+        first,
+        steady,
+        get_records_per_second: (face == Face::Core).then_some(reads as f64 / elapsed),
+        client_cpu_share,
+    })
+}
+
+async fn latency(env: &Env, options: &Options) -> Result<()> {
+    let duration = options.phase(30, 3);
+    let one = "latency-1";
+    let four = "latency-4";
+    create_stream(&env.client, one, 1).await?;
+    create_stream(&env.client, four, 4).await?;
+    println!(
+        "latency: records stamped with their send time, put at a steady rate for {} s per run; \
+         default ReadSettings (batch 1,000, at most 5 GetRecords/s per shard) but for \
+         poll_interval; every record acked",
+        duration.as_secs()
+    );
+    println!(
+        "p50/p99/max: records sent after the first {} s; first {} s: the largest latency of the \
+         records sent before (the subscription waking from an idle stream)",
+        WARM_UP.as_secs(),
+        WARM_UP.as_secs()
+    );
+    println!(
+        "| path | stream | rate | poll_interval | sent | handled | p50 ms | p99 ms | max ms | \
+         first {} s: max ms | GetRecords/s | client CPU share |",
+        WARM_UP.as_secs()
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut summary = Vec::new();
+    let mut missing = 0;
+    for (stream, shards, rate) in [(one, 1, 10.0), (four, 4, 1_000.0)] {
+        for poll in [Duration::from_secs(1), Duration::from_millis(100)] {
+            for face in [Face::Core, Face::Broker] {
+                let run = latency_run(env, face, stream, rate, poll, duration).await?;
+                let (p50, p99, max) = (
+                    percentile(&run.steady, 50.0),
+                    percentile(&run.steady, 99.0),
+                    run.steady.last().copied().unwrap_or(0),
+                );
+                println!(
+                    "| {} | {shards} shard(s) | {rate:.0}/s | {} ms | {} | {} | {:.0} | {:.0} | \
+                     {:.0} | {:.0} | {} | {:.1}% |",
+                    face.label(),
+                    poll.as_millis(),
+                    run.sent,
+                    run.handled,
+                    ms(p50),
+                    ms(p99),
+                    ms(max),
+                    ms(run.first.last().copied().unwrap_or(0)),
+                    run.get_records_per_second
+                        .map_or_else(|| "-".to_owned(), |r| format!("{r:.1}")),
+                    run.client_cpu_share * 100.0,
+                );
+                missing += (run.sent as usize).saturating_sub(run.handled);
+                summary.push(format!(
+                    "{} {rate:.0}/s poll {} ms {:.0}/{:.0}",
+                    if face == Face::Core { "core" } else { "broker" },
+                    poll.as_millis(),
+                    ms(p50),
+                    ms(p99)
+                ));
+            }
+        }
+    }
+    println!("summary: latency p50/p99 ms: {}", summary.join("; "));
+    if missing > 0 {
+        return Err(format!("{missing} records sent were not handled").into());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// idle
+// ---------------------------------------------------------------------------------------------
+
+/// One reading of this process's resident memory.
+#[derive(Debug, Clone, Copy)]
+struct RssSample {
+    /// Seconds since the sampler started.
+    at: f64,
+    /// The phase the probe was in.
+    phase: u8,
+    /// `VmRSS` in bytes.
+    rss: u64,
+}
+
+/// Reads this process's resident memory every second, with the phase current at each reading.
+struct RssSampler {
+    task: tokio::task::JoinHandle<Vec<RssSample>>,
+    stop: Arc<AtomicU8>,
+}
+
+impl RssSampler {
+    fn start(phase: Arc<AtomicU8>) -> Self {
+        let stop = Arc::new(AtomicU8::new(0));
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let mut samples = Vec::new();
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            while stopped.load(Ordering::Relaxed) == 0 {
+                every.tick().await;
+                samples.push(RssSample {
+                    at: started.elapsed().as_secs_f64(),
+                    phase: phase.load(Ordering::Relaxed),
+                    rss: rss_bytes(),
+                });
+            }
+            samples
+        });
+        Self { task, stop }
+    }
+
+    /// Stops after the next reading; every reading taken.
+    async fn stop(self) -> Result<Vec<RssSample>> {
+        self.stop.store(1, Ordering::Relaxed);
+        Ok(self.task.await?)
+    }
+}
+
+fn per_second(calls: u64, seconds: f64) -> f64 {
+    calls as f64 / seconds
+}
+
+fn lease_line(counts: LeaseCounts, seconds: f64) -> String {
+    format!(
+        "list {:.2}/s, renew {:.2}/s, checkpoint {:.2}/s, create {:.2}/s, take {:.2}/s, release \
+         {:.2}/s (writes {:.2}/s, all calls {:.2}/s)",
+        per_second(counts.list, seconds),
+        per_second(counts.renew, seconds),
+        per_second(counts.checkpoint, seconds),
+        per_second(counts.create, seconds),
+        per_second(counts.take, seconds),
+        per_second(counts.release, seconds),
+        per_second(counts.writes(), seconds),
+        per_second(counts.total(), seconds),
+    )
+}
+
+fn api_line(counts: ApiCounts, seconds: f64) -> String {
+    format!(
+        "GetRecords {:.1}/s, GetShardIterator {:.2}/s, ListShards {:.2}/s",
+        per_second(counts.get_records, seconds),
+        per_second(counts.get_shard_iterator, seconds),
+        per_second(counts.list_shards, seconds),
+    )
+}
+
+async fn idle(env: &Env, options: &Options) -> Result<()> {
+    const SHARDS: usize = 100;
+    let window = options.phase(60, 5);
+    let stream = "idle-100";
+    create_stream(&env.client, stream, SHARDS).await?;
+    let api = CountingKinesis::new(env.aws.clone());
+    let table = Arc::new(MemoryLeaseStore::new());
+    let leases = CountingLeaseStore::new(table.clone());
+    let rss_before = rss_bytes();
+    let started = Instant::now();
+    let subscription = Subscription::builder(api.clone(), leases.clone(), stream)
+        .start()
+        .await?;
+    let startup = started.elapsed().as_secs_f64();
+    let owner = subscription.owner().to_owned();
+    let handle = subscription.shutdown_handle();
+    // The consumer awaits records like any idle consumer: polling the subscription starts the
+    // shards' readers.
+    let sink = Arc::new(Latencies::default());
+    let consumer = tokio::spawn(consume_core(subscription, sink.clone()));
+    let (api0, leases0, (cpu0, emu0)) = (api.counts(), leases.counts(), env.cpu());
+    let rss_start = rss_bytes();
+    let t0 = Instant::now();
+    let phase = Arc::new(AtomicU8::new(0));
+    let sampler = RssSampler::start(phase);
+    tokio::time::sleep(window).await;
+    let seconds = t0.elapsed().as_secs_f64();
+    let (api1, leases1, (cpu1, emu1)) = (api.counts(), leases.counts(), env.cpu());
+    let rss_end = rss_bytes();
+    let samples = sampler.stop().await?;
+    // Read from the table itself, past the counting decorator.
+    let held = table
+        .list(stream)
+        .await?
+        .iter()
+        .filter(|lease| lease.owner.as_deref() == Some(owner.as_str()))
+        .filter(|lease| !lease.shard_id.starts_with("worker:"))
+        .count();
+    handle.shutdown().await;
+    let (subscription, errors) = consumer.await?;
+    drop(subscription);
+    let (api_run, leases_run) = (api1 - api0, leases1 - leases0);
+    let rss_min = samples.iter().map(|s| s.rss).min().unwrap_or(0);
+    let rss_max = samples.iter().map(|s| s.rss).max().unwrap_or(0);
+    println!(
+        "idle: one core Subscription (default settings) holding {held} of {SHARDS} shards of an \
+         idle stream (leases held at the window's end); window {seconds:.1} s after start() \
+         returned"
+    );
+    println!(
+        "  start(): {startup:.2} s; before the window: {} (lease store: {})",
+        api_line(api0, 1.0).replace("/s", ""),
+        lease_line(leases0, 1.0).replace("/s", "")
+    );
+    println!(
+        "  client CPU {:.3} s = {:.2}% of one core (emulator: {:.2}%)",
+        cpu1 - cpu0,
+        (cpu1 - cpu0) / seconds * 100.0,
+        (emu1 - emu0) / seconds * 100.0
+    );
+    println!(
+        "  resident memory: {:.1} MiB before start(), {:.1} MiB at the window's start, {:.1} \
+         MiB at its end (per-second samples {:.1} to {:.1} MiB)",
+        mib(rss_before),
+        mib(rss_start),
+        mib(rss_end),
+        mib(rss_min),
+        mib(rss_max)
+    );
+    let series: Vec<String> = samples
+        .iter()
+        .map(|s| format!("{:.1}", mib(s.rss)))
+        .collect();
+    println!("  RSS every second (MiB): {}", series.join(" "));
+    println!("  Kinesis calls: {}", api_line(api_run, seconds));
+    println!(
+        "  lease-store calls (= DynamoDB requests): {}",
+        lease_line(leases_run, seconds)
+    );
+    println!(
+        "  records delivered: {} (none expected); error items: {errors}",
+        sink.count()
+    );
+    println!(
+        "summary: idle, 100 shards: CPU {:.2}% of a core, RSS {:.1} -> {:.1} MiB, GetRecords \
+         {:.1}/s, lease-store calls {:.1}/s ({:.1} writes/s)",
+        (cpu1 - cpu0) / seconds * 100.0,
+        mib(rss_start),
+        mib(rss_end),
+        per_second(api_run.get_records, seconds),
+        per_second(leases_run.total(), seconds),
+        per_second(leases_run.writes(), seconds),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// memory
+// ---------------------------------------------------------------------------------------------
+
+const BEFORE: u8 = 0;
+const STALLED: u8 = 1;
+const DRAINING: u8 = 2;
+const DONE: u8 = 3;
+
+async fn memory(env: &Env, options: &Options) -> Result<()> {
+    const SHARDS: usize = 4;
+    let stall = options.phase(60, 5);
+    let records = options
+        .records
+        .unwrap_or(if options.quick { 10_000 } else { 100_000 });
+    let stream = if options.hold {
+        "memory-hold"
+    } else {
+        "memory"
+    };
+    create_stream(&env.client, stream, SHARDS).await?;
+    let api = CountingKinesis::new(env.aws.clone());
+    let phase = Arc::new(AtomicU8::new(BEFORE));
+    let sampler = RssSampler::start(phase.clone());
+    let rss_before = rss_bytes();
+    // Default settings: batch 1,000, 5 GetRecords/s per shard, max_in_flight 10,000 per shard.
+    let mut subscription =
+        Subscription::builder(api.clone(), Arc::new(MemoryLeaseStore::new()), stream)
+            .start()
+            .await?;
+    // The records arrive over the stall, at an even rate.
+    let rate = records as f64 / stall.as_secs_f64();
+    let producer = tokio::spawn(produce(env.client.clone(), stream.to_owned(), rate, stall));
+    let mut delivered = 0_usize;
+    let mut errors = 0_usize;
+    // The consumer takes the first record, then stalls.
+    let first_by = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match tokio::time::timeout_at(first_by, subscription.next()).await {
+            Ok(Some(Ok(delivery))) => {
+                delivery.ack();
+                delivered += 1;
+                break;
+            }
+            Ok(Some(Err(_))) => errors += 1,
+            Ok(None) => return Err("the subscription ended".into()),
+            Err(_) => return Err("no record within 30 s".into()),
+        }
+    }
+    phase.store(STALLED, Ordering::Relaxed);
+    let stall_start = Instant::now();
+    let rss_stall_start = rss_bytes();
+    let api_stall = api.counts();
+    let mut held: Vec<Delivery<Record>> = Vec::new();
+    if options.hold {
+        // Takes whatever the subscription hands out, settles nothing.
+        let until = tokio::time::Instant::now() + stall;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => break,
+                item = subscription.next() => match item {
+                    Some(Ok(delivery)) => held.push(delivery),
+                    Some(Err(_)) => errors += 1,
+                    None => return Err("the subscription ended".into()),
+                },
+            }
+        }
+    } else {
+        // Takes nothing: the subscription is not polled.
+        tokio::time::sleep(stall).await;
+    }
+    let reads_in_stall = (api.counts() - api_stall).get_records;
+    let stall_seconds = stall_start.elapsed().as_secs_f64();
+    let rss_stall_end = rss_bytes();
+    let held_at_end = held.len();
+    phase.store(DRAINING, Ordering::Relaxed);
+    let sent = producer.await?? as usize;
+    let resumed = Instant::now();
+    delivered += held.len();
+    for delivery in held.drain(..) {
+        delivery.ack();
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while delivered < sent && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), subscription.next()).await {
+            Ok(Some(Ok(delivery))) => {
+                delivery.ack();
+                delivered += 1;
+            }
+            Ok(Some(Err(_))) => errors += 1,
+            Ok(None) => break,
+            Err(_) => {}
+        }
+    }
+    let drain_seconds = resumed.elapsed().as_secs_f64();
+    phase.store(DONE, Ordering::Relaxed);
+    let rss_drained = rss_bytes();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let samples = sampler.stop().await?;
+    subscription.shutdown().await;
+
+    let range = |which: u8| {
+        let in_phase: Vec<u64> = samples
+            .iter()
+            .filter(|s| s.phase == which)
+            .map(|s| s.rss)
+            .collect();
+        (
+            in_phase.iter().copied().min().unwrap_or(0),
+            in_phase.iter().copied().max().unwrap_or(0),
+            in_phase.len(),
+        )
+    };
+    let (stall_min, stall_max, stall_n) = range(STALLED);
+    let draining = match range(DRAINING) {
+        (_, _, 0) => "no sample (under a second)".to_owned(),
+        (min, max, n) => format!("min {:.1} / max {:.1} ({n} samples)", mib(min), mib(max)),
+    };
+    println!(
+        "memory{}: a core Subscription (default settings: batch 1,000, max_in_flight 10,000 \
+         per shard) on {SHARDS} shards; the consumer takes one record, then {} for {} s while \
+         {sent} records of 100 bytes arrive ({rate:.0}/s), then acks everything",
+        if options.hold { " --hold" } else { "" },
+        if options.hold {
+            "takes every record handed out but settles none"
+        } else {
+            "stops polling"
+        },
+        stall.as_secs()
+    );
+    let series: Vec<String> = samples
+        .iter()
+        .map(|s| {
+            let tag = match s.phase {
+                BEFORE => "b",
+                STALLED => "s",
+                DRAINING => "d",
+                _ => "e",
+            };
+            format!("{:.0}{tag}:{:.1}", s.at, mib(s.rss))
+        })
+        .collect();
+    println!(
+        "  RSS every second (s since start, b before / s stalled / d draining / e done, MiB): {}",
+        series.join(" ")
+    );
+    println!(
+        "  RSS: {:.1} MiB before start(); stall: {:.1} at its start, {:.1} at its end, per-second \
+         min {:.1} / max {:.1} ({stall_n} samples); draining: {draining}; {:.1} after",
+        mib(rss_before),
+        mib(rss_stall_start),
+        mib(rss_stall_end),
+        mib(stall_min),
+        mib(stall_max),
+        mib(rss_drained),
+    );
+    println!(
+        "  GetRecords during the stall: {reads_in_stall} ({:.2}/s per shard); deliveries held \
+         unsettled at its end: {held_at_end}",
+        reads_in_stall as f64 / stall_seconds / SHARDS as f64
+    );
+    println!(
+        "  delivered {delivered} of {sent} sent; drained {:.1} s after resuming; error items: \
+         {errors}",
+        drain_seconds
+    );
+    println!(
+        "summary: memory{}: RSS during the stall {:.1} to {:.1} MiB (grew {:.1} MiB), {} \
+         GetRecords in it, delivered {delivered}/{sent} in {:.1} s after resuming",
+        if options.hold { " --hold" } else { "" },
+        mib(stall_min),
+        mib(stall_max),
+        mib(stall_max.saturating_sub(rss_stall_start)),
+        reads_in_stall,
+        drain_seconds
+    );
+    if delivered != sent {
+        return Err(format!("delivered {delivered} of {sent} records").into());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// checkpoints
+// ---------------------------------------------------------------------------------------------
+
+async fn checkpoints(env: &Env, options: &Options) -> Result<()> {
+    const SHARDS: usize = 4;
+    let duration = options.phase(60, 5);
+    let stream = "checkpoints";
+    create_stream(&env.client, stream, SHARDS).await?;
+    println!(
+        "checkpoints: a core Subscription (default settings, checkpoint_interval 5 s) on \
+         {SHARDS} shards, every delivery acked at once, records put for {} s per rate",
+        duration.as_secs()
+    );
+    println!(
+        "| rate | sent | handled | window s | checkpoint writes per shard in the window | per \
+         shard per minute | at start | final flush | renewals/s |"
+    );
+    println!("|---:|---:|---:|---:|---|---:|---:|---:|---:|");
+    let mut summary = Vec::new();
+    let mut missing = 0;
+    for rate in [10.0, 1_000.0] {
+        let leases = CountingLeaseStore::new(Arc::new(MemoryLeaseStore::new()));
+        let subscription = Subscription::builder(env.aws.clone(), leases.clone(), stream)
+            .start()
+            .await?;
+        let handle = subscription.shutdown_handle();
+        let sink = Arc::new(Latencies::default());
+        let consumer = tokio::spawn(consume_core(subscription, sink.clone()));
+        let (at_start, per_shard0) = (leases.counts(), leases.checkpoints_per_shard());
+        let t0 = Instant::now();
+        let sent = produce(env.client.clone(), stream.to_owned(), rate, duration).await?;
+        wait_for(
+            || sink.count(),
+            sent as usize,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await;
+        let seconds = t0.elapsed().as_secs_f64();
+        let (in_window, per_shard1) = (leases.counts(), leases.checkpoints_per_shard());
+        handle.shutdown().await;
+        let _ = consumer.await?;
+        let after = leases.counts();
+        let writes: Vec<u64> = per_shard1
+            .iter()
+            .filter(|(shard, _)| !shard.starts_with("worker:"))
+            .map(|(shard, n)| n - per_shard0.get(shard).copied().unwrap_or(0))
+            .collect();
+        let mean = writes.iter().sum::<u64>() as f64 / writes.len().max(1) as f64;
+        let per_minute = mean / seconds * 60.0;
+        println!(
+            "| {rate:.0}/s | {sent} | {} | {seconds:.1} | {writes:?} | {per_minute:.1} | {} | {} \
+             | {:.2} |",
+            sink.count(),
+            at_start.checkpoint,
+            after.checkpoint - in_window.checkpoint,
+            per_second((in_window - at_start).renew, seconds),
+        );
+        missing += (sent as usize).saturating_sub(sink.count());
+        summary.push(format!("{rate:.0}/s: {per_minute:.1}"));
+    }
+    println!(
+        "summary: checkpoint writes per shard per minute (default 5 s interval): {}",
+        summary.join(", ")
+    );
+    if missing > 0 {
+        return Err(format!("{missing} records sent were not handled").into());
+    }
+    Ok(())
+}

@@ -1,0 +1,753 @@
+//! What the `drain` and `probes` binaries share: the ferrokinesis child process, the CPU and
+//! memory readings from `/proc`, stream creation and loading, counting decorators over the
+//! library's two seams (`KinesisApi`, `LeaseStore`), the byte-lane input the RustStream apps
+//! take, and small statistics.
+//!
+//! Every binary of this package serves the emulator when re-run with `--serve-emulator`
+//! ([`SERVE_EMULATOR`]): its `main` must call [`serve_emulator`] first thing when it sees it.
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_kinesis::Client;
+use aws_sdk_kinesis::config::Credentials;
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, StreamStatus};
+use kinesis_dataflow::api::{
+    ApiFuture, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordsEntry, PutRecordsOutput,
+    StreamSummary,
+};
+use kinesis_dataflow::lease::LeaseFuture;
+use kinesis_dataflow::{
+    Checkpoint, Lease, LeaseStore, SharedKinesis, SharedLeaseStore, StartingPoint,
+};
+use ruststream::runtime::{Deserialized, Input, SoloDeserialized};
+
+/// The error every function here returns.
+pub type BoxError = Box<dyn Error + Send + Sync>;
+/// A result with [`BoxError`].
+pub type Result<T, E = BoxError> = std::result::Result<T, E>;
+
+/// The size of every record the harness writes.
+pub const RECORD_BYTES: usize = 100;
+/// Records per PutRecords call when loading a backlog (the service's maximum).
+pub const PUT_BATCH: usize = 500;
+/// The argument that turns any binary of this package into the emulator process.
+pub const SERVE_EMULATOR: &str = "--serve-emulator";
+/// The line the emulator process prints once it listens.
+const READY_PREFIX: &str = "ferrokinesis listening on port ";
+
+/// The client runtime of every measurement: tokio multi-thread with 2 workers, the machine's
+/// core count.
+///
+/// # Errors
+///
+/// When the runtime cannot be built.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The emulator process
+// ---------------------------------------------------------------------------------------------
+
+/// `<binary> --serve-emulator`: ferrokinesis on a free port of 127.0.0.1, until stdin closes
+/// (the parent exited or dropped its end).
+///
+/// # Errors
+///
+/// When the runtime cannot be built or the port cannot be bound.
+pub fn serve_emulator() -> Result<()> {
+    runtime()?.block_on(async {
+        let options = ferrokinesis::store::StoreOptions {
+            // CreateStream completes in 10 ms instead of the simulated 500 ms.
+            create_stream_ms: 10,
+            delete_stream_ms: 10,
+            update_stream_ms: 10,
+            // The default caps open shards at 10 across all streams (the idle probe holds 100).
+            shard_limit: 1_000,
+            // The default 300 s (the service's) is enough for one drain; a slow machine is
+            // given slack so an expiry never lands inside a timed drain or a probe.
+            iterator_ttl_seconds: 3_600,
+            // Write throttling (1 MB/s, 1,000 records/s per shard) stays off: the backlog is
+            // loaded as fast as the emulator takes it. Reads are never rate-limited.
+            enforce_limits: false,
+            ..ferrokinesis::store::StoreOptions::default()
+        };
+        let (app, _store) = ferrokinesis::create_app(options);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        std::thread::spawn(|| {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            std::process::exit(0);
+        });
+        println!("{READY_PREFIX}{port}");
+        axum::serve(listener, app).await?;
+        Ok(())
+    })
+}
+
+/// The emulator child process (this binary re-run with [`SERVE_EMULATOR`]); killed when
+/// dropped.
+#[derive(Debug)]
+pub struct Emulator {
+    child: Child,
+    /// Held open: the child exits when it closes.
+    _stdin: ChildStdin,
+    /// The port it listens on, on 127.0.0.1.
+    pub port: u16,
+}
+
+impl Emulator {
+    /// Starts the child and waits until it listens.
+    ///
+    /// # Errors
+    ///
+    /// When the child cannot be started or does not report its port.
+    pub fn start() -> Result<Self> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg(SERVE_EMULATOR)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or("no stdin pipe to the emulator")?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or("no stdout pipe from the emulator")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let port = line
+            .trim()
+            .strip_prefix(READY_PREFIX)
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| format!("the emulator did not start: {line:?}"))?;
+        Ok(Self {
+            child,
+            _stdin: stdin,
+            port,
+        })
+    }
+
+    /// The child's process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    #[must_use]
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The SDK configuration every client of the harness uses: the emulator's endpoint, a fixed
+/// region and dummy credentials.
+pub async fn sdk_config(endpoint: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new("test", "test", None, None, "e2e-bench"))
+        .load()
+        .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU time and memory
+// ---------------------------------------------------------------------------------------------
+
+/// Reads user + system CPU time of a process from `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuClock {
+    /// Clock ticks per second (`getconf CLK_TCK`).
+    pub ticks_per_second: f64,
+}
+
+impl Default for CpuClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CpuClock {
+    /// Asks `getconf CLK_TCK` for the tick length (100 a second when that fails).
+    #[must_use]
+    pub fn new() -> Self {
+        let ticks = Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|t| *t > 0.0)
+            .unwrap_or(100.0);
+        Self {
+            ticks_per_second: ticks,
+        }
+    }
+
+    /// CPU seconds (utime + stime) of `pid` ("self" for this process); 0 when unreadable.
+    #[must_use]
+    pub fn seconds(&self, pid: &str) -> f64 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return 0.0;
+        };
+        // The command name (field 2) is in parentheses and may hold spaces: count from the
+        // last `)`. Fields 14 and 15 (utime, stime) are then the 12th and 13th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+            .sum();
+        ticks as f64 / self.ticks_per_second
+    }
+}
+
+/// This process's resident memory in bytes (`VmRSS` of `/proc/self/status`); 0 when
+/// unreadable.
+#[must_use]
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                let kib = line.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?;
+                kib.trim().parse::<u64>().ok()
+            })
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Bytes as MiB, for printing.
+#[must_use]
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams and records
+// ---------------------------------------------------------------------------------------------
+
+/// Creates `stream` with `shards` shards, waits for it to be ACTIVE and returns its shard ids.
+///
+/// # Errors
+///
+/// A failed call, a stream not ACTIVE within 30 s, or a shard count other than asked.
+pub async fn create_stream(client: &Client, stream: &str, shards: usize) -> Result<Vec<String>> {
+    client
+        .create_stream()
+        .stream_name(stream)
+        .shard_count(i32::try_from(shards)?)
+        .send()
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let summary = client
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await?;
+        if summary
+            .stream_description_summary
+            .is_some_and(|s| s.stream_status == StreamStatus::Active)
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{stream} did not become ACTIVE within 30 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut ids = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut call = client.list_shards();
+        call = match token.take() {
+            Some(token) => call.next_token(token),
+            None => call.stream_name(stream),
+        };
+        let listed = call.send().await?;
+        ids.extend(
+            listed
+                .shards
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| s.shard_id),
+        );
+        match listed.next_token {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    if ids.len() != shards {
+        return Err(
+            format!("expected {shards} shards in {stream}, the emulator lists {ids:?}").into(),
+        );
+    }
+    Ok(ids)
+}
+
+/// A record entry: `data` under partition key `key`.
+///
+/// # Errors
+///
+/// Never for a non-empty key (the SDK's builder checks the required fields).
+pub fn entry(key: String, data: Vec<u8>) -> Result<PutRecordsRequestEntry> {
+    Ok(PutRecordsRequestEntry::builder()
+        .data(aws_sdk_kinesis::primitives::Blob::new(data))
+        .partition_key(key)
+        .build()?)
+}
+
+/// One PutRecords call of at most 500 entries, retrying the entries it refused; the landed
+/// records per shard.
+///
+/// # Errors
+///
+/// A failed call, or entries refused ten times.
+pub async fn put_entries(
+    client: &Client,
+    stream: &str,
+    mut pending: Vec<PutRecordsRequestEntry>,
+) -> Result<BTreeMap<String, usize>> {
+    let mut landed = BTreeMap::new();
+    for _attempt in 0..10 {
+        let out = client
+            .put_records()
+            .stream_name(stream)
+            .set_records(Some(pending.clone()))
+            .send()
+            .await?;
+        let mut refused = Vec::new();
+        for (entry, result) in pending.into_iter().zip(out.records) {
+            match (result.shard_id, result.error_code) {
+                (Some(shard), None) => *landed.entry(shard).or_default() += 1,
+                _ => refused.push(entry),
+            }
+        }
+        if refused.is_empty() {
+            return Ok(landed);
+        }
+        pending = refused;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("{} records refused ten times by PutRecords", pending.len()).into())
+}
+
+/// Microseconds since the first call in this process, on the monotonic clock: the stamp the
+/// probes embed in a record when they send it and compare when it is handled.
+#[must_use]
+pub fn now_micros() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(BASE.get_or_init(Instant::now).elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A 100-byte record carrying its send stamp and index: `<stamp µs, 20 digits>:<index, 12
+/// digits>:` padded with `.`.
+#[must_use]
+pub fn stamped_record(stamp_micros: u64, index: u64) -> Vec<u8> {
+    let mut data = format!("{stamp_micros:020}:{index:012}:").into_bytes();
+    data.resize(RECORD_BYTES, b'.');
+    data
+}
+
+/// The send stamp of a [`stamped_record`].
+#[must_use]
+pub fn record_stamp(data: &[u8]) -> Option<u64> {
+    std::str::from_utf8(data.get(..20)?).ok()?.parse().ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The byte lane of the RustStream apps
+// ---------------------------------------------------------------------------------------------
+
+/// A record's payload as it arrived: the framework's self-deserializing input lane, so no
+/// codec runs (the harness's records are not JSON).
+#[derive(Debug)]
+pub struct Frame<'a>(pub &'a [u8]);
+
+impl Deserialized for Frame<'_> {
+    type Output<'a> = Frame<'a>;
+    type Error = std::convert::Infallible;
+
+    fn from_payload(payload: &[u8]) -> Result<Frame<'_>, Self::Error> {
+        Ok(Frame(payload))
+    }
+}
+
+impl Input for Frame<'_> {
+    type Axis = SoloDeserialized<Frame<'static>>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counting decorators
+// ---------------------------------------------------------------------------------------------
+
+/// How many calls of each kind a [`CountingKinesis`] passed on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApiCounts {
+    /// ListShards pages.
+    pub list_shards: u64,
+    /// GetShardIterator calls.
+    pub get_shard_iterator: u64,
+    /// GetRecords calls.
+    pub get_records: u64,
+    /// PutRecords calls.
+    pub put_records: u64,
+    /// Every other call (CreateStream, DescribeStreamSummary, SplitShard, MergeShards).
+    pub other: u64,
+}
+
+impl std::ops::Sub for ApiCounts {
+    type Output = Self;
+
+    fn sub(self, earlier: Self) -> Self {
+        Self {
+            list_shards: self.list_shards - earlier.list_shards,
+            get_shard_iterator: self.get_shard_iterator - earlier.get_shard_iterator,
+            get_records: self.get_records - earlier.get_records,
+            put_records: self.put_records - earlier.put_records,
+            other: self.other - earlier.other,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct ApiCounters {
+    list_shards: AtomicU64,
+    get_shard_iterator: AtomicU64,
+    get_records: AtomicU64,
+    put_records: AtomicU64,
+    other: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A [`KinesisApi`] that counts every call it passes on to the one it wraps.
+pub struct CountingKinesis {
+    inner: SharedKinesis,
+    counts: ApiCounters,
+}
+
+impl std::fmt::Debug for CountingKinesis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountingKinesis")
+            .field("counts", &self.counts())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CountingKinesis {
+    /// Counts the calls made to `inner`.
+    #[must_use]
+    pub fn new(inner: SharedKinesis) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            counts: ApiCounters::default(),
+        })
+    }
+
+    /// The counts so far.
+    #[must_use]
+    pub fn counts(&self) -> ApiCounts {
+        let c = &self.counts;
+        ApiCounts {
+            list_shards: c.list_shards.load(Ordering::Relaxed),
+            get_shard_iterator: c.get_shard_iterator.load(Ordering::Relaxed),
+            get_records: c.get_records.load(Ordering::Relaxed),
+            put_records: c.put_records.load(Ordering::Relaxed),
+            other: c.other.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl KinesisApi for CountingKinesis {
+    fn region(&self) -> &str {
+        self.inner.region()
+    }
+
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        next_token: Option<String>,
+    ) -> ApiFuture<'a, ListShardsPage> {
+        bump(&self.counts.list_shards);
+        self.inner.list_shards(stream, next_token)
+    }
+
+    fn get_shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        start: &'a StartingPoint,
+    ) -> ApiFuture<'a, String> {
+        bump(&self.counts.get_shard_iterator);
+        self.inner.get_shard_iterator(stream, shard, start)
+    }
+
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a Arc<str>,
+        iterator: String,
+        limit: u32,
+    ) -> ApiFuture<'a, GetRecordsOutput> {
+        bump(&self.counts.get_records);
+        self.inner.get_records(stream, shard, iterator, limit)
+    }
+
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: Vec<PutRecordsEntry>,
+    ) -> ApiFuture<'a, PutRecordsOutput> {
+        bump(&self.counts.put_records);
+        self.inner.put_records(stream, entries)
+    }
+
+    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
+        bump(&self.counts.other);
+        self.inner.create_stream(stream, shard_count)
+    }
+
+    fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
+        bump(&self.counts.other);
+        self.inner.describe_stream_summary(stream)
+    }
+
+    fn split_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        new_starting_hash_key: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        bump(&self.counts.other);
+        self.inner.split_shard(stream, shard, new_starting_hash_key)
+    }
+
+    fn merge_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        adjacent: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        bump(&self.counts.other);
+        self.inner.merge_shards(stream, shard, adjacent)
+    }
+}
+
+/// How many calls of each kind a [`CountingLeaseStore`] passed on. Against DynamoDB, `list`
+/// is a consistent Scan (one page per 1 MB of table), `prepare` a DescribeTable, and every
+/// other call one conditional write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseCounts {
+    /// `prepare` (table check).
+    pub prepare: u64,
+    /// `list` (reads).
+    pub list: u64,
+    /// `create` (conditional puts).
+    pub create: u64,
+    /// `take` (conditional updates).
+    pub take: u64,
+    /// `renew` (conditional updates).
+    pub renew: u64,
+    /// `checkpoint` (conditional updates).
+    pub checkpoint: u64,
+    /// `release` (conditional updates).
+    pub release: u64,
+}
+
+impl LeaseCounts {
+    /// Every call.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.prepare
+            + self.list
+            + self.create
+            + self.take
+            + self.renew
+            + self.checkpoint
+            + self.release
+    }
+
+    /// The calls that write a row.
+    #[must_use]
+    pub fn writes(&self) -> u64 {
+        self.create + self.take + self.renew + self.checkpoint + self.release
+    }
+}
+
+impl std::ops::Sub for LeaseCounts {
+    type Output = Self;
+
+    fn sub(self, earlier: Self) -> Self {
+        Self {
+            prepare: self.prepare - earlier.prepare,
+            list: self.list - earlier.list,
+            create: self.create - earlier.create,
+            take: self.take - earlier.take,
+            renew: self.renew - earlier.renew,
+            checkpoint: self.checkpoint - earlier.checkpoint,
+            release: self.release - earlier.release,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct LeaseCounters {
+    prepare: AtomicU64,
+    list: AtomicU64,
+    create: AtomicU64,
+    take: AtomicU64,
+    renew: AtomicU64,
+    checkpoint: AtomicU64,
+    release: AtomicU64,
+}
+
+/// A [`LeaseStore`] that counts every call it passes on to the one it wraps, and the
+/// checkpoint writes per shard. Wrapped around a `MemoryLeaseStore`, its counts are the calls
+/// a `DynamoLeaseStore` would have made to DynamoDB.
+pub struct CountingLeaseStore {
+    inner: SharedLeaseStore,
+    counts: LeaseCounters,
+    checkpoints: Mutex<BTreeMap<String, u64>>,
+}
+
+impl std::fmt::Debug for CountingLeaseStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountingLeaseStore")
+            .field("counts", &self.counts())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CountingLeaseStore {
+    /// Counts the calls made to `inner`.
+    #[must_use]
+    pub fn new(inner: SharedLeaseStore) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            counts: LeaseCounters::default(),
+            checkpoints: Mutex::default(),
+        })
+    }
+
+    /// The counts so far.
+    #[must_use]
+    pub fn counts(&self) -> LeaseCounts {
+        let c = &self.counts;
+        LeaseCounts {
+            prepare: c.prepare.load(Ordering::Relaxed),
+            list: c.list.load(Ordering::Relaxed),
+            create: c.create.load(Ordering::Relaxed),
+            take: c.take.load(Ordering::Relaxed),
+            renew: c.renew.load(Ordering::Relaxed),
+            checkpoint: c.checkpoint.load(Ordering::Relaxed),
+            release: c.release.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The `checkpoint` calls so far, per shard id.
+    #[must_use]
+    pub fn checkpoints_per_shard(&self) -> BTreeMap<String, u64> {
+        self.checkpoints
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl LeaseStore for CountingLeaseStore {
+    fn prepare(&self) -> LeaseFuture<'_, ()> {
+        bump(&self.counts.prepare);
+        self.inner.prepare()
+    }
+
+    fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
+        bump(&self.counts.list);
+        self.inner.list(stream)
+    }
+
+    fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
+        bump(&self.counts.create);
+        self.inner.create(lease)
+    }
+
+    fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease> {
+        bump(&self.counts.take);
+        self.inner.take(lease, owner)
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
+        bump(&self.counts.renew);
+        self.inner.renew(lease)
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        lease: &'a Lease,
+        checkpoint: &'a Checkpoint,
+    ) -> LeaseFuture<'a, Lease> {
+        bump(&self.counts.checkpoint);
+        *self
+            .checkpoints
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(lease.shard_id.clone())
+            .or_default() += 1;
+        self.inner.checkpoint(lease, checkpoint)
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
+        bump(&self.counts.release);
+        self.inner.release(lease)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics
+// ---------------------------------------------------------------------------------------------
+
+/// The median (the mean of the two middle values for an even count); NaN when empty.
+#[must_use]
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// The `p`-th percentile (0 to 100) of sorted values, nearest rank; 0 when empty.
+#[must_use]
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
