@@ -1,0 +1,162 @@
+//! Every AWS call of a full run, recorded by the fault proxy (`X-Amz-Target`) in front of both
+//! emulators, is an action of the minimal IAM policy the README documents: the broker face
+//! creating its stream and lease table, publishing, consuming, seeking and shutting down, and
+//! the core subscription and publisher doing the same.
+
+#![forbid(unsafe_code)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
+use kinesis_dataflow::{
+    AwsKinesis, DynamoLeaseStore, KinesisPosition, Publisher, SharedKinesis, Subscription,
+};
+use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher as _, Seekable, Seeker};
+use ruststream::{Positioned, Subscriber, SubscriptionSource};
+use support::proxy::{self, FaultProxy};
+
+/// The actions of the README's policy block.
+fn documented_actions() -> BTreeSet<String> {
+    let readme = std::fs::read_to_string(support::repo_root().join("README.md")).unwrap();
+    let start = readme
+        .find("## Minimal IAM policy")
+        .expect("the README documents the policy");
+    let block = &readme[start..];
+    let block = &block[block.find("```json").unwrap()..];
+    let block = &block[..block[7..].find("```").unwrap() + 7];
+    block
+        .split('"')
+        .filter(|s| s.starts_with("kinesis:") || s.starts_with("dynamodb:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `Kinesis_20131202.GetRecords` -> `kinesis:GetRecords`, `DynamoDB_20120810.Scan` ->
+/// `dynamodb:Scan`.
+fn action(target: &str) -> String {
+    let (service, operation) = target.split_once('.').unwrap_or(("?", target));
+    let prefix = if service.starts_with("Kinesis") {
+        "kinesis"
+    } else if service.starts_with("DynamoDB") {
+        "dynamodb"
+    } else {
+        service
+    };
+    format!("{prefix}:{operation}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_of_a_full_run_is_in_the_documented_policy() {
+    let documented = documented_actions();
+    assert!(documented.contains("kinesis:GetRecords"), "{documented:?}");
+    let kinesis = FaultProxy::start(&support::kinesis_endpoint()).await;
+    let dynamodb = FaultProxy::start(&support::dynamodb_endpoint()).await;
+
+    // The broker face: creates its stream and its lease table, publishes, consumes, seeks.
+    let stream = support::unique_name("iam");
+    let broker = KinesisBroker::new()
+        .sdk_config(support::sdk_config())
+        .kinesis_endpoint(kinesis.url())
+        .dynamodb_endpoint(dynamodb.url())
+        .application(support::unique_name("iam-app"));
+    let connected = broker.connect().await.unwrap();
+    let mut subscriber = KinesisStream::new(stream.as_str())
+        .create_if_missing(1)
+        .start_at(KinesisPosition::horizon())
+        .poll_interval(Duration::from_millis(50))
+        .subscribe(&connected)
+        .await
+        .unwrap();
+    let publisher = connected.publisher();
+    for i in 0..3 {
+        publisher
+            .publish(
+                OutgoingMessage::new(stream.as_str(), format!("m{i}").as_bytes()),
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    let seeker = subscriber.seeker();
+    {
+        let mut messages = std::pin::pin!(subscriber.stream());
+        let mut first = None;
+        for _ in 0..3 {
+            let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
+                .await
+                .expect("a delivery in time")
+                .unwrap()
+                .unwrap();
+            first.get_or_insert(message.position());
+            ruststream::IncomingMessage::ack(message).await.unwrap();
+        }
+        seeker.seek(first.unwrap()).await.unwrap();
+        let again = tokio::time::timeout(Duration::from_secs(30), messages.next())
+            .await
+            .expect("the seek redelivers")
+            .unwrap()
+            .unwrap();
+        ruststream::IncomingMessage::ack(again).await.unwrap();
+    }
+    drop(subscriber);
+    connected.shutdown().await.unwrap();
+
+    // The core: a subscription with a DynamoDB lease store, and a publisher.
+    let api: SharedKinesis = Arc::new(AwsKinesis::new(aws_sdk_kinesis::Client::from_conf(
+        proxy::kinesis_config_builder(&kinesis).build(),
+    )));
+    let store = Arc::new(
+        DynamoLeaseStore::new(
+            aws_sdk_dynamodb::Client::from_conf(proxy::dynamodb_config_builder(&dynamodb).build()),
+            support::unique_name("iam-leases"),
+        )
+        .unwrap(),
+    );
+    Publisher::new(api.clone(), stream.as_str())
+        .publish("k", "core")
+        .await
+        .unwrap();
+    let mut subscription = Subscription::builder(api, store, stream.as_str())
+        .start_at(KinesisPosition::horizon())
+        .checkpoint_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        let delivery = tokio::time::timeout(Duration::from_secs(30), subscription.next())
+            .await
+            .expect("a delivery in time")
+            .unwrap()
+            .unwrap();
+        delivery.ack();
+    }
+    subscription.shutdown().await;
+
+    let used: BTreeSet<String> = kinesis
+        .distinct_targets()
+        .iter()
+        .chain(dynamodb.distinct_targets().iter())
+        .map(|t| action(t))
+        .collect();
+    println!("actions used in the run: {used:?}");
+    let undocumented: Vec<&String> = used.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "calls the README's policy does not allow: {undocumented:?}"
+    );
+    for needed in [
+        "kinesis:ListShards",
+        "kinesis:GetShardIterator",
+        "kinesis:GetRecords",
+        "kinesis:PutRecords",
+        "dynamodb:UpdateItem",
+        "dynamodb:Scan",
+    ] {
+        assert!(used.contains(needed), "the run used {needed}: {used:?}");
+    }
+}
