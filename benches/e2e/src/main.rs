@@ -89,6 +89,11 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
   --rounds R    timed rounds; each round drains the backlog once per way (default 4)
   --quick       smoke run: --records 20000 --rounds 1
   --diagnose    also time (d): 4 ShardReaders, each drained on a task of its own
+  --endpoint URL
+                drain a Kinesis already running at URL (e.g. kinesis-local, see
+                benches/e2e/kinesis-local.sh) instead of starting ferrokinesis
+  --emulator-pid PID
+                with --endpoint: the emulator's process, for its CPU column
   --help        this text
 
 ways: (a) raw SDK loop (the baseline), (b) Subscription + AckSink, (c) 4 ShardReaders merged
@@ -101,6 +106,10 @@ struct Options {
     help: bool,
     /// Adds way (d).
     diagnose: bool,
+    /// A Kinesis already running there, instead of a ferrokinesis child.
+    endpoint: Option<String>,
+    /// That Kinesis's process id, for its CPU.
+    emulator_pid: Option<String>,
     /// The arguments as given, for the command line the report repeats.
     given: Vec<String>,
 }
@@ -112,6 +121,8 @@ impl Options {
             rounds: DEFAULT_ROUNDS,
             help: false,
             diagnose: false,
+            endpoint: None,
+            emulator_pid: None,
             given: args.to_vec(),
         };
         let (mut records, mut rounds) = (None, None);
@@ -132,6 +143,13 @@ impl Options {
                     options.rounds = 1;
                 }
                 "--diagnose" => options.diagnose = true,
+                "--endpoint" => {
+                    options.endpoint = Some(it.next().ok_or("--endpoint needs a URL")?.to_owned());
+                }
+                "--emulator-pid" => {
+                    options.emulator_pid =
+                        Some(it.next().ok_or("--emulator-pid needs a pid")?.to_owned());
+                }
                 "--help" | "-h" => options.help = true,
                 other => return Err(format!("unknown argument `{other}`")),
             }
@@ -233,14 +251,29 @@ struct Bench {
 
 async fn run(options: Options) -> Result<()> {
     let cpu = CpuClock::new();
-    let emulator = Emulator::start()?;
-    println!(
-        "ferrokinesis 0.7 in a child process (pid {}, port {}); client runtime: tokio multi-thread, 2 workers",
-        emulator.pid(),
-        emulator.port
-    );
-
-    let endpoint = emulator.endpoint();
+    let (emulator, endpoint, emulator_pid) = match &options.endpoint {
+        Some(endpoint) => {
+            println!(
+                "Kinesis at {endpoint} (pid {}); client runtime: tokio multi-thread, 2 workers",
+                options.emulator_pid.as_deref().unwrap_or("unknown")
+            );
+            (
+                None,
+                endpoint.clone(),
+                options.emulator_pid.clone().unwrap_or_default(),
+            )
+        }
+        None => {
+            let emulator = Emulator::start()?;
+            println!(
+                "ferrokinesis 0.7 in a child process (pid {}, port {}); client runtime: tokio multi-thread, 2 workers",
+                emulator.pid(),
+                emulator.port
+            );
+            let (endpoint, pid) = (emulator.endpoint(), emulator.pid().to_string());
+            (Some(emulator), endpoint, pid)
+        }
+    };
     let config = sdk_config(&endpoint).await;
     let client = Client::new(&config);
 
@@ -267,7 +300,7 @@ async fn run(options: Options) -> Result<()> {
         backlog,
         records: options.records,
         cpu,
-        emulator_pid: emulator.pid().to_string(),
+        emulator_pid,
     };
 
     // One untimed drain first, so connection set-up and the emulator's first touches of its
