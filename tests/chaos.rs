@@ -7,7 +7,9 @@
 //!
 //! Seeded (`CHAOS_SEED`, default 7) with a fixed budget (`CHAOS_SECONDS`, default 100 s of
 //! chaos); prints a summary. `CHAOS_SECONDS=1800 cargo test --test chaos -- --nocapture` is the
-//! soak run: it also prints each instance's resident memory and open file descriptors over time.
+//! soak run: it also prints each instance's resident memory and open file descriptors when it
+//! is killed and at the end, and checks they stay flat (at most twice the smallest resident
+//! memory seen, at most 16 more open files).
 
 #![forbid(unsafe_code)]
 
@@ -227,6 +229,8 @@ async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing(
     let mut split = false;
     let mut merged = false;
     let mut soak: Vec<String> = Vec::new();
+    // (resident kB, open files) of every instance when it was killed and at the end.
+    let mut footprints: Vec<(u64, usize)> = Vec::new();
     while chaos_started.elapsed() < budget {
         let wait = Duration::from_secs(8 + rng.below(10));
         tokio::time::sleep(wait.min(budget.saturating_sub(chaos_started.elapsed()))).await;
@@ -282,6 +286,7 @@ async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing(
         if let Some(pid) = instance.child.id()
             && let Some((rss, fds)) = footprint(pid)
         {
+            footprints.push((rss, fds));
             soak.push(format!(
                 "{at:>6.1?} {}: {rss} kB resident, {fds} open files",
                 instance.name
@@ -332,6 +337,7 @@ async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing(
     for instance in &mut instances {
         if let Some(pid) = instance.child.id() {
             if let Some((rss, fds)) = footprint(pid) {
+                footprints.push((rss, fds));
                 soak.push(format!(
                     "end {}: {rss} kB resident, {fds} open files",
                     instance.name
@@ -387,4 +393,19 @@ async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing(
         "{duplicates} duplicates, more than the unsettled tails of {kills} kills explain"
     );
     assert!(split && merged, "the run split and merged the stream");
+    // Flat: however long an instance ran (the soak run is long), it holds no more memory or
+    // files than a fresh one, within a factor that start-up noise cannot reach.
+    if let (Some(rss), Some(fds)) = (
+        footprints.iter().map(|f| f.0).min(),
+        footprints.iter().map(|f| f.1).min(),
+    ) {
+        let (max_rss, max_fds) = (
+            footprints.iter().map(|f| f.0).max().unwrap_or(rss),
+            footprints.iter().map(|f| f.1).max().unwrap_or(fds),
+        );
+        assert!(
+            max_rss <= rss * 2 && max_fds <= fds + 16,
+            "resident memory {rss} to {max_rss} kB, open files {fds} to {max_fds}: not flat"
+        );
+    }
 }
