@@ -4,6 +4,9 @@
 //
 //   node harness/launch.js <kinesis|dynamodb> <port> <tlsPort-or-0> <logfile>
 //
+// With DYNALITE_PATH set, dynalite keeps its tables in that directory (LevelDB) instead of
+// in memory, so they survive a restart.
+//
 // * The emulator's stdout/stderr are appended to <logfile>.
 // * When our stdin reaches EOF (the test process that holds the write end of the
 //   pipe exited, panicked or was SIGKILLed) the emulator is killed and we exit.
@@ -72,6 +75,8 @@ switch (kind) {
       '--deleteTableMs', '0',
       '--updateTableMs', '0',
     ];
+    // A data directory keeps the tables across a restart (a test that stops DynamoDB).
+    if (process.env.DYNALITE_PATH) args.push('--path', process.env.DYNALITE_PATH);
     break;
   }
   default:
