@@ -60,16 +60,16 @@ async fn shards_example_live() {
     }
     let expected = customers.len() * per_customer as usize;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while shipped().lock().unwrap().len() < expected {
+    while shipped().len() < expected {
         assert!(
             tokio::time::Instant::now() < deadline,
             "only {:?} shipped",
-            shipped().lock().unwrap()
+            shipped()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut by_customer: HashMap<String, Vec<u64>> = HashMap::new();
-    for (customer, seq) in shipped().lock().unwrap().clone() {
+    for (customer, seq) in shipped() {
         by_customer.entry(customer).or_default().push(seq);
     }
     for customer in customers {

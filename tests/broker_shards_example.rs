@@ -38,7 +38,7 @@ async fn shards_example_ships_each_customers_shipments_in_order() {
     // The one global subscriber of this test binary (no other test here installs one).
     record_shipments();
     ships_in_order(example::app).await;
-    shipped().lock().unwrap().clear();
+    support::shipped::clear_shipped();
     ships_in_order(manual::app).await;
 }
 
@@ -89,15 +89,15 @@ async fn ships_in_order(service: fn(KinesisBroker) -> ruststream::runtime::RustS
 
     let expected = customers.len() * per_customer as usize;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while shipped().lock().unwrap().len() < expected {
+    while shipped().len() < expected {
         assert!(
             tokio::time::Instant::now() < deadline,
             "only {:?} shipped",
-            shipped().lock().unwrap()
+            shipped()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let events = shipped().lock().unwrap().clone();
+    let events = shipped();
     assert_eq!(
         events.len(),
         expected,

@@ -13,7 +13,6 @@ mod example {
 }
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use example::{AUDIT_KEY, NOTES, Note, Way};
@@ -22,8 +21,6 @@ use kinesis_dataflow::broker::KinesisBroker;
 use ruststream::runtime::HandlerOutcome;
 use ruststream::testing::{InProcess, TestApp};
 use ruststream::{Broker, ConnectedBroker};
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
 
 // ---------------------------------------------------------------------------------------------
 // What the example's handler logged
@@ -38,82 +35,32 @@ struct Shown {
     shard: String,
 }
 
-fn shown() -> &'static Mutex<Vec<Shown>> {
-    static SHOWN: OnceLock<Mutex<Vec<Shown>>> = OnceLock::new();
-    SHOWN.get_or_init(Mutex::default)
+/// The `note` events logged so far, in handling order.
+fn shown() -> Vec<Shown> {
+    support::events::events("note")
+        .into_iter()
+        .filter_map(|f| {
+            Some(Shown {
+                way: f.get("way")?.clone(),
+                series: f.get("series")?.clone(),
+                seq: f.get("seq")?.parse().ok()?,
+                partition_key: f.get("partition_key")?.clone(),
+                shard: f.get("shard")?.clone(),
+            })
+        })
+        .collect()
 }
 
-#[derive(Default)]
-struct Fields {
-    note: bool,
-    way: Option<String>,
-    series: Option<String>,
-    seq: Option<u64>,
-    partition_key: Option<String>,
-    shard: Option<String>,
-}
-
-impl Fields {
-    fn set(&mut self, field: &Field, value: String) {
-        match field.name() {
-            "message" => self.note = value == "note",
-            "way" => self.way = Some(value),
-            "series" => self.series = Some(value),
-            "partition_key" => self.partition_key = Some(value),
-            "shard" => self.shard = Some(value),
-            _ => {}
-        }
-    }
-}
-
-impl Visit for Fields {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.set(field, value.to_owned());
-    }
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        if field.name() == "seq" {
-            self.seq = Some(value);
-        }
-    }
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.set(field, format!("{value:?}"));
-    }
-}
-
-struct Recorder;
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
-        let mut f = Fields::default();
-        event.record(&mut f);
-        if let (true, Some(way), Some(series), Some(seq), Some(partition_key), Some(shard)) =
-            (f.note, f.way, f.series, f.seq, f.partition_key, f.shard)
-        {
-            shown().lock().unwrap().push(Shown {
-                way,
-                series,
-                seq,
-                partition_key,
-                shard,
-            });
-        }
-    }
-}
-
-/// Installs the recorder as this test binary's one global subscriber (the first call wins;
-/// every test installs the same one).
+/// Installs the recorder as this test binary's one global subscriber.
 fn record_notes() {
-    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Recorder));
+    support::events::record_events();
 }
 
 /// The notes of this test (their series start with `prefix`) shown so far, in handling order.
 fn shown_with(prefix: &str) -> Vec<Shown> {
     shown()
-        .lock()
-        .unwrap()
-        .iter()
+        .into_iter()
         .filter(|s| s.series.starts_with(prefix))
-        .cloned()
         .collect()
 }
 

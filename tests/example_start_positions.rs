@@ -17,13 +17,10 @@ mod example {
 }
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kinesis_dataflow::broker::KinesisBroker;
 use kinesis_dataflow::{KinesisPosition, MemoryKinesis};
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
 
 // ---------------------------------------------------------------------------------------------
 // What the example's handler logged
@@ -37,80 +34,38 @@ struct Handled {
     data: String,
 }
 
-fn handled() -> &'static Mutex<Vec<Handled>> {
-    static HANDLED: OnceLock<Mutex<Vec<Handled>>> = OnceLock::new();
-    HANDLED.get_or_init(Mutex::default)
+/// The `record` events logged so far, in handling order.
+fn handled() -> Vec<Handled> {
+    support::events::events("record")
+        .into_iter()
+        .filter_map(|f| {
+            Some(Handled {
+                stream: f.get("stream")?.clone(),
+                shard: f.get("shard")?.clone(),
+                sequence_number: f.get("sequence_number")?.clone(),
+                data: f.get("data")?.clone(),
+            })
+        })
+        .collect()
 }
 
-#[derive(Default)]
-struct Fields {
-    record: bool,
-    stream: Option<String>,
-    shard: Option<String>,
-    sequence_number: Option<String>,
-    data: Option<String>,
-}
-
-impl Fields {
-    fn set(&mut self, field: &Field, value: String) {
-        match field.name() {
-            "message" => self.record = value == "record",
-            "stream" => self.stream = Some(value),
-            "shard" => self.shard = Some(value),
-            "sequence_number" => self.sequence_number = Some(value),
-            "data" => self.data = Some(value),
-            _ => {}
-        }
-    }
-}
-
-impl Visit for Fields {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.set(field, value.to_owned());
-    }
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.set(field, format!("{value:?}"));
-    }
-}
-
-struct Recorder;
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
-        let mut f = Fields::default();
-        event.record(&mut f);
-        if let (true, Some(stream), Some(shard), Some(sequence_number), Some(data)) =
-            (f.record, f.stream, f.shard, f.sequence_number, f.data)
-        {
-            handled().lock().unwrap().push(Handled {
-                stream,
-                shard,
-                sequence_number,
-                data,
-            });
-        }
-    }
-}
-
-/// Installs the recorder as this test binary's one global subscriber (the first call wins;
-/// every test installs the same one).
+/// Installs the recorder as this test binary's one global subscriber.
 fn record_handled() {
-    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Recorder));
+    support::events::record_events();
 }
 
 /// What was handled from `stream` so far.
 fn handled_from(stream: &str) -> Vec<Handled> {
     handled()
-        .lock()
-        .unwrap()
-        .iter()
+        .into_iter()
         .filter(|h| h.stream == stream)
-        .cloned()
         .collect()
 }
 
 fn forget(stream: &str) {
-    handled().lock().unwrap().retain(|h| h.stream != stream);
+    support::events::forget("record", |f| {
+        f.get("stream").map(String::as_str) == Some(stream)
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 pub mod cutoff;
+pub mod events;
 pub mod outage;
 pub mod proxy;
 pub mod shipped;

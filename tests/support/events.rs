@@ -1,0 +1,78 @@
+//! Records what the code under test logs: every event's message and its fields as text, so a
+//! test can read back what a handler saw (`tracing::info!(field = .., "message")`).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+/// One event's fields, by name, as text (the message left out).
+pub type Fields = BTreeMap<String, String>;
+
+static EVENTS: Mutex<Vec<(String, Fields)>> = Mutex::new(Vec::new());
+
+#[derive(Default)]
+struct Collect {
+    message: String,
+    fields: Fields,
+}
+
+impl Collect {
+    fn set(&mut self, field: &Field, value: String) {
+        if field.name() == "message" {
+            self.message = value;
+        } else {
+            self.fields.insert(field.name().to_owned(), value);
+        }
+    }
+}
+
+impl Visit for Collect {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.set(field, value.to_owned());
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.set(field, value.to_string());
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.set(field, value.to_string());
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.set(field, format!("{value:?}"));
+    }
+}
+
+struct Recorder;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let mut seen = Collect::default();
+        event.record(&mut seen);
+        EVENTS.lock().unwrap().push((seen.message, seen.fields));
+    }
+}
+
+/// Installs the recorder as the test binary's one global subscriber (the first call wins).
+pub fn record_events() {
+    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Recorder));
+}
+
+/// The fields of every event logged with `message` so far, in order.
+pub fn events(message: &str) -> Vec<Fields> {
+    EVENTS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, _)| m == message)
+        .map(|(_, f)| f.clone())
+        .collect()
+}
+
+/// Forgets the events logged with `message` for which `drop` holds.
+pub fn forget(message: &str, drop: impl Fn(&Fields) -> bool) {
+    EVENTS
+        .lock()
+        .unwrap()
+        .retain(|(m, f)| m != message || !drop(f));
+}
