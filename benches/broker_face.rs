@@ -86,6 +86,17 @@ fn kinesis_source() -> KinesisStream {
     )
 }
 
+/// Times `records` publishes (one at a time) until the handler counted them all.
+async fn published(records: usize, mut publish_one: impl AsyncFnMut()) -> Figure {
+    let region = Region::new(GLOBAL);
+    let started = Instant::now();
+    for _ in 0..records {
+        publish_one().await;
+    }
+    handled(records).await;
+    figure(started, &region, records)
+}
+
 async fn memory_round(records: usize) -> Figure {
     HANDLED.store(0, Ordering::Relaxed);
     let broker = MemoryBroker::new();
@@ -95,16 +106,13 @@ async fn memory_round(records: usize) -> Figure {
     let running = app.start().await.expect("the app starts");
     let producer = broker.connect().await.expect("connects");
     let publisher = producer.publisher();
-    let region = Region::new(GLOBAL);
-    let started = Instant::now();
-    for _ in 0..records {
+    let figure = published(records, async || {
         publisher
             .publish(OutgoingMessage::new(STREAM, PAYLOAD), None)
             .await
             .expect("publishes");
-    }
-    handled(records).await;
-    let figure = figure(started, &region, records);
+    })
+    .await;
     let _ = producer.shutdown().await;
     let _ = running.shutdown().await;
     figure
@@ -121,16 +129,13 @@ async fn kinesis_round(records: usize) -> Figure {
     let running = app.start().await.expect("the app starts");
     let producer = broker.connect().await.expect("connects");
     let publisher = producer.publisher();
-    let region = Region::new(GLOBAL);
-    let started = Instant::now();
-    for _ in 0..records {
+    let figure = published(records, async || {
         publisher
             .publish(OutgoingMessage::new(STREAM, PAYLOAD), None)
             .await
             .expect("publishes");
-    }
-    handled(records).await;
-    let figure = figure(started, &region, records);
+    })
+    .await;
     let _ = producer.shutdown().await;
     let _ = running.shutdown().await;
     figure
