@@ -77,7 +77,7 @@ static RETRIED_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 /// Sends shipment 1 back for 30 s the first time it sees it.
 #[subscriber(KinesisStream::new("retried").create_if_missing(1))]
 async fn retried(shipment: &Shipment) -> HandlerOutcome {
-    if shipment.seq == 1 && !RETRIED_ONCE.swap(true, std::sync::atomic::Ordering::SeqCst) {
+    if shipment.seq == 1 && first_time(&RETRIED_ONCE) {
         HandlerOutcome::retry_after(Duration::from_secs(30))
     } else {
         HandlerOutcome::ack()
@@ -232,7 +232,12 @@ async fn a_connection_keeps_track_only_of_the_subscriptions_still_running() {
     drop(live);
 }
 
-static FLAKY_PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+/// True the first time it is asked about `flag`.
+fn first_time(flag: &std::sync::atomic::AtomicBool) -> bool {
+    !flag.swap(true, std::sync::atomic::Ordering::SeqCst)
+}
+
+static FLAKY_PANICS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Panics once on shipment 1; its failure policy retries it.
 #[subscriber(
@@ -240,15 +245,7 @@ static FLAKY_PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicU
     on_failure(panic = retry)
 )]
 async fn flaky(shipment: &Shipment) -> HandlerOutcome {
-    if shipment.seq == 1
-        && FLAKY_PANICS
-            .fetch_update(
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-                |n| n.checked_sub(1),
-            )
-            .is_ok()
-    {
+    if shipment.seq == 1 && first_time(&FLAKY_PANICS) {
         panic!("shipment 1 fails once");
     }
     HandlerOutcome::ack()
@@ -279,20 +276,12 @@ async fn a_panicking_handler_is_settled_by_its_failure_policy_and_the_shard_goes
     tb.shutdown().await.unwrap();
 }
 
-static FRAGILE_PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+static FRAGILE_PANICS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Panics once on shipment 1, under the framework's default policy for a panic (fail fast).
 #[subscriber(KinesisStream::new("fragile").create_if_missing(1))]
 async fn fragile(shipment: &Shipment) -> HandlerOutcome {
-    if shipment.seq == 1
-        && FRAGILE_PANICS
-            .fetch_update(
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-                |n| n.checked_sub(1),
-            )
-            .is_ok()
-    {
+    if shipment.seq == 1 && first_time(&FRAGILE_PANICS) {
         panic!("shipment 1 fails once");
     }
     HandlerOutcome::ack()
