@@ -298,8 +298,6 @@ pub struct KinesisContext {
     pub arrival: Option<SystemTime>,
     /// How far the shard's tip was ahead of the read that returned the record, in ms.
     pub millis_behind_latest: Option<u64>,
-    /// The record's position: seeking to it delivers the record again.
-    pub position: KinesisPosition,
     /// Moves the subscription that delivered the record.
     pub seeker: KinesisSeeker,
 }
@@ -318,7 +316,6 @@ impl BuildContext<KinesisMessage> for KinesisContext {
                 .unwrap_or_default(),
             arrival: record.and_then(Record::approximate_arrival),
             millis_behind_latest: record.and_then(Record::millis_behind_latest),
-            position: msg.position(),
             seeker: msg.shared.seeker.clone(),
         }
     }
@@ -423,9 +420,11 @@ context_key!(
     MillisBehindLatest, millis_behind_latest, Option<u64>, Option<u64>, |c| c.millis_behind_latest, |c| c.millis_behind_latest
 );
 context_key!(
-    /// The record's position ([`KinesisPosition::sequence`]): seeking to it delivers the record
+    /// The record's position ([`KinesisPosition::sequence`], built when read): seeking to it delivers the record
     /// again.
-    Position, position, KinesisPosition, &'a KinesisPosition, |c| c.position.clone(), |c| &c.position
+    Position, position, KinesisPosition, KinesisPosition,
+    |c| KinesisPosition::sequence(&*c.shard_id, c.sequence_number.as_str()),
+    |c| KinesisPosition::sequence(&*c.shard_id, c.sequence_number.as_str())
 );
 context_key!(
     /// The seeker of the subscription that delivered the record.
