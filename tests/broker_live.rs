@@ -23,26 +23,17 @@ mod example {
     }
 }
 
-/// A broker on the emulators, with its own lease table.
-fn live_broker(application: &str) -> KinesisBroker {
-    KinesisBroker::new()
-        .sdk_config(support::sdk_config())
-        .kinesis_endpoint(support::kinesis_endpoint())
-        .dynamodb_endpoint(support::dynamodb_endpoint())
-        .application(application)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shards_example_live() {
     // The one global subscriber of this test binary (no other test here installs one).
     record_shipments();
     let application = support::unique_name("shipping");
-    let running = example::app(live_broker(&application))
+    let running = example::app(support::live_broker(&application))
         .start()
         .await
         .expect("the app starts (and creates the stream and the lease table)");
 
-    let producer = live_broker(&application).connect().await.unwrap();
+    let producer = support::live_broker(&application).connect().await.unwrap();
     let publisher = producer.publisher();
     let customers = ["alice", "bob", "carol", "dave"];
     let per_customer = 5u64;
@@ -85,42 +76,42 @@ async fn shards_example_live() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lifecycle_live() {
-    suites::lifecycle_suite(live_broker(&support::unique_name("lifecycle"))).await;
+    suites::lifecycle_suite(support::live_broker(&support::unique_name("lifecycle"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_handle_closes_live() {
-    suites::shared_handle_closes(live_broker(&support::unique_name("shared"))).await;
+    suites::shared_handle_closes(support::live_broker(&support::unique_name("shared"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_flushes_live() {
-    suites::shutdown_flushes(live_broker(&support::unique_name("flushes"))).await;
+    suites::shutdown_flushes(support::live_broker(&support::unique_name("flushes"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settlement_live() {
-    suites::settlement_suite(live_broker(&support::unique_name("settlement"))).await;
+    suites::settlement_suite(support::live_broker(&support::unique_name("settlement"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redelivery_address_live() {
-    suites::redelivery_address(live_broker(&support::unique_name("redelivery"))).await;
+    suites::redelivery_address(support::live_broker(&support::unique_name("redelivery"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_order_live() {
-    suites::keyed_order(live_broker(&support::unique_name("keyed"))).await;
+    suites::keyed_order(support::live_broker(&support::unique_name("keyed"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_options_live() {
-    suites::publish_options(live_broker(&support::unique_name("options"))).await;
+    suites::publish_options(support::live_broker(&support::unique_name("options"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_live() {
-    suites::batches(live_broker(&support::unique_name("batches"))).await;
+    suites::batches(support::live_broker(&support::unique_name("batches"))).await;
 }
 
 /// The in-process transport declares the backlog the emulators show: a subscription by name
@@ -129,7 +120,7 @@ async fn batches_live() {
 async fn in_process_backlog_matches_the_emulators() {
     let application = support::unique_name("backlog");
     in_process::backlog_matches_server(
-        move || live_broker(&application).create_missing_streams(1),
+        move || support::live_broker(&application).create_missing_streams(1),
         |c| c.publisher(),
     )
     .await;
@@ -143,7 +134,7 @@ async fn in_process_refuses_like_the_emulators() {
     let application = support::unique_name("refusals");
     let shared = support::unique_name("conflict");
     in_process::refuses_like_the_server(
-        move || live_broker(&application).create_missing_streams(1),
+        move || support::live_broker(&application).create_missing_streams(1),
         |c| c.publisher(),
         [
             Refusal::PayloadOver {
@@ -171,7 +162,7 @@ async fn in_process_refuses_like_the_emulators() {
 async fn in_process_settles_like_the_emulators() {
     let application = support::unique_name("settles");
     settlement::matches_in_process(
-        move || live_broker(&application),
+        move || support::live_broker(&application),
         |n| {
             KinesisStream::new(n)
                 .create_if_missing(1)
@@ -185,17 +176,18 @@ async fn in_process_settles_like_the_emulators() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeking_live() {
-    suites::seeking(live_broker(&support::unique_name("seeking"))).await;
+    suites::seeking(support::live_broker(&support::unique_name("seeking"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_seeking_live() {
-    suites::batch_seeking(live_broker(&support::unique_name("batchseek"))).await;
+    suites::batch_seeking(support::live_broker(&support::unique_name("batchseek"))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeking_unknown_position_live() {
-    suites::seeking_unknown_position(live_broker(&support::unique_name("unknownpos"))).await;
+    suites::seeking_unknown_position(support::live_broker(&support::unique_name("unknownpos")))
+        .await;
 }
 
 /// Missing or expired credentials fail `connect` with an error that says so, at once.

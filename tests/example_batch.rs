@@ -23,15 +23,6 @@ use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher};
 /// How many shipments each customer sends.
 const PER_CUSTOMER: u64 = 9;
 
-/// A broker on the emulators, with its own lease table.
-fn live_broker(application: &str) -> KinesisBroker {
-    KinesisBroker::new()
-        .sdk_config(support::sdk_config())
-        .kinesis_endpoint(support::kinesis_endpoint())
-        .dynamodb_endpoint(support::dynamodb_endpoint())
-        .application(application)
-}
-
 /// Publishes `PER_CUSTOMER` shipments for each customer through `producer`, round by round,
 /// each with its customer as the partition key. Returns them in publish order.
 async fn publish(producer: &ConnectedKinesis, customers: &[&str]) -> Vec<Shipment> {
@@ -118,11 +109,11 @@ async fn in_process_every_record_arrives_once_in_order_in_batches_of_at_most_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_every_record_arrives_once_in_order_in_batches_of_at_most_the_size() {
     let application = support::unique_name("packing");
-    let running = example::service(live_broker(&application))
+    let running = example::service(support::live_broker(&application))
         .start()
         .await
         .expect("the app starts (and creates the stream and the lease table)");
-    let producer = live_broker(&application).connect().await.unwrap();
+    let producer = support::live_broker(&application).connect().await.unwrap();
     // Customer names of this test only: the in-process test's handler writes to `PACKED` too.
     let customers = ["live-ada", "live-grace", "live-linus", "live-margaret"];
     let sent = publish(&producer, &customers).await;

@@ -218,13 +218,7 @@ async fn each_way_names_the_partition_key_in_process() {
 async fn each_way_names_the_partition_key_live() {
     record_notes();
     let application = support::unique_name("publish-keys");
-    let broker = || {
-        KinesisBroker::new()
-            .sdk_config(support::sdk_config())
-            .kinesis_endpoint(support::kinesis_endpoint())
-            .dynamodb_endpoint(support::dynamodb_endpoint())
-            .application(application.clone())
-    };
+    let broker = || support::live_broker(&application);
     let running = example::service(broker())
         .start()
         .await

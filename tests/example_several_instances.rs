@@ -100,13 +100,7 @@ async fn two_instances_share_the_shards_in_memory() {
 async fn two_instances_share_the_shards_live() {
     support::init_tracing();
     let application = support::unique_name("fleet");
-    let broker = || {
-        KinesisBroker::new()
-            .sdk_config(support::sdk_config())
-            .kinesis_endpoint(support::kinesis_endpoint())
-            .dynamodb_endpoint(support::dynamodb_endpoint())
-            .application(&application)
-    };
+    let broker = || support::live_broker(&application);
     let table = DynamoLeaseStore::default_table_name(&application);
     let leases = DynamoLeaseStore::new(support::dynamodb_client(), table).unwrap();
     let report = example::run(Fleet {

@@ -331,13 +331,7 @@ async fn each_start_position_handles_exactly_its_records_live() {
         Writer::Live(client),
         &stream,
         // A lease table of its own for each run.
-        || {
-            KinesisBroker::new()
-                .sdk_config(support::sdk_config())
-                .kinesis_endpoint(support::kinesis_endpoint())
-                .dynamodb_endpoint(support::dynamodb_endpoint())
-                .application(support::unique_name("positions-app"))
-        },
+        || support::live_broker(&support::unique_name("positions-app")),
         Duration::from_secs(60),
     )
     .await;

@@ -738,3 +738,12 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// The broker face on this process's emulators, with a lease table of its own application.
+pub fn live_broker(application: &str) -> kinesis_dataflow::broker::KinesisBroker {
+    kinesis_dataflow::broker::KinesisBroker::new()
+        .sdk_config(sdk_config())
+        .kinesis_endpoint(kinesis_endpoint())
+        .dynamodb_endpoint(dynamodb_endpoint())
+        .application(application)
+}
