@@ -82,7 +82,8 @@ impl MemoryKinesis {
         let mut state = self.lock();
         let page_size = state.list_page_size;
         let stream_state = self.stream_mut(&mut state, op, stream)?;
-        let total = stream_state.shards.len();
+        let listed = stream_state.listed();
+        let total = listed.len();
         let start = match next_token {
             None => 0,
             Some(text) => PageToken::decode(text)
@@ -98,7 +99,10 @@ impl MemoryKinesis {
         };
         let end = start.saturating_add(page_size).min(total);
         Ok(ListShardsPage {
-            shards: (start..end).map(|i| stream_state.describe(i)).collect(),
+            shards: listed[start..end]
+                .iter()
+                .map(|&i| stream_state.describe(i))
+                .collect(),
             next_token: (end < total).then(|| {
                 PageToken {
                     instance: self.instance,
@@ -183,7 +187,7 @@ impl MemoryKinesis {
         let stream_state = self.stream_mut(&mut state, op, stream)?;
         let index = usize::try_from(token.shard)
             .ok()
-            .filter(|&i| i < stream_state.shards.len())
+            .filter(|&i| i < stream_state.shards.len() && !stream_state.shards[i].expired)
             .ok_or_else(|| KinesisError::ShardNotFound {
                 operation: op,
                 stream: stream.to_owned(),

@@ -77,7 +77,7 @@ impl StreamState {
     pub(crate) fn index_of(&self, id: &str) -> Result<usize, Refusal> {
         shard_number(id)
             .and_then(|n| usize::try_from(n).ok())
-            .filter(|&i| i < self.shards.len())
+            .filter(|&i| i < self.shards.len() && !self.shards[i].expired)
             .ok_or_else(|| Refusal::ShardNotFound(id.to_owned()))
     }
 
@@ -233,6 +233,13 @@ impl StreamState {
         self.shards
             .push(ShardState::new(number, range, parent, adjacent));
         number
+    }
+
+    /// The indices of the shards ListShards shows: all but those past the retention period.
+    pub(crate) fn listed(&self) -> Vec<usize> {
+        (0..self.shards.len())
+            .filter(|&i| !self.shards[i].expired)
+            .collect()
     }
 
     /// Shard `index` as ListShards describes it.

@@ -228,3 +228,44 @@ async fn list_shards_paginates() {
         KinesisError::StreamNotFound { .. }
     ));
 }
+
+#[tokio::test]
+async fn a_closed_shard_leaves_the_listing_once_retention_trimmed_it() {
+    let k = kinesis("s", 1);
+    k.put("s", "k", "old").expect("put");
+    let middle = (u128::MAX / 2 + 1).to_string();
+    k.split_shard("s", S0, &middle).await.expect("split");
+    let it = iterator(&k, "s", S0, StartingPoint::TrimHorizon).await;
+    std::thread::sleep(Duration::from_millis(3));
+    let cut = SystemTime::now();
+    std::thread::sleep(Duration::from_millis(3));
+    k.put("s", "k", "new").expect("put");
+
+    // Open shards stay listed however much is trimmed; the closed parent, emptied, goes.
+    assert_eq!(k.trim("s", cut), 1);
+    let ids: Vec<String> = all_shards(&k, "s")
+        .await
+        .into_iter()
+        .map(|d| d.shard_id)
+        .collect();
+    assert_eq!(ids, vec![S1.to_owned(), S2.to_owned()]);
+    let shard: Arc<str> = S0.into();
+    for error in [
+        err(k.get_records("s", &shard, it, 10).await),
+        err(k
+            .get_shard_iterator("s", S0, &StartingPoint::TrimHorizon)
+            .await),
+    ] {
+        assert!(
+            matches!(&error, KinesisError::ShardNotFound { shard, .. } if shard == S0),
+            "{error:?}"
+        );
+    }
+    // The children keep their lineage.
+    let children = all_shards(&k, "s").await;
+    assert!(
+        children
+            .iter()
+            .all(|c| c.parent_shard_id.as_deref() == Some(S0))
+    );
+}
