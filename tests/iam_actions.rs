@@ -155,6 +155,7 @@ async fn every_call_of_a_full_run_is_in_the_documented_policy() {
         "kinesis:GetRecords",
         "kinesis:PutRecords",
         "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
         "dynamodb:Scan",
     ] {
         assert!(used.contains(needed), "the run used {needed}: {used:?}");

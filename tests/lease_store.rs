@@ -116,6 +116,7 @@ both_stores!(
     parents_round_trip,
     list_paginates_and_orders_by_shard,
     writes_by_a_non_holder_are_lost,
+    delete_is_conditional_on_owner_and_counter,
 );
 
 async fn prepare_is_idempotent(store: SharedLeaseStore) {
@@ -255,6 +256,36 @@ async fn release_frees_the_lease_for_another_owner(store: SharedLeaseStore) {
         (Some("b"), released.counter + 1)
     );
     assert_eq!(taken.checkpoint, Some(Checkpoint::Sequence("7".into())));
+}
+
+async fn delete_is_conditional_on_owner_and_counter(store: SharedLeaseStore) {
+    let held = held_by(&store, "a").await;
+    let renewed = store.renew(&held).await.expect("renew");
+    // A stale view (the row was written since) cannot delete it, nor can a view with another
+    // owner or none.
+    assert_lost(&store.delete(&held).await.unwrap_err(), "a");
+    let mut impostor = renewed.clone();
+    impostor.owner = Some("b".into());
+    assert_lost(&store.delete(&impostor).await.unwrap_err(), "b");
+    let mut unowned = renewed.clone();
+    unowned.owner = None;
+    assert!(store.delete(&unowned).await.unwrap_err().is_lost());
+    assert_eq!(current(&store, STREAM, SHARD).await, renewed);
+
+    // The current view deletes it; the row is gone, and so is a second delete's target.
+    store.delete(&renewed).await.expect("delete");
+    assert!(
+        store.list(STREAM).await.expect("list").is_empty(),
+        "{}",
+        logs()
+    );
+    assert_lost(&store.delete(&renewed).await.unwrap_err(), "a");
+
+    // An unowned row is deleted from its unowned view; the shard can be created again after.
+    let free = Lease::new(STREAM, SHARD, vec![]);
+    assert!(store.create(&free).await.expect("create again"));
+    store.delete(&free).await.expect("delete an unowned row");
+    assert!(store.list(STREAM).await.expect("list").is_empty());
 }
 
 async fn shard_end_round_trips(store: SharedLeaseStore) {

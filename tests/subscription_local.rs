@@ -247,10 +247,18 @@ async fn two_instances_share_a_four_shard_stream() {
 }
 
 /// Two instances on a two-shard stream, one shard each, after both consumed a first batch of
-/// 200 records. Returns the transport, the stream, both consumers and the batch size.
+/// 200 records. Returns the transport, the lease store, the stream, both consumers and the
+/// batch size.
 async fn two_instances_after_a_first_batch(
     prefix: &str,
-) -> (SharedKinesis, String, Consumer, Consumer, usize) {
+) -> (
+    SharedKinesis,
+    SharedLeaseStore,
+    String,
+    Consumer,
+    Consumer,
+    usize,
+) {
     let api = kinesis();
     let store = lease_store().await;
     let stream = support::unique_name(prefix);
@@ -266,12 +274,23 @@ async fn two_instances_after_a_first_batch(
         distinct_payloads(&a.got()).len() + distinct_payloads(&b.got()).len() >= first
     })
     .await;
-    (api, stream, a, b, first)
+    (api, store, stream, a, b, first)
+}
+
+/// The owners whose worker rows the lease table holds for `stream`.
+async fn worker_rows(store: &SharedLeaseStore, stream: &str) -> BTreeSet<String> {
+    store
+        .list(stream)
+        .await
+        .expect("list the lease table")
+        .into_iter()
+        .filter_map(|l| l.shard_id.strip_prefix("worker:").map(str::to_owned))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_instance_is_taken_over_from_its_checkpoint() {
-    let (api, stream, a, b, first) = two_instances_after_a_first_batch("vanish").await;
+    let (api, store, stream, a, b, first) = two_instances_after_a_first_batch("vanish").await;
     let a_shards = a.shards();
     let crashed = tokio::time::Instant::now();
     let got_a = a.vanish().await;
@@ -282,6 +301,18 @@ async fn a_vanished_instance_is_taken_over_from_its_checkpoint() {
     })
     .await;
     eprintln!("crashed shard taken over after {:?}", crashed.elapsed());
+    // The crashed instance's worker row is left behind; B deletes it once nobody renewed it
+    // for the lease duration, and keeps its own.
+    let mut rows = worker_rows(&store, &stream).await;
+    while rows.contains("instance-a") && crashed.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        rows = worker_rows(&store, &stream).await;
+    }
+    assert_eq!(
+        rows,
+        BTreeSet::from(["instance-b".to_owned()]),
+        "the crashed instance's worker row is deleted"
+    );
     wait_until("every record", Duration::from_secs(60), || {
         let all: Vec<Got> = got_a.iter().cloned().chain(b.got()).collect();
         distinct_payloads(&all).len() >= first + rest
@@ -315,10 +346,15 @@ async fn a_vanished_instance_is_taken_over_from_its_checkpoint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_shutdown_hands_over_without_duplicates() {
-    let (api, stream, a, b, first) = two_instances_after_a_first_batch("graceful").await;
+    let (api, store, stream, a, b, first) = two_instances_after_a_first_batch("graceful").await;
     let a_shards = a.shards();
     let started = tokio::time::Instant::now();
     let got_a = a.shutdown().await;
+    assert_eq!(
+        worker_rows(&store, &stream).await,
+        BTreeSet::from(["instance-b".to_owned()]),
+        "a graceful stop deletes the instance's worker row"
+    );
     wait_until("B reads A's shard", Duration::from_secs(30), || {
         a_shards.iter().all(|s| b.shards().contains(s))
     })

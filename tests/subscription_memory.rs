@@ -670,3 +670,64 @@ async fn shards_taken_after_startup_miss_nothing_written_after_start() {
     assert_eq!(a.shards().len(), 4, "a took b's share once b's row expired");
     a.shutdown().await;
 }
+
+/// The rows of the lease table, by id.
+async fn rows(store: &MemoryLeaseStore) -> Vec<String> {
+    let leases = store.list(STREAM).await.unwrap();
+    leases.into_iter().map(|l| l.shard_id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_past_the_retention_period_loses_its_row_and_its_children_go_on() {
+    support::init_tracing();
+    let (memory, api, store) = setup(1, 5);
+    api.split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
+        .await
+        .unwrap();
+    let mut sub = builder(&api, &store, "a").start().await.unwrap();
+    take(&mut sub, 5)
+        .await
+        .into_iter()
+        .for_each(|d| drop(d.ack()));
+    // The stream is pulled meanwhile (the readers only read when it is): nothing else comes.
+    let mut pull_until = async |what: &str, done: &dyn Fn(Vec<Lease>) -> bool| {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done(store.list(STREAM).await.unwrap()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what} never happened"
+            );
+            let next = tokio::time::timeout(Duration::from_millis(20), sub.next()).await;
+            assert!(next.is_err(), "no record is left to deliver: {next:?}");
+        }
+    };
+    pull_until("the parent's end checkpoint", &|rows| {
+        rows.iter()
+            .any(|l| l.shard_id == SHARD0 && l.checkpoint == Some(Checkpoint::ShardEnd))
+    })
+    .await;
+
+    // The retention period passes over the parent: it leaves the listing, and its row goes.
+    memory.trim(STREAM, std::time::SystemTime::now());
+    pull_until("deleting the expired shard's row", &|rows| {
+        rows.iter().all(|l| l.shard_id != SHARD0)
+    })
+    .await;
+    assert_eq!(
+        rows(&store).await,
+        vec!["shardId-000000000001", "shardId-000000000002", "worker:a"],
+        "the children's rows and the live worker row are kept"
+    );
+
+    // The children were not held back by their parent's missing row.
+    memory.put(STREAM, "key-after", "after").unwrap();
+    let after = take(&mut sub, 1).await;
+    assert_eq!(&after[0].data()[..], b"after");
+    after.into_iter().for_each(|d| drop(d.ack()));
+    sub.shutdown().await;
+    assert_eq!(
+        rows(&store).await,
+        vec!["shardId-000000000001", "shardId-000000000002"],
+        "a graceful stop deletes the worker row"
+    );
+}

@@ -62,13 +62,13 @@ const NO_OWNER: &str = "(no owner)";
 
 /// The lease table in DynamoDB (AWS itself, DynamoDB Local, or an emulator).
 ///
-/// Every write is a conditional `PutItem` / `UpdateItem` on the owner and counter the caller
+/// Every write is a conditional `PutItem` / `UpdateItem` / `DeleteItem` on the owner and counter the caller
 /// last saw, so a stale view fails with [`LeaseError::Lost`]. [`prepare`](LeaseStore::prepare)
 /// creates the table (on-demand billing, string partition key `leaseKey`) when it is missing.
 ///
 /// The IAM actions it needs on the table: `dynamodb:DescribeTable`, `dynamodb:CreateTable`
-/// (unless the table already exists), `dynamodb:Scan`, `dynamodb:PutItem` and
-/// `dynamodb:UpdateItem`.
+/// (unless the table already exists), `dynamodb:Scan`, `dynamodb:PutItem`,
+/// `dynamodb:UpdateItem` and `dynamodb:DeleteItem`.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), kinesis_dataflow::LeaseError> {
@@ -390,6 +390,38 @@ impl DynamoLeaseStore {
         .await
     }
 
+    async fn do_delete(&self, lease: &Lease) -> Result<(), LeaseError> {
+        let call = Call::DeleteItem;
+        let mut delete = self
+            .client
+            .delete_item()
+            .table_name(&*self.table)
+            .key(
+                KEY,
+                AttributeValue::S(lease_key(&lease.stream, &lease.shard_id)),
+            )
+            .expression_attribute_names("#counter", COUNTER)
+            .expression_attribute_names("#owner", OWNER)
+            .expression_attribute_values(":expected", number(lease.counter));
+        delete = match &lease.owner {
+            None => {
+                delete.condition_expression("#counter = :expected AND attribute_not_exists(#owner)")
+            }
+            Some(owner) => delete
+                .condition_expression("#counter = :expected AND #owner = :owner")
+                .expression_attribute_values(":owner", AttributeValue::S(owner.clone())),
+        };
+        match delete.send().await {
+            Ok(_) => Ok(()),
+            Err(err) if is_condition_failure(&err) => Err(LeaseError::Lost {
+                stream: lease.stream.clone(),
+                shard: lease.shard_id.clone(),
+                owner: lease.owner.clone().unwrap_or_else(|| NO_OWNER.to_owned()),
+            }),
+            Err(err) => Err(self.error(call, err)),
+        }
+    }
+
     /// A write by the holder: conditional on `lease.owner` (which must be set) and the counter.
     async fn update_held(
         &self,
@@ -578,6 +610,10 @@ impl LeaseStore for DynamoLeaseStore {
             None,
         ))
     }
+
+    fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
+        Box::pin(self.do_delete(lease))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -591,6 +627,7 @@ enum Call {
     Scan,
     PutItem,
     UpdateItem,
+    DeleteItem,
 }
 
 impl Call {
@@ -601,6 +638,7 @@ impl Call {
             Self::Scan => "Scan",
             Self::PutItem => "PutItem",
             Self::UpdateItem => "UpdateItem",
+            Self::DeleteItem => "DeleteItem",
         }
     }
 
@@ -612,6 +650,7 @@ impl Call {
             Self::Scan => "dynamodb:Scan",
             Self::PutItem => "dynamodb:PutItem",
             Self::UpdateItem => "dynamodb:UpdateItem",
+            Self::DeleteItem => "dynamodb:DeleteItem",
         }
     }
 }

@@ -78,7 +78,7 @@ impl MemoryLeaseStore {
     }
 
     /// How many writes succeeded so far (a `create` that added a row, and every successful
-    /// `take`, `renew`, `checkpoint` and `release`), across all streams.
+    /// `take`, `renew`, `checkpoint`, `release` and `delete`), across all streams.
     #[must_use]
     pub fn writes(&self) -> u64 {
         self.lock().writes
@@ -241,6 +241,26 @@ impl LeaseStore for MemoryLeaseStore {
             self.write_held("release", lease, |row| {
                 row.owner = None;
             })
+        })
+    }
+
+    fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
+        Box::pin(async move {
+            self.check_available("delete")?;
+            let mut state = self.lock();
+            let key = (lease.stream.clone(), lease.shard_id.clone());
+            match state.rows.get(&key) {
+                Some(row) if row.owner == lease.owner && row.counter == lease.counter => {
+                    state.rows.remove(&key);
+                    state.writes += 1;
+                    Ok(())
+                }
+                _ => Err(LeaseError::Lost {
+                    stream: lease.stream.clone(),
+                    shard: lease.shard_id.clone(),
+                    owner: lease.owner.clone().unwrap_or_else(|| NO_OWNER.to_owned()),
+                }),
+            }
         })
     }
 }

@@ -14,6 +14,13 @@
 //! counter; other instances decide a lease has expired when its counter has not moved for the
 //! lease duration on their own monotonic clock, so clock skew between hosts cannot steal a
 //! live lease.
+//!
+//! Rows do not pile up. An instance that stops gracefully deletes its own worker row; the
+//! worker row of an instance that crashed, and the row of a shard the stream no longer lists
+//! (a closed shard past the retention period), are deleted by any running instance once nobody
+//! has written them for the lease duration. The row of a finished shard is kept while the
+//! stream still lists the shard: it is what tells every instance that the shard's children may
+//! start, and a shard listed with no row would be read again from its start.
 
 mod dynamo;
 mod error;
@@ -110,4 +117,9 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Gives a held lease up (owner removed, counter bumped), on condition of owner and
     /// counter, so another instance can take it at once.
     fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease>;
+
+    /// Removes a row nobody needs any more (a shard past the stream's retention period, the
+    /// worker row of an instance that stopped), on condition that its owner and counter are
+    /// still those in `lease`: a row written since is kept ([`LeaseError::Lost`]).
+    fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()>;
 }

@@ -69,4 +69,8 @@ impl LeaseStore for BoundedStore {
     fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
         self.bound("release", self.inner.release(lease))
     }
+
+    fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
+        self.bound("delete", self.inner.delete(lease))
+    }
 }

@@ -266,13 +266,14 @@ impl Coordinator {
         }
 
         self.seen.retain(|id, _| leases.contains_key(id));
+        let listed: HashSet<&str> = shards.iter().map(|s| s.shard_id.as_str()).collect();
+        self.delete_stale_rows(&listed, &mut leases).await;
         let live_workers = leases
             .values()
             .filter(|l| l.shard_id.starts_with(WORKER_PREFIX))
             .filter(|l| l.owner.as_deref() == Some(self.owner()) || self.is_live(l))
             .count()
             .max(1);
-        let listed: HashSet<&str> = shards.iter().map(|s| s.shard_id.as_str()).collect();
         let finished = |id: &str| -> bool {
             // A shard no longer listed has left the retention period: nothing to read.
             !listed.contains(id) || leases.get(id).is_some_and(Lease::is_finished)
@@ -344,6 +345,51 @@ impl Coordinator {
             }
         }
         Ok(())
+    }
+
+    /// Deletes the rows nobody needs any more, once nobody wrote them for the lease duration:
+    /// the worker row of another instance (it stopped without deleting it, or crashed), and
+    /// the row of a shard the stream no longer lists (it left the retention period, so there
+    /// is nothing to read and no child waits for it). A row written meanwhile is kept: the
+    /// delete is conditional on the owner and counter seen.
+    async fn delete_stale_rows(
+        &mut self,
+        listed: &HashSet<&str>,
+        leases: &mut BTreeMap<String, Lease>,
+    ) {
+        let own_worker = format!("{WORKER_PREFIX}{}", self.owner());
+        let stale: Vec<Lease> = leases
+            .values()
+            .filter(|l| {
+                let unneeded = if l.shard_id.starts_with(WORKER_PREFIX) {
+                    l.shard_id != own_worker
+                } else {
+                    !listed.contains(l.shard_id.as_str()) && !self.held.contains_key(&l.shard_id)
+                };
+                unneeded && self.is_expired(l)
+            })
+            .cloned()
+            .collect();
+        for lease in stale {
+            match self.store.delete(&lease).await {
+                Ok(()) => {
+                    tracing::info!(
+                        row = %lease.shard_id,
+                        owner = lease.owner.as_deref().unwrap_or("-"),
+                        "deleted a lease table row nobody needs (a stopped instance, or a shard \
+                         past the retention period)"
+                    );
+                    leases.remove(&lease.shard_id);
+                    self.seen.remove(&lease.shard_id);
+                }
+                Err(e) if e.is_lost() => {
+                    tracing::debug!(row = %lease.shard_id, "row written meanwhile; kept");
+                }
+                Err(e) => {
+                    tracing::debug!(row = %lease.shard_id, error = %e, "deleting a row failed; retried at the next listing");
+                }
+            }
+        }
     }
 
     /// True while a hand-off of `shard` is still settling; the shard is not taken back
@@ -812,8 +858,10 @@ impl Coordinator {
         for (_, task) in std::mem::take(&mut self.handoffs) {
             let _ = task.await;
         }
-        if let Some(worker) = self.worker.take() {
-            let _ = self.store.release(&worker).await;
+        if let Some(worker) = self.worker.take()
+            && let Err(e) = self.store.delete(&worker).await
+        {
+            tracing::warn!(error = %e, "could not delete this instance's worker row; the other instances delete it once it is not renewed for the lease duration");
         }
         tracing::info!("subscription stopped; checkpoints flushed, leases released");
     }

@@ -96,4 +96,10 @@ impl LeaseStore for CutOff {
             self.inner.release(lease).await
         })
     }
+    fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
+        Box::pin(async move {
+            self.check("delete")?;
+            self.inner.delete(lease).await
+        })
+    }
 }

@@ -575,6 +575,8 @@ pub struct LeaseCounts {
     pub checkpoint: u64,
     /// `release` (conditional updates).
     pub release: u64,
+    /// `delete` (conditional deletes of rows nobody needs).
+    pub delete: u64,
 }
 
 impl LeaseCounts {
@@ -588,12 +590,13 @@ impl LeaseCounts {
             + self.renew
             + self.checkpoint
             + self.release
+            + self.delete
     }
 
     /// The calls that write a row.
     #[must_use]
     pub fn writes(&self) -> u64 {
-        self.create + self.take + self.renew + self.checkpoint + self.release
+        self.create + self.take + self.renew + self.checkpoint + self.release + self.delete
     }
 }
 
@@ -609,6 +612,7 @@ impl std::ops::Sub for LeaseCounts {
             renew: self.renew - earlier.renew,
             checkpoint: self.checkpoint - earlier.checkpoint,
             release: self.release - earlier.release,
+            delete: self.delete - earlier.delete,
         }
     }
 }
@@ -622,6 +626,7 @@ struct LeaseCounters {
     renew: AtomicU64,
     checkpoint: AtomicU64,
     release: AtomicU64,
+    delete: AtomicU64,
 }
 
 /// A [`LeaseStore`] that counts every call it passes on to the one it wraps, and the
@@ -664,6 +669,7 @@ impl CountingLeaseStore {
             renew: c.renew.load(Ordering::Relaxed),
             checkpoint: c.checkpoint.load(Ordering::Relaxed),
             release: c.release.load(Ordering::Relaxed),
+            delete: c.delete.load(Ordering::Relaxed),
         }
     }
 
@@ -721,6 +727,11 @@ impl LeaseStore for CountingLeaseStore {
     fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
         bump(&self.counts.release);
         self.inner.release(lease)
+    }
+
+    fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
+        bump(&self.counts.delete);
+        self.inner.delete(lease)
     }
 }
 
