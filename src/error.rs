@@ -188,6 +188,26 @@ pub enum KinesisError {
         sequence_number: String,
     },
 
+    /// A record's data did not decode (see [`Delivery::decode`](crate::Delivery::decode)).
+    #[error(
+        "record {sequence_number} (partition key `{partition_key}`) of shard `{shard}` in \
+         stream `{stream}` does not decode: {source}. Skip it to let the checkpoint pass it, or \
+         retry it once the decoder is fixed"
+    )]
+    Decode {
+        /// The stream name.
+        stream: String,
+        /// The shard id.
+        shard: String,
+        /// The record's sequence number.
+        sequence_number: String,
+        /// The record's partition key.
+        partition_key: String,
+        /// The decoder's error.
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
+
     /// The lease table answered with an error (see [`LeaseError`](crate::lease::LeaseError)).
     #[error("lease store: {0}")]
     LeaseStore(#[from] crate::lease::LeaseError),

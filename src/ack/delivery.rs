@@ -166,6 +166,76 @@ impl Delivery<crate::record::Record> {
         self.retry_after(std::time::Duration::ZERO);
     }
 
+    /// Decodes the record's data with `decode` (`serde_json::from_slice`, a protobuf
+    /// decoder, ...). A failure is [`KinesisError::Decode`](crate::KinesisError::Decode): one
+    /// error naming the stream, the shard, the sequence number and the partition key, with the
+    /// decoder's error as its source. The delivery is left as it was, unsettled: the caller
+    /// decides, usually [`skip`](Self::skip) for a record that will never decode (the shard goes
+    /// on and the checkpoint passes it) or [`retry`](Self::retry).
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), kinesis_dataflow::KinesisError> {
+    /// use std::sync::Arc;
+    ///
+    /// use futures::StreamExt;
+    /// use kinesis_dataflow::{
+    ///     KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription,
+    /// };
+    ///
+    /// let kinesis = MemoryKinesis::new();
+    /// kinesis.add_stream("orders", 1)?;
+    /// kinesis.put("orders", "order-1", "{not json")?;
+    /// let mut orders = Subscription::builder(
+    ///     Arc::new(kinesis),
+    ///     Arc::new(MemoryLeaseStore::new()),
+    ///     "orders",
+    /// )
+    /// .start_at(KinesisPosition::horizon())
+    /// .start()
+    /// .await?;
+    ///
+    /// let delivery = orders.next().await.expect("a record")?;
+    /// match delivery.decode(serde_json::from_slice::<serde_json::Value>) {
+    ///     Ok(order) => {
+    ///         println!("{order}");
+    ///         delivery.ack();
+    ///     }
+    ///     Err(error) => {
+    ///         // record 4900... (partition key `order-1`) of shard `shardId-000000000000` in
+    ///         // stream `orders` does not decode: key must be a string at line 1 column 2. ...
+    ///         assert!(matches!(
+    ///             &error,
+    ///             KinesisError::Decode { partition_key, .. } if partition_key == "order-1"
+    ///         ));
+    ///         eprintln!("{error}");
+    ///         delivery.skip();
+    ///     }
+    /// }
+    /// orders.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::Decode`](crate::KinesisError::Decode) when `decode` fails.
+    pub fn decode<'a, T, E>(
+        &'a self,
+        decode: impl FnOnce(&'a [u8]) -> Result<T, E>,
+    ) -> Result<T, crate::KinesisError>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        decode(self.value.data()).map_err(|e| crate::KinesisError::Decode {
+            stream: self.token.acks.stream().to_string(),
+            shard: self.value.shard_id().to_owned(),
+            sequence_number: self.value.sequence_number().to_owned(),
+            partition_key: self.value.partition_key().to_owned(),
+            source: std::sync::Arc::new(e),
+        })
+    }
+
     /// Like [`retry`](Self::retry), after `delay`. Later records of the shard wait for it.
     pub fn retry_after(self, delay: std::time::Duration) {
         let (record, mut token) = self.into_parts();

@@ -52,7 +52,16 @@
 //! | a message dropped unsettled | `Drop` | redelivered like `retry()` (same backoff) while the subscription runs |
 //! | the handler panics, with `on_failure(panic = retry / retry_after(d) / drop / skip)` | the matching row above | the shard goes on after the redelivery or the skip |
 //! | the handler panics, under the framework's default (fail fast) | none: the app shuts down gracefully | the record is unsettled, so the checkpoint stops before it and the restarted service reads it again; nothing is lost and nothing is wedged |
-//! | the body does not decode (framework default: drop) | `nack(false)` | settled as skipped and logged with the stream, shard and sequence number |
+//! | the body does not decode (framework default: drop; `on_failure(decode = ...)` chooses retry or fail-fast instead) | `nack(false)` | settled as skipped; the shard goes on |
+//!
+//! A body that does not decode is decoded, and its failure logged, by the framework, which
+//! knows the handler's type but not the record: its warning names the stream (as the
+//! subscription), the type and the decoder's error. The skip that follows is logged by this
+//! broker at once, in the same task, naming the stream, shard, sequence number and partition
+//! key. A handler that wants one error naming all of it takes the raw bytes and decodes them
+//! itself; in the core, [`Delivery::decode`](crate::Delivery::decode) returns
+//! [`KinesisError::Decode`](crate::KinesisError::Decode), which names the record and carries the
+//! decoder's error.
 //!
 //! The redelivery count (`redelivery_count()`, 1 on the first delivery) is kept by the
 //! subscriber in memory: it starts over after a restart or a lease hand-over, where the record
