@@ -860,6 +860,7 @@ impl Coordinator {
         }
         if let Some(worker) = self.worker.take()
             && let Err(e) = self.store.delete(&worker).await
+            && !e.is_lost()
         {
             tracing::warn!(error = %e, "could not delete this instance's worker row; the other instances delete it once it is not renewed for the lease duration");
         }
