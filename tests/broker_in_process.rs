@@ -420,3 +420,35 @@ async fn a_body_that_does_not_decode_is_skipped_and_the_shard_goes_on() {
     let stored = kinesis.records("mixed", "shardId-000000000000").unwrap();
     assert_eq!(stored.len(), 2, "both records were written");
 }
+
+static LABELED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+#[subscriber(KinesisStream::new("labeled").create_if_missing(1))]
+async fn labeled_shipments(shipment: &Shipment) {
+    LABELED.lock().unwrap().push(shipment.seq);
+}
+
+/// The broker describes its server, so a service can register it under a label (the name of
+/// its AsyncAPI server); the labeled broker runs like any other.
+#[tokio::test(start_paused = true)]
+async fn a_broker_registered_under_a_label_describes_its_server_and_runs() {
+    let kinesis = MemoryKinesis::new();
+    let app = RustStream::new(AppInfo::new("labeled", "0.1.0")).with_broker_labeled(
+        "orders-stream",
+        KinesisBroker::in_memory(kinesis.clone()),
+        |b| {
+            b.include(labeled_shipments);
+        },
+    );
+    let server = &app.servers()["orders-stream"];
+    assert_eq!(server.protocol, "kinesis");
+    assert_eq!(server.host, None, "the in-memory transport has no host");
+    let tb = TestApp::start(app).await.unwrap();
+    let broker = tb.broker::<KinesisBroker>();
+    broker
+        .publish("labeled", &shipment("ada", 7))
+        .await
+        .unwrap();
+    assert_eq!(*LABELED.lock().unwrap(), [7]);
+    tb.shutdown().await.unwrap();
+}

@@ -227,3 +227,25 @@ async fn connect_refuses_missing_or_expired_credentials() {
         }
     }
 }
+
+/// A broker set up for the emulators describes the Kinesis emulator's host and port as its
+/// server (what a labeled registration puts in the AsyncAPI document), and connects there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_broker_describes_the_endpoint_it_connects_to() {
+    use ruststream::DescribeServer;
+
+    let broker = support::live_broker("described");
+    let endpoint = support::kinesis_endpoint();
+    let host = endpoint
+        .split_once("://")
+        .map_or(endpoint.as_str(), |(_, rest)| rest)
+        .trim_end_matches('/');
+    let spec = broker.describe_server();
+    assert_eq!(spec.host.as_deref(), Some(host), "{spec:?}");
+    assert_eq!(spec.protocol, "kinesis");
+    let connected = broker
+        .connect()
+        .await
+        .expect("the described broker connects");
+    connected.shutdown().await.unwrap();
+}

@@ -483,6 +483,75 @@ impl Broker for KinesisBroker {
     }
 }
 
+/// The protocol name in the service's AsyncAPI document.
+const PROTOCOL: &str = "kinesis";
+
+/// The Kinesis endpoint this broker is set to reach, for the `servers` section of the service's
+/// AsyncAPI document: lets a service register it under a label
+/// (`RustStream::with_broker_labeled("orders", KinesisBroker::new(), ..)`).
+///
+/// Resolved without I/O from what `connect` would use: `kinesis_endpoint`, then `endpoint`,
+/// then the given `SdkConfig`'s endpoint, then `AWS_ENDPOINT_URL_KINESIS` and
+/// `AWS_ENDPOINT_URL`; without any, the regional endpoint
+/// `kinesis.<region>.amazonaws.com` (`region`, the given `SdkConfig`'s, `AWS_REGION`,
+/// `AWS_DEFAULT_REGION`). A region only a profile file names is resolved at `connect`; the
+/// description then has no host. The in-memory transport has no host either. Only the host
+/// and port of an endpoint are described: credentials in an endpoint URL never reach the
+/// document.
+impl ruststream::DescribeServer for KinesisBroker {
+    fn describe_server(&self) -> ruststream::ServerSpec {
+        self.describe_with(|name| std::env::var(name).ok())
+    }
+}
+
+impl KinesisBroker {
+    /// [`describe_server`](ruststream::DescribeServer::describe_server) with `env` for the
+    /// process environment.
+    fn describe_with(&self, env: impl Fn(&str) -> Option<String>) -> ruststream::ServerSpec {
+        let without_host = |description: String| {
+            let mut spec = ruststream::ServerSpec::new("", PROTOCOL);
+            spec.host = None;
+            spec.description = Some(description);
+            spec
+        };
+        let Transport::Aws {
+            sdk_config,
+            endpoint,
+            kinesis_endpoint,
+            region,
+            ..
+        } = &self.transport
+        else {
+            return without_host("the in-memory Kinesis transport, in this process".to_owned());
+        };
+        let env = |name: &str| env(name).filter(|v| !v.is_empty());
+        let url = kinesis_endpoint
+            .clone()
+            .or_else(|| endpoint.clone())
+            .or_else(|| sdk_config.as_ref()?.endpoint_url().map(str::to_owned))
+            .or_else(|| env("AWS_ENDPOINT_URL_KINESIS"))
+            .or_else(|| env("AWS_ENDPOINT_URL"));
+        let region = region
+            .clone()
+            .or_else(|| Some(sdk_config.as_ref()?.region()?.to_string()))
+            .or_else(|| env("AWS_REGION"))
+            .or_else(|| env("AWS_DEFAULT_REGION"));
+        let description = match &region {
+            Some(region) => format!("Amazon Kinesis Data Streams, region {region}"),
+            None => "Amazon Kinesis Data Streams, region resolved at connect".to_owned(),
+        };
+        let mut spec = match (url, region) {
+            (Some(url), _) => ruststream::ServerSpec::from_url(&url, PROTOCOL),
+            (None, Some(region)) => {
+                ruststream::ServerSpec::new(format!("kinesis.{region}.amazonaws.com"), PROTOCOL)
+            }
+            (None, None) => return without_host(description),
+        };
+        spec.description = Some(description);
+        spec
+    }
+}
+
 /// The shared state of a connection.
 pub(crate) struct Inner {
     pub(crate) api: SharedKinesis,
@@ -688,5 +757,82 @@ impl ConnectedBroker for ConnectedKinesis {
             subscriptions_stopped: stopped,
             subscriptions_unfinished: total - stopped,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ruststream::DescribeServer;
+
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn the_server_is_the_endpoint_host_without_credentials() {
+        let broker = KinesisBroker::new()
+            .endpoint("http://other:4566")
+            .kinesis_endpoint("https://AKIDEXAMPLE:hunter2@kinesis.internal:8443/base?x=1")
+            .region("eu-west-1");
+        let spec = broker.describe_with(no_env);
+        assert_eq!(spec.host.as_deref(), Some("kinesis.internal:8443"));
+        assert_eq!(spec.protocol, "kinesis");
+        assert!(!format!("{spec:?}").contains("hunter2"), "{spec:?}");
+        assert!(!format!("{spec:?}").contains("AKIDEXAMPLE"), "{spec:?}");
+        assert_eq!(
+            spec.description.as_deref(),
+            Some("Amazon Kinesis Data Streams, region eu-west-1")
+        );
+        // `endpoint` when there is no Kinesis one; the environment after both.
+        let env = |name: &str| (name == "AWS_ENDPOINT_URL_KINESIS").then(|| "http://env:1".into());
+        let spec = KinesisBroker::new()
+            .endpoint("http://other:4566")
+            .describe_with(env);
+        assert_eq!(spec.host.as_deref(), Some("other:4566"));
+        let spec = KinesisBroker::new().describe_with(env);
+        assert_eq!(spec.host.as_deref(), Some("env:1"));
+    }
+
+    #[test]
+    fn without_an_endpoint_the_server_is_the_regional_one() {
+        let spec = KinesisBroker::new()
+            .region("us-east-2")
+            .describe_with(no_env);
+        assert_eq!(
+            spec.host.as_deref(),
+            Some("kinesis.us-east-2.amazonaws.com")
+        );
+        let config = aws_config::SdkConfig::builder()
+            .region(aws_config::Region::new("ap-south-1"))
+            .build();
+        let spec = KinesisBroker::new()
+            .sdk_config(config)
+            .describe_with(no_env);
+        assert_eq!(
+            spec.host.as_deref(),
+            Some("kinesis.ap-south-1.amazonaws.com")
+        );
+        let env = |name: &str| (name == "AWS_DEFAULT_REGION").then(|| "sa-east-1".into());
+        let spec = KinesisBroker::new().describe_with(env);
+        assert_eq!(
+            spec.host.as_deref(),
+            Some("kinesis.sa-east-1.amazonaws.com")
+        );
+        // Nothing known before connect: no host, and the description says why.
+        let spec = KinesisBroker::new().describe_with(no_env);
+        assert_eq!(spec.host, None);
+        assert_eq!(
+            spec.description.as_deref(),
+            Some("Amazon Kinesis Data Streams, region resolved at connect")
+        );
+    }
+
+    #[test]
+    fn the_in_memory_transport_has_no_host() {
+        let spec = KinesisBroker::in_memory(MemoryKinesis::new()).describe_server();
+        assert_eq!(spec.host, None);
+        assert_eq!(spec.protocol, "kinesis");
     }
 }

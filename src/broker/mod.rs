@@ -8,7 +8,7 @@
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `broker.rs` | [`KinesisBroker`] (configuration, sync, no I/O) and its connected form [`ConnectedKinesis`] |
+//! | `broker.rs` | [`KinesisBroker`] (configuration, sync, no I/O; describes its server for `with_broker_labeled` and the AsyncAPI document) and its connected form [`ConnectedKinesis`] |
 //! | `descriptor.rs` | [`KinesisStream`], the subscription descriptor (`#[subscriber(KinesisStream::new(..))]`) |
 //! | `subscriber.rs` | [`KinesisSubscriber`] over a core subscription |
 //! | `message.rs` | [`KinesisMessage`] (settlement) and the per-delivery [`KinesisContext`] with its keys |
