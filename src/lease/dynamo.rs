@@ -62,9 +62,10 @@ const NO_OWNER: &str = "(no owner)";
 
 /// The lease table in DynamoDB (AWS itself, DynamoDB Local, or an emulator).
 ///
-/// Every write is a conditional `PutItem` / `UpdateItem` / `DeleteItem` on the owner and counter the caller
-/// last saw, so a stale view fails with [`LeaseError::Lost`]. [`prepare`](LeaseStore::prepare)
-/// creates the table (on-demand billing, string partition key `leaseKey`) when it is missing.
+/// Every write is a conditional `PutItem` / `UpdateItem` / `DeleteItem` on the owner and
+/// counter the caller last saw, so a stale view fails with [`LeaseError::Lost`].
+/// [`prepare`](LeaseStore::prepare) creates the table (on-demand billing, string partition key
+/// `leaseKey`) when it is missing.
 ///
 /// The IAM actions it needs on the table: `dynamodb:DescribeTable`, `dynamodb:CreateTable`
 /// (unless the table already exists), `dynamodb:Scan`, `dynamodb:PutItem`,
