@@ -397,10 +397,7 @@ impl DynamoLeaseStore {
             .client
             .delete_item()
             .table_name(&*self.table)
-            .key(
-                KEY,
-                AttributeValue::S(lease_key(&lease.stream, &lease.shard_id)),
-            )
+            .key(KEY, key_value(lease))
             .expression_attribute_names("#counter", COUNTER)
             .expression_attribute_names("#owner", OWNER)
             .expression_attribute_values(":expected", number(lease.counter));
@@ -505,10 +502,7 @@ impl DynamoLeaseStore {
             .client
             .update_item()
             .table_name(&*self.table)
-            .key(
-                KEY,
-                AttributeValue::S(lease_key(&lease.stream, &lease.shard_id)),
-            )
+            .key(KEY, key_value(lease))
             .update_expression(expression)
             .condition_expression(condition)
             .set_expression_attribute_names(Some(names))
@@ -788,6 +782,11 @@ fn lease_key(stream: &str, shard: &str) -> String {
     format!("{stream}#{shard}")
 }
 
+/// The table key of `lease`'s row.
+fn key_value(lease: &Lease) -> AttributeValue {
+    AttributeValue::S(lease_key(&lease.stream, &lease.shard_id))
+}
+
 fn number(n: u64) -> AttributeValue {
     AttributeValue::N(n.to_string())
 }
@@ -807,10 +806,7 @@ fn checkpoint_value(checkpoint: &Checkpoint) -> AttributeValue {
 /// The row `create` writes: the lease as given.
 fn to_item(lease: &Lease) -> HashMap<String, AttributeValue> {
     let mut item = HashMap::from([
-        (
-            KEY.to_owned(),
-            AttributeValue::S(lease_key(&lease.stream, &lease.shard_id)),
-        ),
+        (KEY.to_owned(), key_value(lease)),
         (STREAM.to_owned(), AttributeValue::S(lease.stream.clone())),
         (SHARD.to_owned(), AttributeValue::S(lease.shard_id.clone())),
         (COUNTER.to_owned(), number(lease.counter)),
