@@ -326,9 +326,38 @@ impl KinesisError {
 
     /// True for the error that ends a shard stream because the shard cannot be read any more
     /// by this reader ([`KinesisError::ReaderStopped`], or any non-retryable call failure).
+    /// An error about one record ([`AggregatedRecord`](Self::AggregatedRecord),
+    /// [`Decode`](Self::Decode)) is not: the shard goes on after it.
     #[must_use]
     pub fn is_terminal(&self) -> bool {
         matches!(self, Self::ReaderStopped { .. })
-            || !(self.is_retryable() || matches!(self, Self::AggregatedRecord { .. }))
+            || !(self.is_retryable()
+                || matches!(self, Self::AggregatedRecord { .. } | Self::Decode { .. }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_about_one_record_is_not_terminal() {
+        let source = std::io::Error::other("not a valid payload");
+        let decode = KinesisError::Decode {
+            stream: "s".into(),
+            shard: "shardId-000000000000".into(),
+            sequence_number: "1".into(),
+            partition_key: "k".into(),
+            source: std::sync::Arc::new(source),
+        };
+        let aggregated = KinesisError::AggregatedRecord {
+            stream: "s".into(),
+            shard: "shardId-000000000000".into(),
+            sequence_number: "1".into(),
+        };
+        for error in [decode, aggregated] {
+            assert!(!error.is_terminal(), "{error}");
+            assert!(!error.is_retryable(), "{error}");
+        }
     }
 }
