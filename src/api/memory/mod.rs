@@ -301,8 +301,8 @@ impl MemoryKinesis {
     /// Drops the records of every shard of `stream` that arrived before `older_than`, as the
     /// retention period does; returns how many (0 for an unknown stream). Iterators and
     /// sequence numbers stay valid: a read from before the new trim horizon starts at it.
-    /// A closed shard left with no record expires, as one past the retention period: it leaves
-    /// the ListShards answer, and reading it answers
+    /// A shard closed before `older_than` and left with no record expires, as one past the
+    /// retention period: it leaves the ListShards answer, and reading it answers
     /// [`KinesisError::ShardNotFound`].
     pub fn trim(&self, stream: &str, older_than: SystemTime) -> usize {
         let mut state = self.lock();

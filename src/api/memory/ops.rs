@@ -84,11 +84,13 @@ impl MemoryKinesis {
         let stream_state = self.stream_mut(&mut state, op, stream)?;
         let listed = stream_state.listed();
         let total = listed.len();
+        // The token names the next shard itself, so shards expiring between pages never make
+        // a page skip one.
         let start = match next_token {
             None => 0,
             Some(text) => PageToken::decode(text)
                 .filter(|t| t.instance == self.instance && t.stream == stream)
-                .map(|t| t.index.min(total))
+                .map(|t| listed.partition_point(|&i| i < t.index))
                 .ok_or_else(|| {
                     invalid(
                         op,
@@ -107,7 +109,7 @@ impl MemoryKinesis {
                 PageToken {
                     instance: self.instance,
                     stream: stream.to_owned(),
-                    index: end,
+                    index: listed[end],
                 }
                 .encode()
             }),

@@ -68,7 +68,10 @@ pub(crate) struct ShardState {
     pub(crate) children: Vec<u64>,
     /// Whether it still takes records.
     pub(crate) open: bool,
-    /// Closed, and every record trimmed by the retention period: no longer listed or readable.
+    /// When it was closed (split or merged).
+    pub(crate) closed_at: Option<SystemTime>,
+    /// Closed before the retention period's cut, and every record trimmed: no longer listed
+    /// or readable.
     pub(crate) expired: bool,
     /// The position of `records[0]`: how many records were trimmed.
     offset: u64,
@@ -101,6 +104,7 @@ impl ShardState {
             adjacent_parent,
             children: Vec::new(),
             open: true,
+            closed_at: None,
             expired: false,
             offset: 0,
             records: VecDeque::new(),
@@ -192,14 +196,14 @@ impl ShardState {
         usize::try_from(position.saturating_sub(self.offset)).unwrap_or(usize::MAX)
     }
 
-    /// Drops the records that arrived before `older_than`; returns how many. A closed shard
-    /// left with no record expires: it leaves the listing, as a shard past the retention
-    /// period does.
+    /// Drops the records that arrived before `older_than`; returns how many. A shard closed
+    /// before `older_than` and left with no record expires: it leaves the listing, as a shard
+    /// past the retention period does.
     pub(crate) fn trim(&mut self, older_than: SystemTime) -> usize {
         let count = self.records.partition_point(|r| r.arrival < older_than);
         self.records.drain(..count);
         self.offset += count as u64;
-        if !self.open && self.records.is_empty() {
+        if self.records.is_empty() && self.closed_at.is_some_and(|at| at < older_than) {
             self.expired = true;
         }
         count

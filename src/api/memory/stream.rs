@@ -184,6 +184,7 @@ impl StreamState {
         );
         let parent = &mut self.shards[index];
         parent.open = false;
+        parent.closed_at = Some(SystemTime::now());
         parent.children = vec![low, high];
         Ok(())
     }
@@ -218,6 +219,7 @@ impl StreamState {
         for index in [first, second] {
             let shard = &mut self.shards[index];
             shard.open = false;
+            shard.closed_at = Some(SystemTime::now());
             shard.children = vec![child];
         }
         Ok(())

@@ -269,3 +269,31 @@ async fn a_closed_shard_leaves_the_listing_once_retention_trimmed_it() {
             .all(|c| c.parent_shard_id.as_deref() == Some(S0))
     );
 }
+
+#[tokio::test]
+async fn a_shard_expiring_between_pages_makes_no_page_skip_one() {
+    let k = MemoryKinesis::new().with_list_shards_page_size(1);
+    k.add_stream("s", 1).expect("stream");
+    let middle = (u128::MAX / 2 + 1).to_string();
+    // Trimmed before it closed: an empty shard is kept until it has been closed past the cut.
+    assert_eq!(k.trim("s", SystemTime::now()), 0);
+    k.split_shard("s", S0, &middle).await.expect("split");
+    assert_eq!(
+        all_shards(&k, "s").await.len(),
+        3,
+        "closed after the cut: kept"
+    );
+
+    let first = k.list_shards("s", None).await.expect("page 1");
+    assert_eq!(first.shards[0].shard_id, S0);
+    std::thread::sleep(Duration::from_millis(3));
+    k.trim("s", SystemTime::now());
+    let second = k.list_shards("s", first.next_token).await.expect("page 2");
+    assert_eq!(
+        second.shards[0].shard_id, S1,
+        "the next shard, not the one after"
+    );
+    let third = k.list_shards("s", second.next_token).await.expect("page 3");
+    assert_eq!(third.shards[0].shard_id, S2);
+    assert_eq!(third.next_token, None);
+}
