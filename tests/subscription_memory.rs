@@ -719,15 +719,87 @@ async fn a_shard_past_the_retention_period_loses_its_row_and_its_children_go_on(
         "the children's rows and the live worker row are kept"
     );
 
-    // The children were not held back by their parent's missing row.
-    memory.put(STREAM, "key-after", "after").unwrap();
-    let after = take(&mut sub, 1).await;
-    assert_eq!(&after[0].data()[..], b"after");
-    after.into_iter().for_each(|d| drop(d.ack()));
     sub.shutdown().await;
     assert_eq!(
         rows(&store).await,
         vec!["shardId-000000000001", "shardId-000000000002"],
         "a graceful stop deletes the worker row"
     );
+
+    // A new instance takes the children: a parent with no row that the stream no longer lists
+    // does not hold them back, and gets no row again.
+    let mut b = builder(&api, &store, "b").start().await.unwrap();
+    memory.put(STREAM, "key-after", "after").unwrap();
+    let after = take(&mut b, 1).await;
+    assert_eq!(&after[0].data()[..], b"after");
+    after.into_iter().for_each(|d| drop(d.ack()));
+    assert!(
+        rows(&store).await.iter().all(|r| r != SHARD0),
+        "the expired shard has no row again"
+    );
+    b.shutdown().await;
+}
+
+/// A shard whose row is gone while the stream still lists it (a listing that lagged behind
+/// another instance's cleanup) is not read again once its children have read past it: its row
+/// comes back as finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_shard_whose_row_vanished_after_its_children_read_past_it_is_not_read_again() {
+    let (memory, api, store) = setup(1, 5);
+    api.split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
+        .await
+        .unwrap();
+    memory.put(STREAM, "key-child", "child").unwrap();
+    let mut sub = builder(&api, &store, "a").start().await.unwrap();
+    take(&mut sub, 5)
+        .await
+        .into_iter()
+        .for_each(|d| drop(d.ack()));
+    let child = take(&mut sub, 1).await;
+    let child_seq = child[0].sequence_number().to_owned();
+    assert_eq!(
+        &child[0].data()[..],
+        b"child",
+        "the child's record comes last"
+    );
+    child.into_iter().for_each(|d| drop(d.ack()));
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let leases = store.list(STREAM).await.unwrap();
+            if leases
+                .iter()
+                .any(|l| l.checkpoint == Some(Checkpoint::Sequence(child_seq.clone())))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the child's checkpoint is written");
+
+    // The parent's row goes while the stream still lists the parent.
+    let parent = store
+        .list(STREAM)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|l| l.shard_id == SHARD0)
+        .expect("the parent's row");
+    store.delete(&parent).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let again = store.list(STREAM).await.unwrap();
+        if let Some(row) = again.iter().find(|l| l.shard_id == SHARD0) {
+            assert_eq!(row.checkpoint, Some(Checkpoint::ShardEnd), "{row:?}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no row came back");
+        let next = tokio::time::timeout(Duration::from_millis(20), sub.next()).await;
+        assert!(next.is_err(), "nothing is read again: {next:?}");
+    }
+    // Nothing of the parent comes again after its row is back either.
+    let next = tokio::time::timeout(Duration::from_millis(500), sub.next()).await;
+    assert!(next.is_err(), "nothing is read again: {next:?}");
+    sub.shutdown().await;
 }

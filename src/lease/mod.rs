@@ -16,11 +16,13 @@
 //! live lease.
 //!
 //! Rows do not pile up. An instance that stops gracefully deletes its own worker row; the
-//! worker row of an instance that crashed, and the row of a shard the stream no longer lists
-//! (a closed shard past the retention period), are deleted by any running instance once nobody
-//! has written them for the lease duration. The row of a finished shard is kept while the
-//! stream still lists the shard: it is what tells every instance that the shard's children may
-//! start, and a shard listed with no row would be read again from its start.
+//! worker row of an instance that crashed is deleted by any running instance once nobody has
+//! written it for the lease duration, and so is the row of a shard the stream has not listed
+//! for a lease duration and a listing interval (a closed shard past the retention period). The
+//! row of a finished shard is kept while the stream still lists the shard: it is what tells
+//! every instance that the shard's children may start. Should a listed shard lose its row all
+//! the same (an instance whose listing lagged behind another's cleanup), its row comes back as
+//! finished once a child has read past it, so it is never read again.
 
 mod dynamo;
 mod error;

@@ -23,6 +23,9 @@ use crate::shard::ShardReader;
 /// The prefix of the lease rows that record live instances (one per owner).
 pub(crate) const WORKER_PREFIX: &str = "worker:";
 
+/// How many stale rows one listing deletes at most.
+const MAX_DELETES_PER_LISTING: usize = 16;
+
 /// What the coordinator tells the subscription's stream.
 pub(crate) enum Command {
     /// Start yielding this shard's deliveries.
@@ -84,6 +87,8 @@ pub(crate) struct Coordinator {
     pub(crate) done: watch::Sender<bool>,
     held: BTreeMap<String, Held>,
     seen: HashMap<String, Seen>,
+    /// Rows of shards the listing lacks, with when each was first found missing.
+    unlisted: HashMap<String, Instant>,
     worker: Option<Lease>,
     worker_renewed: Instant,
     /// The shards this subscription opens with (those it set out to take at its first
@@ -128,6 +133,7 @@ impl Coordinator {
             done,
             held: BTreeMap::new(),
             seen: HashMap::new(),
+            unlisted: HashMap::new(),
             worker: None,
             worker_renewed: Instant::now(),
             startup: None,
@@ -227,6 +233,19 @@ impl Coordinator {
             .into_iter()
             .map(|l| (l.shard_id.clone(), l))
             .collect();
+        // Shards a child has read past: finished, whatever their own rows say.
+        let read_past: HashSet<String> = shards
+            .iter()
+            .filter(|s| {
+                leases.get(&s.shard_id).is_some_and(|l| {
+                    matches!(
+                        l.checkpoint,
+                        Some(Checkpoint::Sequence(_) | Checkpoint::ShardEnd)
+                    )
+                })
+            })
+            .flat_map(|s| s.parents().map(str::to_owned))
+            .collect();
         for shard in shards {
             if !leases.contains_key(&shard.shard_id) {
                 let mut lease = Lease::new(
@@ -235,7 +254,13 @@ impl Coordinator {
                     shard.parents().map(str::to_owned).collect(),
                 );
                 // Where a reader that takes the shard later opens (children: the child rule).
-                if lease.parents.is_empty() {
+                // A shard whose row went while it is still listed (a listing that lagged
+                // behind another instance's cleanup) is not read again once a child has read
+                // past it.
+                if read_past.contains(&shard.shard_id) {
+                    tracing::info!(shard = %shard.shard_id, "a listed shard with no row whose children read past it: recorded as finished");
+                    lease.checkpoint = Some(Checkpoint::ShardEnd);
+                } else if lease.parents.is_empty() {
                     let point = self
                         .config
                         .start_at
@@ -349,14 +374,24 @@ impl Coordinator {
 
     /// Deletes the rows nobody needs any more, once nobody wrote them for the lease duration:
     /// the worker row of another instance (it stopped without deleting it, or crashed), and
-    /// the row of a shard the stream no longer lists (it left the retention period, so there
-    /// is nothing to read and no child waits for it). A row written meanwhile is kept: the
-    /// delete is conditional on the owner and counter seen.
+    /// the row of a shard the stream has not listed for a lease duration and a listing (it
+    /// left the retention period, so there is nothing to read and no child waits for it). A
+    /// row written meanwhile is kept: the delete is conditional on the owner and counter seen.
+    /// At most [`MAX_DELETES_PER_LISTING`] go per listing, side by side, so a long backlog of
+    /// stale rows cannot hold up renewals.
     async fn delete_stale_rows(
         &mut self,
         listed: &HashSet<&str>,
         leases: &mut BTreeMap<String, Lease>,
     ) {
+        let now = self.config.clock.now();
+        let is_unlisted = |id: &str| !id.starts_with(WORKER_PREFIX) && !listed.contains(id);
+        self.unlisted
+            .retain(|id, _| leases.contains_key(id) && is_unlisted(id));
+        for id in leases.keys().filter(|id| is_unlisted(id)) {
+            self.unlisted.entry(id.clone()).or_insert(now);
+        }
+        let unlisted_long_enough = self.config.lease_duration + self.config.list_interval;
         let own_worker = format!("{WORKER_PREFIX}{}", self.owner());
         let stale: Vec<Lease> = leases
             .values()
@@ -364,14 +399,20 @@ impl Coordinator {
                 let unneeded = if l.shard_id.starts_with(WORKER_PREFIX) {
                     l.shard_id != own_worker
                 } else {
-                    !listed.contains(l.shard_id.as_str()) && !self.held.contains_key(&l.shard_id)
+                    !self.held.contains_key(&l.shard_id)
+                        && self.unlisted.get(&l.shard_id).is_some_and(|since| {
+                            now.saturating_duration_since(*since) >= unlisted_long_enough
+                        })
                 };
                 unneeded && self.is_expired(l)
             })
+            .take(MAX_DELETES_PER_LISTING)
             .cloned()
             .collect();
-        for lease in stale {
-            match self.store.delete(&lease).await {
+        let results =
+            futures::future::join_all(stale.iter().map(|lease| self.store.delete(lease))).await;
+        for (lease, result) in stale.iter().zip(results) {
+            match result {
                 Ok(()) => {
                     tracing::info!(
                         row = %lease.shard_id,
@@ -381,6 +422,7 @@ impl Coordinator {
                     );
                     leases.remove(&lease.shard_id);
                     self.seen.remove(&lease.shard_id);
+                    self.unlisted.remove(&lease.shard_id);
                 }
                 Err(e) if e.is_lost() => {
                     tracing::debug!(row = %lease.shard_id, "row written meanwhile; kept");
@@ -389,6 +431,31 @@ impl Coordinator {
                     tracing::debug!(row = %lease.shard_id, error = %e, "deleting a row failed; retried at the next listing");
                 }
             }
+        }
+    }
+
+    /// Deletes this instance's worker row at a graceful stop. The row as last renewed may be
+    /// stale (a renewal that timed out here but was written), so a lost condition is tried
+    /// once more against the row as it is now, if it is still this instance's.
+    async fn delete_own_worker(&mut self) {
+        let Some(worker) = self.worker.take() else {
+            return;
+        };
+        let mut result = self.store.delete(&worker).await;
+        if result.as_ref().is_err_and(LeaseError::is_lost) {
+            let current = self.store.list(&self.stream).await.map(|rows| {
+                rows.into_iter().find(|l| {
+                    l.shard_id == worker.shard_id && l.owner.as_deref() == Some(self.owner())
+                })
+            });
+            result = match current {
+                Ok(Some(row)) => self.store.delete(&row).await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+        }
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "could not delete this instance's worker row; the other instances delete it once it is not renewed for the lease duration");
         }
     }
 
@@ -858,12 +925,7 @@ impl Coordinator {
         for (_, task) in std::mem::take(&mut self.handoffs) {
             let _ = task.await;
         }
-        if let Some(worker) = self.worker.take()
-            && let Err(e) = self.store.delete(&worker).await
-            && !e.is_lost()
-        {
-            tracing::warn!(error = %e, "could not delete this instance's worker row; the other instances delete it once it is not renewed for the lease duration");
-        }
+        self.delete_own_worker().await;
         tracing::info!("subscription stopped; checkpoints flushed, leases released");
     }
 }
