@@ -491,10 +491,10 @@ const PROTOCOL: &str = "kinesis";
 /// (`RustStream::with_broker_labeled("orders", KinesisBroker::new(), ..)`).
 ///
 /// Resolved without I/O from what `connect` would use: `kinesis_endpoint`, then `endpoint`,
-/// then the given `SdkConfig`'s endpoint, then `AWS_ENDPOINT_URL_KINESIS` and
-/// `AWS_ENDPOINT_URL`; without any, the regional endpoint
-/// `kinesis.<region>.amazonaws.com` (`region`, the given `SdkConfig`'s, `AWS_REGION`,
-/// `AWS_DEFAULT_REGION`). A region only a profile file names is resolved at `connect`; the
+/// then `AWS_ENDPOINT_URL_KINESIS`, the given `SdkConfig`'s endpoint and `AWS_ENDPOINT_URL`
+/// (these three not when `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`); without any, the
+/// regional endpoint `kinesis.<region>.amazonaws.com` (`.amazonaws.com.cn` in China; the
+/// region from `region`, the given `SdkConfig`, `AWS_REGION` or `AWS_DEFAULT_REGION`). A region only a profile file names is resolved at `connect`; the
 /// description then has no host. The in-memory transport has no host either. Only the host
 /// and port of an endpoint are described: credentials in an endpoint URL never reach the
 /// document.
@@ -525,12 +525,24 @@ impl KinesisBroker {
             return without_host("the in-memory Kinesis transport, in this process".to_owned());
         };
         let env = |name: &str| env(name).filter(|v| !v.is_empty());
+        // Endpoints set here are explicit; those of the environment and of a given SdkConfig
+        // are "configured" ones, which the SDK skips when told to.
+        let configured = !env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let url = kinesis_endpoint
             .clone()
             .or_else(|| endpoint.clone())
-            .or_else(|| sdk_config.as_ref()?.endpoint_url().map(str::to_owned))
-            .or_else(|| env("AWS_ENDPOINT_URL_KINESIS"))
-            .or_else(|| env("AWS_ENDPOINT_URL"));
+            .or_else(|| {
+                configured
+                    .then(|| env("AWS_ENDPOINT_URL_KINESIS"))
+                    .flatten()
+            })
+            .or_else(|| {
+                configured
+                    .then(|| sdk_config.as_ref()?.endpoint_url().map(str::to_owned))
+                    .flatten()
+            })
+            .or_else(|| configured.then(|| env("AWS_ENDPOINT_URL")).flatten());
         let region = region
             .clone()
             .or_else(|| Some(sdk_config.as_ref()?.region()?.to_string()))
@@ -543,7 +555,12 @@ impl KinesisBroker {
         let mut spec = match (url, region) {
             (Some(url), _) => ruststream::ServerSpec::from_url(&url, PROTOCOL),
             (None, Some(region)) => {
-                ruststream::ServerSpec::new(format!("kinesis.{region}.amazonaws.com"), PROTOCOL)
+                let suffix = if region.starts_with("cn-") {
+                    "amazonaws.com.cn"
+                } else {
+                    "amazonaws.com"
+                };
+                ruststream::ServerSpec::new(format!("kinesis.{region}.{suffix}"), PROTOCOL)
             }
             (None, None) => return without_host(description),
         };
@@ -793,6 +810,34 @@ mod tests {
         assert_eq!(spec.host.as_deref(), Some("other:4566"));
         let spec = KinesisBroker::new().describe_with(env);
         assert_eq!(spec.host.as_deref(), Some("env:1"));
+        // The Kinesis variable wins over a given SdkConfig's endpoint and the global variable;
+        // configured endpoints are skipped when the environment says so.
+        let both = |name: &str| match name {
+            "AWS_ENDPOINT_URL_KINESIS" => Some("http://kinesis-env:1".into()),
+            "AWS_ENDPOINT_URL" => Some("http://global-env:2".into()),
+            _ => None,
+        };
+        let config = aws_config::SdkConfig::builder()
+            .endpoint_url("http://config:3")
+            .build();
+        let spec = KinesisBroker::new()
+            .sdk_config(config.clone())
+            .describe_with(both);
+        assert_eq!(spec.host.as_deref(), Some("kinesis-env:1"));
+        let spec = KinesisBroker::new()
+            .sdk_config(config)
+            .describe_with(no_env);
+        assert_eq!(spec.host.as_deref(), Some("config:3"));
+        let ignoring = |name: &str| match name {
+            "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS" => Some("true".into()),
+            "AWS_REGION" => Some("eu-west-1".into()),
+            other => both(other),
+        };
+        let spec = KinesisBroker::new().describe_with(ignoring);
+        assert_eq!(
+            spec.host.as_deref(),
+            Some("kinesis.eu-west-1.amazonaws.com")
+        );
     }
 
     #[test]
@@ -819,6 +864,13 @@ mod tests {
         assert_eq!(
             spec.host.as_deref(),
             Some("kinesis.sa-east-1.amazonaws.com")
+        );
+        let spec = KinesisBroker::new()
+            .region("cn-north-1")
+            .describe_with(no_env);
+        assert_eq!(
+            spec.host.as_deref(),
+            Some("kinesis.cn-north-1.amazonaws.com.cn")
         );
         // Nothing known before connect: no host, and the description says why.
         let spec = KinesisBroker::new().describe_with(no_env);
