@@ -89,6 +89,8 @@ pub(crate) struct Coordinator {
     seen: HashMap<String, Seen>,
     /// Rows of shards the listing lacks, with when each was first found missing.
     unlisted: HashMap<String, Instant>,
+    /// A delete was refused in a way retrying cannot fix (already said at warn level).
+    delete_refused: bool,
     worker: Option<Lease>,
     worker_renewed: Instant,
     /// The shards this subscription opens with (those it set out to take at its first
@@ -134,6 +136,7 @@ impl Coordinator {
             held: BTreeMap::new(),
             seen: HashMap::new(),
             unlisted: HashMap::new(),
+            delete_refused: false,
             worker: None,
             worker_renewed: Instant::now(),
             startup: None,
@@ -233,19 +236,21 @@ impl Coordinator {
             .into_iter()
             .map(|l| (l.shard_id.clone(), l))
             .collect();
-        // Shards a child has read past: finished, whatever their own rows say.
+        // Shards whose children were started (a child's row records where its reader began,
+        // or how far it got): finished, whatever their own rows say.
         let read_past: HashSet<String> = shards
             .iter()
             .filter(|s| {
                 leases.get(&s.shard_id).is_some_and(|l| {
                     matches!(
                         l.checkpoint,
-                        Some(Checkpoint::Sequence(_) | Checkpoint::ShardEnd)
+                        Some(Checkpoint::Start(_) | Checkpoint::Sequence(_) | Checkpoint::ShardEnd)
                     )
                 })
             })
             .flat_map(|s| s.parents().map(str::to_owned))
             .collect();
+        let mut raced = false;
         for shard in shards {
             if !leases.contains_key(&shard.shard_id) {
                 let mut lease = Lease::new(
@@ -270,8 +275,17 @@ impl Coordinator {
                         .unwrap_or_else(|| StartingPoint::since(std::time::SystemTime::now()));
                     lease.checkpoint = Some(Checkpoint::Initial(point));
                 }
-                self.store.create(&lease).await?;
-                leases.insert(shard.shard_id.clone(), lease);
+                if self.store.create(&lease).await? {
+                    leases.insert(shard.shard_id.clone(), lease);
+                } else {
+                    // Another instance created it first: its row is the one to go by.
+                    raced = true;
+                }
+            }
+        }
+        if raced {
+            for lease in self.store.list(&self.stream).await? {
+                leases.entry(lease.shard_id.clone()).or_insert(lease);
             }
         }
         let now = self.config.clock.now();
@@ -427,8 +441,13 @@ impl Coordinator {
                 Err(e) if e.is_lost() => {
                     tracing::debug!(row = %lease.shard_id, "row written meanwhile; kept");
                 }
-                Err(e) => {
+                Err(e) if e.is_retryable() || self.delete_refused => {
                     tracing::debug!(row = %lease.shard_id, error = %e, "deleting a row failed; retried at the next listing");
+                }
+                Err(e) => {
+                    // Said once: a policy without dynamodb:DeleteItem refuses every delete.
+                    self.delete_refused = true;
+                    tracing::warn!(row = %lease.shard_id, error = %e, "deleting a stale lease table row failed; rows of stopped instances and expired shards stay until it works");
                 }
             }
         }
