@@ -164,7 +164,8 @@ impl KinesisBroker {
     }
 
     /// Sends every Kinesis and DynamoDB call to `url` (LocalStack, emulators). AWS transport
-    /// only; it overrides the endpoint of a given SDK configuration too.
+    /// only; it overrides the endpoint of a given SDK configuration and the environment's
+    /// (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_KINESIS`, ...) too.
     pub fn endpoint(mut self, url: impl Into<String>) -> Self {
         if let Transport::Aws { endpoint, .. } = &mut self.transport {
             *endpoint = Some(url.into());
@@ -346,12 +347,15 @@ impl KinesisBroker {
                     }
                 };
                 check_credentials(&config).await?;
+                // Endpoints set on the broker are set on each client, so they win over the
+                // environment's (`AWS_ENDPOINT_URL_KINESIS`, ...), which the SDK would otherwise
+                // prefer to the configuration's.
                 let mut kinesis = aws_sdk_kinesis::config::Builder::from(&config);
-                if let Some(url) = kinesis_endpoint {
+                if let Some(url) = kinesis_endpoint.as_ref().or(endpoint.as_ref()) {
                     kinesis = kinesis.endpoint_url(url.clone());
                 }
                 let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&config);
-                if let Some(url) = dynamodb_endpoint {
+                if let Some(url) = dynamodb_endpoint.as_ref().or(endpoint.as_ref()) {
                     dynamo = dynamo.endpoint_url(url.clone());
                 }
                 (
@@ -490,11 +494,12 @@ const PROTOCOL: &str = "kinesis";
 /// AsyncAPI document: lets a service register it under a label
 /// (`RustStream::with_broker_labeled("orders", KinesisBroker::new(), ..)`).
 ///
-/// Resolved without I/O from what `connect` would use: `kinesis_endpoint`, then `endpoint`,
-/// then `AWS_ENDPOINT_URL_KINESIS`, the given `SdkConfig`'s endpoint and `AWS_ENDPOINT_URL`
-/// (these three not when `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`); without any, the
-/// regional endpoint `kinesis.<region>.amazonaws.com` (`.amazonaws.com.cn` in China; the
-/// region from `region`, the given `SdkConfig`, `AWS_REGION` or `AWS_DEFAULT_REGION`). A region only a profile file names is resolved at `connect`; the
+/// Resolved without I/O in the order `connect` uses: `kinesis_endpoint`, then `endpoint`,
+/// then `AWS_ENDPOINT_URL_KINESIS` and `AWS_ENDPOINT_URL` (unless a hand-built `SdkConfig`
+/// was given, or `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`), then the given `SdkConfig`'s
+/// endpoint; without any, the regional endpoint `kinesis.<region>.amazonaws.com`
+/// (`.amazonaws.com.cn` in China; the region from `region`, the given `SdkConfig`,
+/// `AWS_REGION` or `AWS_DEFAULT_REGION`). A region only a profile file names is resolved at `connect`; the
 /// description then has no host. The in-memory transport has no host either. Only the host
 /// and port of an endpoint are described: credentials in an endpoint URL never reach the
 /// document.
@@ -525,24 +530,25 @@ impl KinesisBroker {
             return without_host("the in-memory Kinesis transport, in this process".to_owned());
         };
         let env = |name: &str| env(name).filter(|v| !v.is_empty());
-        // Endpoints set here are explicit; those of the environment and of a given SdkConfig
-        // are "configured" ones, which the SDK skips when told to.
-        let configured = !env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        // The SDK's order: an endpoint set on the broker (set on the client itself), then the
+        // environment's, then the configuration's. The environment is read when the SDK
+        // configuration is loaded from it (not for a hand-built SdkConfig), and not at all
+        // with `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`.
+        let reads_env = sdk_config
+            .as_ref()
+            .is_none_or(|c| c.service_config().is_some())
+            && !env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let from_env = || {
+            reads_env
+                .then(|| env("AWS_ENDPOINT_URL_KINESIS").or_else(|| env("AWS_ENDPOINT_URL")))
+                .flatten()
+        };
         let url = kinesis_endpoint
             .clone()
             .or_else(|| endpoint.clone())
-            .or_else(|| {
-                configured
-                    .then(|| env("AWS_ENDPOINT_URL_KINESIS"))
-                    .flatten()
-            })
-            .or_else(|| {
-                configured
-                    .then(|| sdk_config.as_ref()?.endpoint_url().map(str::to_owned))
-                    .flatten()
-            })
-            .or_else(|| configured.then(|| env("AWS_ENDPOINT_URL")).flatten());
+            .or_else(from_env)
+            .or_else(|| sdk_config.as_ref()?.endpoint_url().map(str::to_owned));
         let region = region
             .clone()
             .or_else(|| Some(sdk_config.as_ref()?.region()?.to_string()))
@@ -810,8 +816,8 @@ mod tests {
         assert_eq!(spec.host.as_deref(), Some("other:4566"));
         let spec = KinesisBroker::new().describe_with(env);
         assert_eq!(spec.host.as_deref(), Some("env:1"));
-        // The Kinesis variable wins over a given SdkConfig's endpoint and the global variable;
-        // configured endpoints are skipped when the environment says so.
+        // The Kinesis variable first; a hand-built SdkConfig is not read with the environment,
+        // so its endpoint is used; the environment's endpoints are skipped when it says so.
         let both = |name: &str| match name {
             "AWS_ENDPOINT_URL_KINESIS" => Some("http://kinesis-env:1".into()),
             "AWS_ENDPOINT_URL" => Some("http://global-env:2".into()),
@@ -820,10 +826,12 @@ mod tests {
         let config = aws_config::SdkConfig::builder()
             .endpoint_url("http://config:3")
             .build();
+        let spec = KinesisBroker::new().describe_with(both);
+        assert_eq!(spec.host.as_deref(), Some("kinesis-env:1"));
         let spec = KinesisBroker::new()
             .sdk_config(config.clone())
             .describe_with(both);
-        assert_eq!(spec.host.as_deref(), Some("kinesis-env:1"));
+        assert_eq!(spec.host.as_deref(), Some("config:3"));
         let spec = KinesisBroker::new()
             .sdk_config(config)
             .describe_with(no_env);
