@@ -22,7 +22,7 @@
 //! row of a finished shard is kept while the stream still lists the shard: it is what tells
 //! every instance that the shard's children may start. Should a listed shard lose its row all
 //! the same (an instance whose listing lagged behind another's cleanup), its row comes back as
-//! finished once a child has read past it, so it is never read again.
+//! finished once a child has started, so it is never read again.
 
 mod dynamo;
 mod error;
