@@ -36,11 +36,15 @@ fn builder(api: &SharedKinesis, store: &MemoryLeaseStore, owner: &str) -> Subscr
     builder_on(api, Arc::new(store.clone()), owner)
 }
 
-/// The test settings over any lease store: fast listings, short leases, frequent checkpoints.
+/// The test settings over any lease store, from the oldest record.
 fn builder_on(api: &SharedKinesis, store: SharedLeaseStore, owner: &str) -> SubscriptionBuilder {
+    fast(api, store, owner).start_at(KinesisPosition::horizon())
+}
+
+/// Fast listings, short leases, frequent checkpoints; the default start position.
+fn fast(api: &SharedKinesis, store: SharedLeaseStore, owner: &str) -> SubscriptionBuilder {
     Subscription::builder(api.clone(), store, STREAM)
         .owner(owner)
-        .start_at(KinesisPosition::horizon())
         .read_settings(
             ReadSettings::default()
                 .poll_interval(Duration::from_millis(50))
@@ -627,16 +631,7 @@ async fn shards_taken_after_startup_miss_nothing_written_after_start() {
     store.create(&row).await.unwrap();
     store.take(&row, "b").await.unwrap();
 
-    let mut a = Subscription::builder(api.clone(), Arc::new(store.clone()), STREAM)
-        .owner("a")
-        .read_settings(
-            ReadSettings::default()
-                .poll_interval(Duration::from_millis(50))
-                .unlimited_reads(),
-        )
-        .list_interval(Duration::from_millis(200))
-        .lease_duration(Duration::from_millis(900))
-        .checkpoint_interval(Duration::from_millis(100))
+    let mut a = fast(&api, Arc::new(store.clone()), "a")
         .start()
         .await
         .unwrap();
