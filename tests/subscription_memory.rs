@@ -55,6 +55,13 @@ fn fast(api: &SharedKinesis, store: SharedLeaseStore, owner: &str) -> Subscripti
         .checkpoint_interval(Duration::from_millis(100))
 }
 
+/// Splits shard 0 in the middle of the key space: shards 1 and 2 are its children.
+async fn split_shard0(api: &SharedKinesis) {
+    api.split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
+        .await
+        .unwrap();
+}
+
 async fn take(sub: &mut Subscription, n: usize) -> Vec<Delivery<Record>> {
     let mut out = Vec::new();
     while out.len() < n {
@@ -478,9 +485,7 @@ async fn start_fails_with_a_clear_error_for_a_stream_that_does_not_exist() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_of_a_closed_shards_last_record_is_served_before_its_children_start() {
     let (memory, api, store) = setup(1, 3);
-    api.split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
-        .await
-        .unwrap();
+    split_shard0(&api).await;
     memory.put(STREAM, "key-child", "child").unwrap();
     let mut sub = builder(&api, &store, "a").start().await.unwrap();
     let parent = take(&mut sub, 3).await;
@@ -676,9 +681,7 @@ async fn rows(store: &MemoryLeaseStore) -> Vec<String> {
 async fn a_shard_past_the_retention_period_loses_its_row_and_its_children_go_on() {
     support::init_tracing();
     let (memory, api, store) = setup(1, 5);
-    api.split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
-        .await
-        .unwrap();
+    split_shard0(&api).await;
     let mut sub = builder(&api, &store, "a").start().await.unwrap();
     take(&mut sub, 5)
         .await
@@ -741,9 +744,7 @@ async fn a_shard_past_the_retention_period_loses_its_row_and_its_children_go_on(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listed_shard_whose_row_vanished_after_its_children_read_past_it_is_not_read_again() {
     let (memory, api, store) = setup(1, 5);
-    api.split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
-        .await
-        .unwrap();
+    split_shard0(&api).await;
     memory.put(STREAM, "key-child", "child").unwrap();
     let mut sub = builder(&api, &store, "a").start().await.unwrap();
     take(&mut sub, 5)
