@@ -1,8 +1,9 @@
 //! The in-process lease table.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
 use crate::position::Checkpoint;
@@ -23,9 +24,10 @@ const NO_OWNER: &str = "(no owner)";
 /// saw, exactly like [`DynamoLeaseStore`](super::DynamoLeaseStore), so a stale view fails with
 /// [`LeaseError::Lost`].
 ///
-/// Two test knobs let other layers exercise their failure paths:
+/// Test knobs let other layers exercise their failure paths:
 /// [`set_unavailable`](Self::set_unavailable) makes every call fail with
-/// [`LeaseError::Unavailable`], and [`writes`](Self::writes) /
+/// [`LeaseError::Unavailable`], [`set_latency`](Self::set_latency) makes every call answer
+/// late, and [`writes`](Self::writes) /
 /// [`checkpoint_writes`](Self::checkpoint_writes) count successful writes.
 ///
 /// ```
@@ -53,6 +55,8 @@ const NO_OWNER: &str = "(no owner)";
 pub struct MemoryLeaseStore {
     state: Arc<Mutex<State>>,
     unavailable: Arc<AtomicBool>,
+    /// Nanoseconds every call waits before it is carried out.
+    latency: Arc<AtomicU64>,
 }
 
 /// Everything behind the lock.
@@ -75,6 +79,21 @@ impl MemoryLeaseStore {
     /// set back to false.
     pub fn set_unavailable(&self, unavailable: bool) {
         self.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// Makes every call wait `latency` (on the tokio clock, so paused time applies) before it
+    /// is carried out, as a slow or distant table would. `Duration::ZERO` turns it off.
+    pub fn set_latency(&self, latency: Duration) {
+        let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        self.latency.store(nanos, Ordering::SeqCst);
+    }
+
+    /// Waits the configured latency, if any.
+    async fn delay(&self) {
+        let nanos = self.latency.load(Ordering::SeqCst);
+        if nanos > 0 {
+            tokio::time::sleep(Duration::from_nanos(nanos)).await;
+        }
     }
 
     /// How many writes succeeded so far (a `create` that added a row, and every successful
@@ -201,19 +220,29 @@ impl MemoryLeaseStore {
 
 impl LeaseStore for MemoryLeaseStore {
     fn prepare(&self) -> LeaseFuture<'_, ()> {
-        Box::pin(async move { self.check_available("prepare") })
+        Box::pin(async move {
+            self.delay().await;
+            self.check_available("prepare")
+        })
     }
 
     fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
-        Box::pin(async move { self.do_list(stream) })
+        Box::pin(async move {
+            self.delay().await;
+            self.do_list(stream)
+        })
     }
 
     fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
-        Box::pin(async move { self.do_create(lease) })
+        Box::pin(async move {
+            self.delay().await;
+            self.do_create(lease)
+        })
     }
 
     fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease> {
         Box::pin(async move {
+            self.delay().await;
             self.write("take", lease, lease.owner.as_deref(), owner, |row| {
                 row.owner = Some(owner.to_owned());
             })
@@ -221,7 +250,10 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        Box::pin(async move { self.write_held("renew", lease, |_| {}) })
+        Box::pin(async move {
+            self.delay().await;
+            self.write_held("renew", lease, |_| {})
+        })
     }
 
     fn checkpoint<'a>(
@@ -230,6 +262,7 @@ impl LeaseStore for MemoryLeaseStore {
         checkpoint: &'a Checkpoint,
     ) -> LeaseFuture<'a, Lease> {
         Box::pin(async move {
+            self.delay().await;
             self.write_held(CHECKPOINT, lease, |row| {
                 row.checkpoint = Some(checkpoint.clone());
             })
@@ -238,6 +271,7 @@ impl LeaseStore for MemoryLeaseStore {
 
     fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
         Box::pin(async move {
+            self.delay().await;
             self.write_held("release", lease, |row| {
                 row.owner = None;
             })
@@ -246,6 +280,7 @@ impl LeaseStore for MemoryLeaseStore {
 
     fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
         Box::pin(async move {
+            self.delay().await;
             self.check_available("delete")?;
             let mut state = self.lock();
             let key = (lease.stream.clone(), lease.shard_id.clone());
