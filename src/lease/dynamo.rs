@@ -46,6 +46,8 @@ const CHECKPOINT: &str = "checkpoint";
 const PARENTS: &str = "parentShardIds";
 /// Wall-clock milliseconds of the last write; informational only.
 const WRITTEN: &str = "lastWrittenAt";
+/// The shard's starting sequence number (tells the generations of a stream name apart).
+const STARTING_SEQUENCE: &str = "startingSequenceNumber";
 /// How a [`Checkpoint::ShardEnd`] is stored.
 const SHARD_END: &str = "SHARD_END";
 
@@ -818,6 +820,9 @@ fn to_item(lease: &Lease) -> HashMap<String, AttributeValue> {
     if let Some(checkpoint) = &lease.checkpoint {
         item.insert(CHECKPOINT.to_owned(), checkpoint_value(checkpoint));
     }
+    if let Some(seq) = &lease.starting_sequence_number {
+        item.insert(STARTING_SEQUENCE.to_owned(), AttributeValue::S(seq.clone()));
+    }
     if !lease.parents.is_empty() {
         let parents = lease
             .parents
@@ -925,6 +930,7 @@ fn parse_row(
             ));
         }
     };
+    let starting_sequence_number = string(STARTING_SEQUENCE)?;
     Ok(Lease {
         stream,
         shard_id,
@@ -932,6 +938,7 @@ fn parse_row(
         counter,
         checkpoint,
         parents,
+        starting_sequence_number,
     })
 }
 

@@ -23,6 +23,12 @@
 //! every instance that the shard's children may start. Should a listed shard lose its row all
 //! the same (an instance whose listing lagged behind another's cleanup), its row comes back as
 //! finished once a child has started, so it is never read again.
+//!
+//! A shard's row is created by the first instance that lists the shard, and it records once
+//! and for all whether the application reads the shard: a closed shard that nothing will read
+//! (the application began at the tip after it closed) is created finished. Each row also
+//! keeps the shard's starting sequence number, which tells it from a shard of the same id in
+//! an earlier stream of the same name.
 
 mod dynamo;
 mod error;
@@ -59,6 +65,10 @@ pub struct Lease {
     pub checkpoint: Option<Checkpoint>,
     /// The shard's parents (none, one for a split, two for a merge).
     pub parents: Vec<String>,
+    /// The sequence number the shard began at, as ListShards gives it. It tells this shard
+    /// from a shard of the same id in an earlier stream of the same name (a stream deleted
+    /// and created again); `None` on rows written before it was recorded, and on worker rows.
+    pub starting_sequence_number: Option<String>,
 }
 
 impl Lease {
@@ -76,6 +86,7 @@ impl Lease {
             counter: 0,
             checkpoint: None,
             parents,
+            starting_sequence_number: None,
         }
     }
 
