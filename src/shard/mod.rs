@@ -13,6 +13,7 @@ mod reader;
 mod settings;
 mod stream;
 
+pub(crate) use reader::ReadProbe;
 pub use reader::SettledPosition;
 pub use settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_FAILURE_BACKOFF, DEFAULT_MAX_FAILURES, DEFAULT_POLL_INTERVAL,

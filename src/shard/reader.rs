@@ -64,6 +64,22 @@ impl SettledPosition {
     }
 }
 
+/// Counts the successful GetRecords calls of every reader it is given to: a subscription
+/// learns from it whether its instance can still read.
+#[derive(Debug, Default)]
+pub(crate) struct ReadProbe(std::sync::atomic::AtomicU64);
+
+impl ReadProbe {
+    fn succeeded(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many GetRecords calls succeeded so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// What one step of the reader produced.
 pub(crate) enum Step {
     /// Records to hand on (possibly none), and the shard's end when this read reached it.
@@ -82,6 +98,8 @@ pub(crate) struct Reader {
     /// Where the reader was asked to open.
     pub(crate) start: StartingPoint,
     pub(crate) settled: Option<SettledPosition>,
+    /// Told of every successful GetRecords.
+    pub(crate) probe: Option<Arc<ReadProbe>>,
     /// The iterator of the next GetRecords; `None` when a new one must be fetched.
     iterator: Option<String>,
     /// Where the next GetShardIterator opens; `start` until an iterator expires.
@@ -116,6 +134,7 @@ impl Reader {
             reopen_at: start.clone(),
             start,
             settled,
+            probe: None,
             iterator: None,
             first_iterator_at: None,
             first_read: None,
@@ -196,6 +215,9 @@ impl Reader {
                 .await;
             match answer {
                 Ok(out) => {
+                    if let Some(probe) = &self.probe {
+                        probe.succeeded();
+                    }
                     self.failures = 0;
                     self.expiries_in_row = 0;
                     let answered_empty = out.records.is_empty();

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, Span};
 
 use super::ShardEnd;
-use super::reader::{Reader, SettledPosition, Step};
+use super::reader::{ReadProbe, Reader, SettledPosition, Step};
 use super::settings::ReadSettings;
 use crate::api::SharedKinesis;
 use crate::error::KinesisError;
@@ -49,6 +49,7 @@ pub struct ShardReader {
     shard: Arc<str>,
     settings: ReadSettings,
     settled: Option<SettledPosition>,
+    probe: Option<Arc<ReadProbe>>,
 }
 
 impl fmt::Debug for ShardReader {
@@ -74,6 +75,7 @@ impl ShardReader {
             shard: shard.into(),
             settings: ReadSettings::default(),
             settled: None,
+            probe: None,
         }
     }
 
@@ -90,6 +92,12 @@ impl ShardReader {
         self
     }
 
+    /// Counts this reader's successful GetRecords calls in `probe`.
+    pub(crate) fn probe(mut self, probe: Arc<ReadProbe>) -> Self {
+        self.probe = Some(probe);
+        self
+    }
+
     /// Opens the shard at `start`. Nothing is read until the stream is polled.
     ///
     /// # Errors
@@ -98,7 +106,7 @@ impl ShardReader {
     pub fn open(self, start: StartingPoint) -> Result<ShardStream, KinesisError> {
         self.settings.validate()?;
         let span = tracing::info_span!("shard", stream = %self.stream, shard = %self.shard);
-        let reader = Reader::new(
+        let mut reader = Reader::new(
             self.api,
             self.stream.clone(),
             self.shard.clone(),
@@ -106,6 +114,7 @@ impl ShardReader {
             start,
             self.settled,
         );
+        reader.probe = self.probe;
         Ok(ShardStream {
             state: State::Idle(Box::new(reader)),
             buffer: VecDeque::new(),
