@@ -15,7 +15,8 @@
 //!    treated as if no position had been given.
 //! 2. Otherwise a stored checkpoint opens the shard right AFTER the record it names. A
 //!    checkpoint that only records where an earlier reader began (nothing settled yet,
-//!    [`Checkpoint::Start`]) opens the shard there.
+//!    [`Checkpoint::Start`]), or where a shard nobody has read yet begins
+//!    ([`Checkpoint::Initial`]), opens the shard there.
 //! 3. Otherwise a child shard (one created by a split or a merge) opens at TRIM_HORIZON, so
 //!    none of its records is missed.
 //! 4. Otherwise the shard opens at LATEST.
@@ -164,12 +165,12 @@ pub enum Checkpoint {
     /// where that reader began instead of skipping to the tip. Never `LATEST`: a reader that
     /// opens at LATEST records the time it opened (AT_TIMESTAMP).
     Start(StartingPoint),
-    /// Nobody has read the shard yet: written when its lease row is created. A reader that
-    /// takes the shard later than the listing that created the row (it did not open with it
-    /// at its own startup) opens here, so nothing written after any instance's `start`
-    /// returned is missed: the position `start_at` names for the shard, else the time the row
-    /// was created (AT_TIMESTAMP). A reader opening the shard at its own startup ignores it
-    /// (`start_at`, else LATEST, as if there were no checkpoint).
+    /// Nobody has read the shard yet, and it begins here: written when the lease row of a
+    /// shard on the frontier of what the application reads is created (no parent of it is
+    /// read). The position is the subscription's `initial_position`, else its `start_at`, else
+    /// the tip, recorded as the time the creating instance started (AT_TIMESTAMP), so nothing
+    /// written after any instance's `start` returned is missed. Only a `start_at` position
+    /// at startup goes ahead of it.
     Initial(StartingPoint),
     /// Every record up to and including this sequence number is settled.
     Sequence(String),
@@ -291,10 +292,6 @@ pub fn starting_point(
         return Some(point);
     }
     match checkpoint {
-        // Opening with the shard at startup: as if there were no checkpoint.
-        Some(Checkpoint::Initial(_)) if origin == ShardOrigin::Startup => {
-            Some(StartingPoint::Latest)
-        }
         Some(Checkpoint::Initial(point)) => Some(point.clone()),
         Some(Checkpoint::ShardEnd) => None,
         Some(Checkpoint::Sequence(seq)) => Some(StartingPoint::AfterSequence(seq.clone())),
@@ -322,7 +319,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_nobody_read_opens_where_its_row_was_created_unless_opened_at_startup() {
+    fn a_shard_nobody_read_opens_where_its_row_was_created_unless_start_at_applies() {
         let created = Checkpoint::Initial(StartingPoint::AtTimestamp(1_000));
         assert_eq!(
             starting_point("s", ShardOrigin::Takeover, None, Some(&created)),
@@ -330,7 +327,7 @@ mod tests {
         );
         assert_eq!(
             starting_point("s", ShardOrigin::Startup, None, Some(&created)),
-            Some(StartingPoint::Latest)
+            Some(StartingPoint::AtTimestamp(1_000))
         );
         assert_eq!(
             starting_point(

@@ -43,16 +43,7 @@ fn builder_on(api: &SharedKinesis, store: SharedLeaseStore, owner: &str) -> Subs
 
 /// Fast listings, short leases, frequent checkpoints; the default start position.
 fn fast(api: &SharedKinesis, store: SharedLeaseStore, owner: &str) -> SubscriptionBuilder {
-    Subscription::builder(api.clone(), store, STREAM)
-        .owner(owner)
-        .read_settings(
-            ReadSettings::default()
-                .poll_interval(Duration::from_millis(50))
-                .unlimited_reads(),
-        )
-        .list_interval(Duration::from_millis(200))
-        .lease_duration(Duration::from_millis(900))
-        .checkpoint_interval(Duration::from_millis(100))
+    support::reading::fast(api, store, STREAM, owner)
 }
 
 /// Splits shard 0 in the middle of the key space: shards 1 and 2 are its children.

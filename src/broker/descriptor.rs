@@ -49,6 +49,7 @@ pub struct KinesisStream {
     name: String,
     create_if_missing: Option<u32>,
     start_at: Option<KinesisPosition>,
+    initial_position: Option<KinesisPosition>,
     read: ReadSettings,
     list_interval: Option<Duration>,
     lease_duration: Option<Duration>,
@@ -64,6 +65,7 @@ impl KinesisStream {
             name: name.into(),
             create_if_missing: None,
             start_at: None,
+            initial_position: None,
             read: ReadSettings::default(),
             list_interval: None,
             lease_duration: None,
@@ -89,6 +91,15 @@ impl KinesisStream {
     /// subscriber, which this broker does not offer yet.
     pub fn start_at(mut self, position: KinesisPosition) -> Self {
         self.start_at = Some(position);
+        self
+    }
+
+    /// Where shards that have no checkpoint yet begin (the KCL's initial position): the
+    /// application's first start reads from here, later starts resume from the checkpoints.
+    /// Unlike [`start_at`](Self::start_at), a redeploy replays nothing. See
+    /// [`SubscriptionBuilder::initial_position`](crate::SubscriptionBuilder::initial_position).
+    pub fn initial_position(mut self, position: KinesisPosition) -> Self {
+        self.initial_position = Some(position);
         self
     }
 
@@ -228,6 +239,9 @@ impl KinesisStream {
         }
         if let Some(position) = self.start_at {
             builder = builder.start_at(position);
+        }
+        if let Some(position) = self.initial_position {
+            builder = builder.initial_position(position);
         }
         if let Some(every) = self.list_interval {
             builder = builder.list_interval(every);

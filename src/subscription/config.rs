@@ -27,6 +27,7 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 10_000;
 pub struct SubscriptionConfig {
     pub(crate) owner: String,
     pub(crate) start_at: Option<KinesisPosition>,
+    pub(crate) initial_position: Option<KinesisPosition>,
     pub(crate) read: ReadSettings,
     pub(crate) list_interval: Duration,
     pub(crate) lease_duration: Duration,
@@ -41,6 +42,7 @@ impl SubscriptionConfig {
         Self {
             owner,
             start_at: None,
+            initial_position: None,
             read: ReadSettings::default(),
             list_interval: DEFAULT_LIST_INTERVAL,
             lease_duration: DEFAULT_LEASE_DURATION,
@@ -67,11 +69,6 @@ impl SubscriptionConfig {
     /// the lease.
     pub(crate) fn give_up_after(&self) -> Duration {
         self.lease_duration * 2 / 3
-    }
-
-    /// True when a shard without a checkpoint opens at the tip (no position, or LATEST).
-    pub(crate) fn opens_at_tip(&self) -> bool {
-        matches!(self.start_at, None | Some(KinesisPosition::Latest))
     }
 
     pub(crate) fn validate(&self) -> Result<(), KinesisError> {

@@ -9,9 +9,11 @@
 //!
 //! A background task (spawned on the current tokio runtime) lists the stream's shards every
 //! `list_interval`, keeps one lease row per shard in the lease store, takes the leases nobody
-//! holds (or whose holder stopped renewing), renews them every third of `lease_duration`,
-//! writes each shard's checkpoint at most once per `checkpoint_interval`, and starts a child
-//! shard only after every parent is read to its end and checkpointed as SHARD_END.
+//! holds (or whose holder stopped renewing), and starts a shard only after every parent is
+//! read to its end and checkpointed as SHARD_END, at any depth of splits and merges. Each held
+//! shard has a task of its own that renews its lease every third of `lease_duration` and
+//! writes its checkpoint at most once per `checkpoint_interval`, so no other work (a long
+//! listing, many takes, a slow lease table) can delay a renewal.
 //!
 //! Instances balance shards between them: each one records itself in the lease table, and an
 //! instance holding more than its share hands the excess off gracefully (it stops reading,
@@ -130,10 +132,27 @@ impl SubscriptionBuilder {
         self
     }
 
-    /// Where the shards the subscription opens with start, ahead of their checkpoints.
-    /// Shards opened later (children, takeovers) resume from their checkpoints.
+    /// Where the shards the subscription opens with start, ahead of their checkpoints: every
+    /// start replays from here (the spec's `start_at`). Shards opened later (children,
+    /// takeovers) resume from their checkpoints. Also where shards nobody has read yet begin,
+    /// unless [`initial_position`](Self::initial_position) says otherwise.
     pub fn start_at(mut self, position: KinesisPosition) -> Self {
         self.config.start_at = Some(position);
+        self
+    }
+
+    /// Where shards that have no checkpoint yet begin (the KCL's initial position): the first
+    /// start of an application reads from here, and every later start resumes from the
+    /// checkpoints, so a redeploy replays nothing. Without it (and without `start_at`), shards
+    /// nobody has read begin at the tip.
+    ///
+    /// | setting | shards with a checkpoint | shards without one |
+    /// |---|---|---|
+    /// | neither | resume after it | the tip (LATEST) |
+    /// | `initial_position(p)` | resume after it | `p` |
+    /// | `start_at(p)` | `p`, at every start | `p` |
+    pub fn initial_position(mut self, position: KinesisPosition) -> Self {
+        self.config.initial_position = Some(position);
         self
     }
 
@@ -194,8 +213,10 @@ impl SubscriptionBuilder {
     /// iterators are fetched), so a record written after `start` returns is not missed.
     ///
     /// A first listing that fails in a way retrying cannot fix (the stream does not exist,
-    /// ListShards is denied) fails `start`; a transient failure is retried at the next listing
-    /// and reported on the stream.
+    /// ListShards is denied) fails `start`. A transient failure (of ListShards, the lease
+    /// table, a take) is reported on the stream and retried within a second; `start` returns
+    /// meanwhile, and the shards it opens later begin at the time `start` was called, so
+    /// nothing written after it returned is missed either way.
     ///
     /// # Errors
     ///

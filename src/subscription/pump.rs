@@ -21,8 +21,9 @@ use crate::shard::{ShardEnd, ShardStream};
 pub(crate) enum PumpEnd {
     /// The shard is closed and fully read.
     ShardEnd(ShardEnd),
-    /// The reader stopped (too many failures, or the shard cannot be opened).
-    Stopped,
+    /// The reader (the one behind this gate) stopped: it gave up after failing over and over
+    /// (`gave_up`), or the shard cannot be opened.
+    Stopped { gate: Arc<LeaseGate>, gave_up: bool },
     /// The lease was not renewed in time: the pump (the one behind this gate) stopped handing
     /// out records for good.
     LeaseExpired(Arc<LeaseGate>),
@@ -56,6 +57,8 @@ pin_project! {
         // The shard was read to its end; records sent back are still served until the shard
         // is finished and the subscription removes this pump.
         drained: bool,
+        // The last error the reader reported was its giving up after repeated failures.
+        gave_up: bool,
         retry_timer: Option<Pin<Box<Sleep>>>,
     }
 }
@@ -76,6 +79,7 @@ impl ShardPump {
             events,
             done: false,
             drained: false,
+            gave_up: false,
             retry_timer: None,
         }
     }
@@ -154,6 +158,7 @@ impl Stream for ShardPump {
                 Poll::Ready(Some(Ok(Delivery::new(record, token))))
             }
             Poll::Ready(Some(Err(e))) => {
+                *this.gave_up = matches!(e, KinesisError::ReaderStopped { .. });
                 if let KinesisError::AggregatedRecord {
                     sequence_number, ..
                 } = &e
@@ -172,7 +177,10 @@ impl Stream for ShardPump {
                     }
                     None => {
                         *this.done = true;
-                        PumpEnd::Stopped
+                        PumpEnd::Stopped {
+                            gate: this.gate.clone(),
+                            gave_up: *this.gave_up,
+                        }
                     }
                 };
                 let _ = this.events.send(PumpEvent {

@@ -22,6 +22,7 @@ pub mod cutoff;
 pub mod events;
 pub mod outage;
 pub mod proxy;
+pub mod reading;
 pub mod shipped;
 pub mod suites;
 

@@ -1,30 +1,56 @@
-//! The background task of a subscription: lists shards, takes and renews leases, writes
-//! checkpoints, gates children on their parents, balances shards between instances, and
-//! hands shards over gracefully.
+//! The background task of a subscription. It lists shards and leases, takes its share, hands
+//! off the excess, deletes rows nobody needs, and keeps this instance's worker row; each held
+//! shard has a [`Keeper`] of its own that renews the lease, writes checkpoints and releases.
+//!
+//! The decisions are pure functions over data ([`lineage`], [`plan`], [`opening`], [`health`],
+//! [`liveness`]); this module only carries them out. Nothing here waits on a slow call: the
+//! listing, takes, deletes and the worker row run as jobs beside the loop (takes, row
+//! creation, first iterators and checkpoint writes within a bound of [`MAX_WORK`] at once), so
+//! events are handled and renewals go on whatever the table's latency.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod health;
+mod keeper;
+mod lineage;
+mod listing;
+mod liveness;
+mod opening;
+mod plan;
+mod seek;
+mod take;
+mod worker;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use tokio::sync::watch;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, MissedTickBehavior, interval, sleep, sleep_until};
+use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
 
+use self::health::Health;
+use self::keeper::{Keeper, Report};
+use self::listing::{Listing, ListingFailure, NewRowRule};
+use self::liveness::Liveness;
+use self::opening::{StartContext, opening};
+use self::plan::{Holdings, WORKER_PREFIX};
+use self::take::{TakeOutcome, Taken};
+use self::worker::WorkerDone;
 use super::config::SubscriptionConfig;
 use super::gate::LeaseGate;
 use super::pump::{PumpEnd, PumpEvent, ShardPump};
 use crate::ack::ShardAcks;
-use crate::api::{ShardDescription, SharedKinesis, list_all_shards};
+use crate::api::SharedKinesis;
 use crate::error::KinesisError;
 use crate::lease::{Lease, LeaseError, SharedLeaseStore};
-use crate::position::{Checkpoint, ShardOrigin, StartingPoint, starting_point};
-use crate::shard::ShardReader;
+use crate::position::StartingPoint;
+use crate::shard::ReadProbe;
 
-/// The prefix of the lease rows that record live instances (one per owner).
-pub(crate) const WORKER_PREFIX: &str = "worker:";
-
-/// How many stale rows one listing deletes at most.
-const MAX_DELETES_PER_LISTING: usize = 16;
+/// How many takes, row creations, first iterators and checkpoint writes run at once.
+pub(crate) const MAX_WORK: usize = 32;
 
 /// What the coordinator tells the subscription's stream.
 pub(crate) enum Command {
@@ -43,11 +69,9 @@ pub(crate) enum Control {
     /// Move the subscription; answered once the new readers are in place.
     Seek(
         crate::position::KinesisPosition,
-        tokio::sync::oneshot::Sender<Result<(), KinesisError>>,
+        oneshot::Sender<Result<(), KinesisError>>,
     ),
 }
-
-mod seek;
 
 /// The channels between a coordinator and its subscription.
 pub(crate) struct Links {
@@ -58,54 +82,79 @@ pub(crate) struct Links {
     /// Set once stopped.
     pub(crate) done: watch::Sender<bool>,
     /// Told once the first listing took its shards (or failed in a way retrying cannot fix).
-    pub(crate) first_sync: tokio::sync::oneshot::Sender<Option<KinesisError>>,
+    pub(crate) first_sync: oneshot::Sender<Option<KinesisError>>,
     /// Requests from seekers.
     pub(crate) control: UnboundedReceiver<Control>,
 }
 
-struct Held {
-    lease: Lease,
-    acks: Arc<ShardAcks>,
-    gate: Arc<LeaseGate>,
-    written: Option<Checkpoint>,
-    finish_watch: JoinHandle<()>,
-}
-
-struct Seen {
-    counter: u64,
-    owner: Option<String>,
-    since: Instant,
-}
-
-pub(crate) struct Coordinator {
+/// What the coordinator's jobs share.
+pub(crate) struct Shared {
     pub(crate) api: SharedKinesis,
     pub(crate) store: SharedLeaseStore,
     pub(crate) stream: Arc<str>,
     pub(crate) config: SubscriptionConfig,
-    pub(crate) commands: UnboundedSender<Command>,
-    pub(crate) shutdown: watch::Receiver<bool>,
-    pub(crate) done: watch::Sender<bool>,
+    /// Bounds the work that runs beside the loop (never renewals).
+    pub(crate) permits: Arc<Semaphore>,
+    /// Counts the successful reads of every reader here.
+    pub(crate) probe: Arc<ReadProbe>,
+}
+
+/// A shard being read.
+struct Held {
+    gate: Arc<LeaseGate>,
+    acks: Arc<ShardAcks>,
+    keeper: Keeper,
+}
+
+/// A job that finished.
+enum Done {
+    Listing(Result<Listing, ListingFailure>),
+    Take(String, TakeOutcome),
+    Worker(WorkerDone),
+    Deleted(Vec<(Lease, Result<(), LeaseError>)>),
+}
+
+/// Where the subscription stands with its start.
+struct Startup {
+    /// The time `start` was called, as an AT_TIMESTAMP (with the clock allowance).
+    started: StartingPoint,
+    /// The shards the subscription opens with and has not opened yet; `None` until the first
+    /// listing that succeeded.
+    shards: Option<HashSet<String>>,
+    /// Told once the first listing's takes are done; `None` once told.
+    tell: Option<oneshot::Sender<Option<KinesisError>>>,
+    /// The first listing's takes still under way.
+    pending: HashSet<String>,
+}
+
+pub(crate) struct Coordinator {
+    shared: Arc<Shared>,
+    commands: UnboundedSender<Command>,
+    shutdown: watch::Receiver<bool>,
+    done: watch::Sender<bool>,
+    control: UnboundedReceiver<Control>,
+    startup: Startup,
     held: BTreeMap<String, Held>,
-    seen: HashMap<String, Seen>,
+    taking: BTreeSet<String>,
+    releasing: Vec<(String, JoinHandle<()>)>,
+    liveness: Liveness,
     /// Rows of shards the listing lacks, with when each was first found missing.
     unlisted: HashMap<String, Instant>,
     /// A delete was refused in a way retrying cannot fix (already said at warn level).
     delete_refused: bool,
-    worker: Option<Lease>,
-    worker_renewed: Instant,
-    /// The shards this subscription opens with (those it set out to take at its first
-    /// complete listing) and has not opened yet: `start_at` applies to them only. `None` until
-    /// that listing.
-    startup: Option<HashSet<String>>,
+    worker: worker::WorkerRow,
+    health: Health,
+    /// A listing job is running.
+    listing: bool,
+    /// When the next listing starts.
+    next_listing: Instant,
+    /// Rows nobody held at the last listing (see [`NewRowRule::replaceable`]).
+    replaceable: HashSet<String>,
+    jobs: FuturesUnordered<BoxFuture<'static, Done>>,
     events_tx: UnboundedSender<PumpEvent>,
     events: UnboundedReceiver<PumpEvent>,
-    finished_tx: UnboundedSender<String>,
-    finished: UnboundedReceiver<String>,
-    /// Told once the first listing has taken its shards and fixed their positions.
-    first_sync: Option<tokio::sync::oneshot::Sender<Option<KinesisError>>>,
-    /// Shards being handed off (waiting for in-flight deliveries before the release).
-    handoffs: Vec<(String, JoinHandle<()>)>,
-    control: UnboundedReceiver<Control>,
+    reports_tx: UnboundedSender<Report>,
+    reports: UnboundedReceiver<Report>,
 }
 
 impl Coordinator {
@@ -123,46 +172,56 @@ impl Coordinator {
             first_sync,
             control,
         } = links;
-        let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
-        let (finished_tx, finished) = tokio::sync::mpsc::unbounded_channel();
+        let (events_tx, events) = unbounded_channel();
+        let (reports_tx, reports) = unbounded_channel();
+        let health = Health::new(config.lease_duration * 3);
         Self {
-            api,
-            store,
-            stream,
-            config,
+            shared: Arc::new(Shared {
+                api,
+                store,
+                stream,
+                config,
+                permits: Arc::new(Semaphore::new(MAX_WORK)),
+                probe: Arc::new(ReadProbe::default()),
+            }),
             commands,
             shutdown,
             done,
+            control,
+            startup: Startup {
+                started: StartingPoint::since(SystemTime::now()),
+                shards: None,
+                tell: Some(first_sync),
+                pending: HashSet::new(),
+            },
             held: BTreeMap::new(),
-            seen: HashMap::new(),
+            taking: BTreeSet::new(),
+            releasing: Vec::new(),
+            liveness: Liveness::default(),
             unlisted: HashMap::new(),
             delete_refused: false,
-            worker: None,
-            worker_renewed: Instant::now(),
-            startup: None,
+            worker: worker::WorkerRow::default(),
+            health,
+            listing: false,
+            next_listing: Instant::now(),
+            replaceable: HashSet::new(),
+            jobs: FuturesUnordered::new(),
             events_tx,
             events,
-            finished_tx,
-            finished,
-            first_sync: Some(first_sync),
-            handoffs: Vec::new(),
-            control,
+            reports_tx,
+            reports,
         }
     }
 
-    fn owner(&self) -> &str {
-        &self.config.owner
+    fn config(&self) -> &SubscriptionConfig {
+        &self.shared.config
     }
 
     pub(crate) async fn run(mut self) {
-        let mut list = interval(self.config.list_interval);
-        let mut renew = interval(self.config.renew_interval());
-        let mut checkpoint = interval(self.config.checkpoint_interval);
-        for timer in [&mut list, &mut renew, &mut checkpoint] {
-            timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        }
+        let mut renew = interval(self.config().renew_interval());
+        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
-            let expiry = self.next_expiry();
+            let next_listing = self.next_listing;
             tokio::select! {
                 biased;
                 changed = self.shutdown.changed() => {
@@ -170,272 +229,439 @@ impl Coordinator {
                         break;
                     }
                 }
-                _ = renew.tick() => self.renew_all().await,
-                _ = sleep_until(expiry.unwrap_or_else(Instant::now)), if expiry.is_some() => self.expire(),
-                Some(event) = self.events.recv() => self.on_pump_end(event).await,
+                Some(report) = self.reports.recv() => self.on_report(report),
+                Some(event) = self.events.recv() => self.on_pump_end(event),
+                Some(done) = self.jobs.next() => self.on_done(done),
                 Some(control) = self.control.recv() => self.on_control(control).await,
-                Some(shard) = self.finished.recv() => self.on_finished(shard).await,
-                _ = checkpoint.tick() => self.checkpoint_all().await,
-                _ = list.tick() => self.sync().await,
+                _ = renew.tick() => self.keep_worker_row(),
+                _ = sleep_until(next_listing), if !self.listing => self.start_listing(),
             }
         }
         self.stop().await;
         let _ = self.done.send(true);
     }
 
-    /// Lists shards and leases, creates missing leases, and takes or hands off shards.
-    async fn sync(&mut self) {
-        let shards = match self.list_shards().await {
-            Ok(shards) => shards,
-            Err(e) => {
-                tracing::warn!(error = %e, "listing shards failed; retried at the next listing");
-                match self.first_sync.take() {
-                    // A first listing that retrying cannot fix (no such stream, no permission)
-                    // fails `start` itself.
-                    Some(tell) if !e.is_retryable() => {
-                        let _ = tell.send(Some(e));
-                    }
-                    Some(tell) => {
-                        let _ = tell.send(None);
-                        let _ = self.commands.send(Command::Error(e));
-                    }
-                    None => {
-                        let _ = self.commands.send(Command::Error(e));
-                    }
+    fn on_done(&mut self, done: Done) {
+        match done {
+            Done::Listing(Ok(listing)) => self.on_listing(listing),
+            Done::Listing(Err(failure)) => self.on_listing_failed(failure),
+            Done::Take(shard, outcome) => self.on_take(shard, outcome),
+            Done::Worker(done) => self.on_worker(done),
+            Done::Deleted(results) => self.on_deleted(results),
+        }
+    }
+
+    // --- listing ---------------------------------------------------------------------------
+
+    fn start_listing(&mut self) {
+        self.listing = true;
+        self.next_listing = Instant::now() + self.config().list_interval;
+        let config = self.config();
+        let rule = NewRowRule {
+            position: config
+                .initial_position
+                .clone()
+                .or_else(|| config.start_at.clone()),
+            // Until the subscription has opened, the tip is the time it started.
+            tip: if self.startup.shards.is_none() {
+                self.startup.started.clone()
+            } else {
+                StartingPoint::since(SystemTime::now())
+            },
+            replaceable: self.replaceable.clone(),
+        };
+        let shared = self.shared.clone();
+        self.jobs.push(Box::pin(async move {
+            Done::Listing(listing::list(shared, rule).await)
+        }));
+    }
+
+    /// Lists again as soon as the running listing (if any) is done.
+    fn list_soon(&mut self) {
+        self.next_listing = Instant::now();
+    }
+
+    fn on_listing_failed(&mut self, failure: ListingFailure) {
+        self.listing = false;
+        // Try again soon, rather than a whole listing interval later.
+        self.next_listing =
+            Instant::now() + self.config().list_interval.min(Duration::from_secs(1));
+        let error = match failure {
+            ListingFailure::Kinesis(e) => {
+                self.health.listed(false);
+                tracing::warn!(error = %e, "listing shards failed; retried shortly");
+                if !e.is_retryable()
+                    && let Some(tell) = self.startup.tell.take()
+                {
+                    // A first listing that retrying cannot fix (no such stream, no
+                    // permission) fails `start` itself.
+                    let _ = tell.send(Some(e));
+                    return;
                 }
-                return;
+                e
+            }
+            ListingFailure::Table(e) => {
+                tracing::warn!(error = %e, "lease table unavailable during the listing; retried shortly");
+                e.into()
             }
         };
-        if let Err(e) = self.sync_with(&shards).await {
-            tracing::warn!(error = %e, "lease table unavailable during the listing");
-            let _ = self.commands.send(Command::Error(e.into()));
+        // `start` returns; the shards it opens with open at its start time when they can.
+        self.tell_started();
+        let _ = self.commands.send(Command::Error(error));
+    }
+
+    fn on_listing(&mut self, listing: Listing) {
+        self.listing = false;
+        self.health.listed(true);
+        let now = self.config().clock.now();
+        let lease_duration = self.config().lease_duration;
+        self.liveness.observe(&listing.rows, now);
+        self.note_unlisted(&listing, now);
+        let holdings = self.holdings();
+        let liveness = &self.liveness;
+        let expired = |row: &Lease| liveness.is_expired(row, now, lease_duration);
+        let view = plan::View {
+            rows: &listing.rows,
+            shards: &listing.shards,
+            owner: &self.shared.config.owner,
+            holdings: &holdings,
+            expired: &expired,
+        };
+        let unlisted_for = lease_duration + self.shared.config.list_interval;
+        let stale = plan::stale_rows(&view, &self.unlisted, now, unlisted_for);
+        let replaceable = listing
+            .rows
+            .values()
+            .filter(|row| row.owner.is_none() || expired(row))
+            .filter(|row| !holdings.has(&row.shard_id))
+            .map(|row| row.shard_id.clone())
+            .collect();
+        let eligible = lineage::eligible(&listing.shards, &listing.rows);
+        let can_work = self
+            .health
+            .can_work(self.shared.probe.count(), Instant::now());
+        let shares = plan::shares(&view, &eligible, can_work);
+        self.replaceable = replaceable;
+        tracing::debug!(
+            shards = listing.shards.len(),
+            eligible = eligible.len(),
+            live_workers = shares.live_workers,
+            target = shares.target,
+            held = self.held.len(),
+            can_work,
+            "shards listed"
+        );
+        self.delete(stale);
+        let first = self.startup.shards.is_none();
+        if first {
+            self.startup.shards = Some(shares.take.iter().map(|l| l.shard_id.clone()).collect());
         }
-        if let Some(tell) = self.first_sync.take() {
+        for lease in shares.take {
+            self.start_take(lease, first);
+        }
+        for shard in shares.hand_off {
+            tracing::info!(shard = %shard, target = shares.target, live_workers = shares.live_workers, "handing the shard off to balance");
+            self.hand_off(&shard);
+        }
+        if self.startup.pending.is_empty() {
+            self.tell_started();
+        }
+    }
+
+    /// Tracks since when each row's shard is missing from the listing.
+    fn note_unlisted(&mut self, listing: &Listing, now: Instant) {
+        let listed: HashSet<&str> = listing.shards.iter().map(|s| s.shard_id.as_str()).collect();
+        let unlisted = |id: &str| !id.starts_with(WORKER_PREFIX) && !listed.contains(id);
+        self.unlisted
+            .retain(|id, _| listing.rows.contains_key(id) && unlisted(id));
+        for id in listing.rows.keys().filter(|id| unlisted(id)) {
+            self.unlisted.entry(id.clone()).or_insert(now);
+        }
+    }
+
+    fn holdings(&mut self) -> Holdings {
+        self.releasing.retain(|(_, task)| !task.is_finished());
+        Holdings {
+            held: self.held.keys().cloned().collect(),
+            taking: self.taking.clone(),
+            releasing: self.releasing.iter().map(|(s, _)| s.clone()).collect(),
+        }
+    }
+
+    /// Tells `start` to return (once).
+    fn tell_started(&mut self) {
+        if let Some(tell) = self.startup.tell.take() {
             let _ = tell.send(None);
         }
     }
 
-    async fn list_shards(&self) -> Result<Vec<ShardDescription>, KinesisError> {
-        let listing = list_all_shards(self.api.as_ref(), &self.stream);
-        match tokio::time::timeout(self.config.call_timeout(), listing).await {
-            Ok(result) => result,
-            Err(_) => Err(KinesisError::Service {
-                operation: crate::error::Operation::ListShards,
-                stream: self.stream.to_string(),
-                message: format!("no answer within {:?}", self.config.call_timeout()),
-            }),
+    // --- takes -----------------------------------------------------------------------------
+
+    fn start_take(&mut self, lease: Lease, first: bool) {
+        let shard = lease.shard_id.clone();
+        let at_startup = self
+            .startup
+            .shards
+            .as_ref()
+            .is_some_and(|s| s.contains(&shard));
+        let context = StartContext {
+            start_at: self.config().start_at.as_ref(),
+            started: &self.startup.started,
+            starting: self.startup.tell.is_some(),
+        };
+        let Some(opening) = opening(&shard, lease.checkpoint.as_ref(), at_startup, &context) else {
+            return;
+        };
+        self.taking.insert(shard.clone());
+        if first {
+            self.startup.pending.insert(shard.clone());
+        }
+        let shared = self.shared.clone();
+        self.jobs.push(Box::pin(async move {
+            let outcome = take::take(shared, lease, opening).await;
+            Done::Take(shard, outcome)
+        }));
+    }
+
+    fn on_take(&mut self, shard: String, outcome: TakeOutcome) {
+        self.taking.remove(&shard);
+        match outcome {
+            TakeOutcome::Taken(taken) => {
+                self.opened(&shard);
+                self.install(shard.clone(), *taken);
+            }
+            TakeOutcome::Lost => {
+                tracing::debug!(shard = %shard, "another instance took the lease first");
+                self.opened(&shard);
+            }
+            TakeOutcome::Failed(e) => {
+                // Still one of the shards this subscription opens with, at the next listing.
+                tracing::warn!(shard = %shard, error = %e, "taking the lease failed");
+            }
+            TakeOutcome::Unopenable(e) => {
+                let _ = self.commands.send(Command::Error(e));
+            }
+        }
+        if self.startup.pending.remove(&shard) && self.startup.pending.is_empty() {
+            self.tell_started();
         }
     }
 
-    async fn sync_with(&mut self, shards: &[ShardDescription]) -> Result<(), LeaseError> {
-        self.ensure_worker().await?;
-        let mut leases: BTreeMap<String, Lease> = self
-            .store
-            .list(&self.stream)
-            .await?
-            .into_iter()
-            .map(|l| (l.shard_id.clone(), l))
-            .collect();
-        // Shards whose children were started (a child's row records where its reader began,
-        // or how far it got): finished, whatever their own rows say.
-        let read_past: HashSet<String> = shards
-            .iter()
-            .filter(|s| {
-                leases.get(&s.shard_id).is_some_and(|l| {
-                    matches!(
-                        l.checkpoint,
-                        Some(Checkpoint::Start(_) | Checkpoint::Sequence(_) | Checkpoint::ShardEnd)
-                    )
-                })
-            })
-            .flat_map(|s| s.parents().map(str::to_owned))
-            .collect();
-        let mut raced = false;
-        for shard in shards {
-            if !leases.contains_key(&shard.shard_id) {
-                let mut lease = Lease::new(
-                    self.stream.to_string(),
-                    shard.shard_id.clone(),
-                    shard.parents().map(str::to_owned).collect(),
-                );
-                // Where a reader that takes the shard later opens (children: the child rule).
-                // A shard whose row went while it is still listed (a listing that lagged
-                // behind another instance's cleanup) is not read again once a child has read
-                // past it.
-                if read_past.contains(&shard.shard_id) {
-                    tracing::info!(shard = %shard.shard_id, "a listed shard with no row whose children read past it: recorded as finished");
-                    lease.checkpoint = Some(Checkpoint::ShardEnd);
-                } else if lease.parents.is_empty() {
-                    let point = self
-                        .config
-                        .start_at
-                        .as_ref()
-                        .and_then(|p| p.for_shard(&lease.shard_id))
-                        .filter(|p| *p != StartingPoint::Latest)
-                        .unwrap_or_else(|| StartingPoint::since(std::time::SystemTime::now()));
-                    lease.checkpoint = Some(Checkpoint::Initial(point));
-                }
-                if self.store.create(&lease).await? {
-                    leases.insert(shard.shard_id.clone(), lease);
-                } else {
-                    // Another instance created it first: its row is the one to go by.
-                    raced = true;
-                }
-            }
+    /// `shard` is no longer one this subscription opens with.
+    fn opened(&mut self, shard: &str) {
+        if let Some(startup) = &mut self.startup.shards {
+            startup.remove(shard);
         }
-        if raced {
-            for lease in self.store.list(&self.stream).await? {
-                leases.entry(lease.shard_id.clone()).or_insert(lease);
-            }
-        }
-        let now = self.config.clock.now();
-        for lease in leases.values() {
-            let seen = self.seen.entry(lease.shard_id.clone()).or_insert(Seen {
-                counter: lease.counter,
-                owner: lease.owner.clone(),
-                since: now,
-            });
-            if seen.counter != lease.counter || seen.owner != lease.owner {
-                *seen = Seen {
-                    counter: lease.counter,
-                    owner: lease.owner.clone(),
-                    since: now,
-                };
-            }
-        }
-
-        self.seen.retain(|id, _| leases.contains_key(id));
-        let listed: HashSet<&str> = shards.iter().map(|s| s.shard_id.as_str()).collect();
-        self.delete_stale_rows(&listed, &mut leases).await;
-        let live_workers = leases
-            .values()
-            .filter(|l| l.shard_id.starts_with(WORKER_PREFIX))
-            .filter(|l| l.owner.as_deref() == Some(self.owner()) || self.is_live(l))
-            .count()
-            .max(1);
-        let finished = |id: &str| -> bool {
-            // A shard no longer listed has left the retention period: nothing to read.
-            !listed.contains(id) || leases.get(id).is_some_and(Lease::is_finished)
-        };
-        let gates = |parent: &str| -> bool {
-            if finished(parent) {
-                return false;
-            }
-            let Some(lease) = leases.get(parent) else {
-                return false;
-            };
-            // A parent nobody read, while this subscription opens at the tip, does not hold its
-            // children back.
-            lease.checkpoint.is_some() || lease.owner.is_some() || !self.config.opens_at_tip()
-        };
-        let eligible: Vec<&Lease> = shards
-            .iter()
-            .filter(|s| !finished(&s.shard_id))
-            .filter(|s| s.parents().all(|p| !gates(p)))
-            .filter_map(|s| leases.get(&s.shard_id))
-            .collect();
-        let target = eligible.len().div_ceil(live_workers);
-        tracing::debug!(
-            shards = shards.len(),
-            eligible = eligible.len(),
-            live_workers,
-            target,
-            held = self.held.len(),
-            startup = self.startup.as_ref().map_or(0, HashSet::len),
-            "shards listed"
-        );
-
-        let mut to_take = Vec::new();
-        for lease in &eligible {
-            if self.held.len() + to_take.len() >= target {
-                break;
-            }
-            if self.held.contains_key(&lease.shard_id) || self.handing_off(&lease.shard_id) {
-                continue;
-            }
-            let free = match lease.owner.as_deref() {
-                None => true,
-                Some(owner) if owner == self.owner() => true,
-                Some(_) => self.is_expired(lease),
-            };
-            if free {
-                let parents_read = lease.parents.iter().any(|p| {
-                    leases
-                        .get(p)
-                        .is_some_and(|pl| pl.checkpoint.is_some() || pl.owner.is_some())
-                });
-                to_take.push(((*lease).clone(), parents_read));
-            }
-        }
-        if self.startup.is_none() {
-            self.startup = Some(to_take.iter().map(|(l, _)| l.shard_id.clone()).collect());
-        }
-        for (lease, parents_read) in to_take {
-            self.take(lease, parents_read).await;
-        }
-
-        // Hand shards off when this instance holds more than its share.
-        let excess = self.held.len().saturating_sub(target);
-        if excess > 0 && live_workers > 1 {
-            let give: Vec<String> = self.held.keys().rev().take(excess).cloned().collect();
-            for shard in give {
-                tracing::info!(shard = %shard, target, live_workers, "handing the shard off to balance");
-                self.hand_off(&shard);
-            }
-        }
-        Ok(())
     }
 
-    /// Deletes the rows nobody needs any more, once nobody wrote them for the lease duration:
-    /// the worker row of another instance (it stopped without deleting it, or crashed), and
-    /// the row of a shard the stream has not listed for a lease duration and a listing (it
-    /// left the retention period, so there is nothing to read and no child waits for it). A
-    /// row written meanwhile is kept: the delete is conditional on the owner and counter seen.
-    /// At most [`MAX_DELETES_PER_LISTING`] go per listing, side by side, so a long backlog of
-    /// stale rows cannot hold up renewals.
-    async fn delete_stale_rows(
+    /// Starts reading a taken shard: its pump goes to the subscription's stream, its keeper
+    /// keeps the lease.
+    fn install(&mut self, shard: String, taken: Taken) {
+        let Taken {
+            lease,
+            reader,
+            acks,
+            sent,
+            written,
+            start,
+        } = taken;
+        if lease.parents.is_empty() {
+            tracing::info!(shard = %shard, position = ?start, "lease taken, reading");
+        } else {
+            tracing::info!(shard = %shard, parents = ?lease.parents, position = ?start, "lease taken; child started after its parents");
+        }
+        let gate = Arc::new(LeaseGate::new(sent, self.config().give_up_after()));
+        self.start_reading(shard, lease, written, acks, reader, gate);
+    }
+
+    fn start_reading(
         &mut self,
-        listed: &HashSet<&str>,
-        leases: &mut BTreeMap<String, Lease>,
+        shard: String,
+        lease: Lease,
+        written: Option<crate::position::Checkpoint>,
+        acks: Arc<ShardAcks>,
+        reader: crate::shard::ShardStream,
+        gate: Arc<LeaseGate>,
     ) {
-        let now = self.config.clock.now();
-        let is_unlisted = |id: &str| !id.starts_with(WORKER_PREFIX) && !listed.contains(id);
-        self.unlisted
-            .retain(|id, _| leases.contains_key(id) && is_unlisted(id));
-        for id in leases.keys().filter(|id| is_unlisted(id)) {
-            self.unlisted.entry(id.clone()).or_insert(now);
+        let keeper = Keeper::spawn(
+            &self.shared,
+            lease,
+            written,
+            acks.clone(),
+            gate.clone(),
+            self.reports_tx.clone(),
+        );
+        let pump = self.pump(reader, &acks, &gate);
+        self.held.insert(shard.clone(), Held { gate, acks, keeper });
+        let _ = self.commands.send(Command::Add(shard, pump));
+    }
+
+    /// The stream of deliveries of a shard's reader, behind its gate.
+    fn pump(
+        &self,
+        reader: crate::shard::ShardStream,
+        acks: &Arc<ShardAcks>,
+        gate: &Arc<LeaseGate>,
+    ) -> Box<ShardPump> {
+        Box::new(ShardPump::new(
+            reader,
+            acks.clone(),
+            gate.clone(),
+            self.config().max_in_flight,
+            self.events_tx.clone(),
+        ))
+    }
+
+    /// A seek's new reader of a held shard takes the old one's place in the stream.
+    fn replace_reader(
+        &mut self,
+        shard: &str,
+        acks: Arc<ShardAcks>,
+        reader: crate::shard::ShardStream,
+        gate: Arc<LeaseGate>,
+    ) {
+        let pump = self.pump(reader, &acks, &gate);
+        if let Some(held) = self.held.get_mut(shard) {
+            held.gate = gate;
+            held.acks = acks;
         }
-        let unlisted_long_enough = self.config.lease_duration + self.config.list_interval;
-        let own_worker = format!("{WORKER_PREFIX}{}", self.owner());
-        let stale: Vec<Lease> = leases
-            .values()
-            .filter(|l| {
-                let unneeded = if l.shard_id.starts_with(WORKER_PREFIX) {
-                    l.shard_id != own_worker
-                } else {
-                    !self.held.contains_key(&l.shard_id)
-                        && self.unlisted.get(&l.shard_id).is_some_and(|since| {
-                            now.saturating_duration_since(*since) >= unlisted_long_enough
-                        })
-                };
-                unneeded && self.is_expired(l)
-            })
-            .take(MAX_DELETES_PER_LISTING)
-            .cloned()
-            .collect();
-        let results =
-            futures::future::join_all(stale.iter().map(|lease| self.store.delete(lease))).await;
-        for (lease, result) in stale.iter().zip(results) {
+        let _ = self.commands.send(Command::Add(shard.to_owned(), pump));
+    }
+
+    // --- held shards -----------------------------------------------------------------------
+
+    /// Stops reading a shard: its gate closes and its pump leaves the stream. The one place a
+    /// held shard is torn down; the caller decides what becomes of its lease.
+    fn detach(&mut self, shard: &str) -> Option<Held> {
+        let held = self.held.remove(shard)?;
+        held.gate.revoke();
+        let _ = self.commands.send(Command::Remove(shard.to_owned()));
+        Some(held)
+    }
+
+    /// Stops reading a shard and hands its lease back once in-flight deliveries settle (up to
+    /// `wait`), with the checkpoint written first.
+    fn give_back(&mut self, shard: &str, wait: Duration) {
+        if let Some(held) = self.detach(shard) {
+            let task = held.keeper.release(wait);
+            self.releasing.push((shard.to_owned(), task));
+        }
+    }
+
+    /// Graceful hand-off: in-flight deliveries get the shutdown timeout.
+    fn hand_off(&mut self, shard: &str) {
+        let wait = self.config().shutdown_timeout;
+        self.give_back(shard, wait);
+    }
+
+    /// True when `gate` is the one of the shard's current reader.
+    fn is_current(&self, shard: &str, gate: &Arc<LeaseGate>) -> bool {
+        self.held
+            .get(shard)
+            .is_some_and(|held| Arc::ptr_eq(&held.gate, gate))
+    }
+
+    fn on_report(&mut self, report: Report) {
+        match report {
+            Report::Lost(shard, gate) => {
+                if self.is_current(&shard, &gate)
+                    && let Some(held) = self.detach(&shard)
+                {
+                    held.keeper.forget();
+                }
+            }
+            Report::Expired(shard, gate) => {
+                if self.is_current(&shard, &gate) {
+                    tracing::error!(shard = %shard, "cannot renew the lease; stopped reading before it can expire for others");
+                    self.give_back(&shard, Duration::ZERO);
+                }
+            }
+            Report::Finished(shard, gate) => {
+                if self.is_current(&shard, &gate)
+                    && let Some(held) = self.detach(&shard)
+                {
+                    held.keeper.forget();
+                }
+                // Its children may be eligible now.
+                self.list_soon();
+            }
+        }
+    }
+
+    fn on_pump_end(&mut self, event: PumpEvent) {
+        let shard = event.shard.to_string();
+        match event.end {
+            PumpEnd::ShardEnd(end) => {
+                tracing::info!(
+                    shard = %shard,
+                    children = ?end.child_shards.iter().map(|c| c.shard_id.as_str()).collect::<Vec<_>>(),
+                    "shard read to its end; SHARD_END once everything is settled"
+                );
+            }
+            PumpEnd::LeaseExpired(gate) => {
+                // That pump is gone for good, even if a late renewal has reopened the gate
+                // since: the shard goes back and is taken again from its checkpoint.
+                if self.is_current(&shard, &gate) {
+                    tracing::error!(shard = %shard, "the lease was not renewed in time; stopped reading before it could expire for others");
+                    self.give_back(&shard, Duration::ZERO);
+                }
+            }
+            PumpEnd::Stopped { gate, gave_up } => {
+                if !self.is_current(&shard, &gate) {
+                    return;
+                }
+                tracing::warn!(shard = %shard, "reader stopped; releasing the lease so the shard is taken again");
+                if gave_up {
+                    self.health
+                        .reader_gave_up(self.shared.probe.count(), Instant::now());
+                }
+                self.give_back(&shard, Duration::ZERO);
+            }
+        }
+    }
+
+    // --- the worker row and deletes --------------------------------------------------------
+
+    /// Keeps this instance's worker row while it can do the work, and deletes it while it
+    /// cannot, so the other instances count it exactly then.
+    fn keep_worker_row(&mut self) {
+        let can_work = self
+            .health
+            .can_work(self.shared.probe.count(), Instant::now());
+        if let Some(job) = self.worker.next_job(self.shared.clone(), can_work) {
+            self.jobs
+                .push(Box::pin(async move { Done::Worker(job.await) }));
+        }
+    }
+
+    fn on_worker(&mut self, done: WorkerDone) {
+        let give_up_after = self.config().give_up_after();
+        self.worker.done(done, give_up_after);
+    }
+
+    fn delete(&mut self, stale: Vec<Lease>) {
+        if stale.is_empty() {
+            return;
+        }
+        let store = self.shared.store.clone();
+        self.jobs.push(Box::pin(async move {
+            let results = futures::future::join_all(stale.iter().map(|l| store.delete(l))).await;
+            Done::Deleted(stale.into_iter().zip(results).collect())
+        }));
+    }
+
+    fn on_deleted(&mut self, results: Vec<(Lease, Result<(), LeaseError>)>) {
+        for (lease, result) in results {
             match result {
                 Ok(()) => {
                     tracing::info!(
                         row = %lease.shard_id,
                         owner = lease.owner.as_deref().unwrap_or("-"),
-                        "deleted a lease table row nobody needs (a stopped instance, or a shard \
-                         past the retention period)"
+                        "deleted a lease table row nobody needs (a stopped instance, a shard \
+                         past the retention period, or a shard of an earlier stream of the \
+                         same name)"
                     );
-                    leases.remove(&lease.shard_id);
-                    self.seen.remove(&lease.shard_id);
+                    self.liveness.forget(&lease.shard_id);
                     self.unlisted.remove(&lease.shard_id);
                 }
                 Err(e) if e.is_lost() => {
@@ -453,543 +679,29 @@ impl Coordinator {
         }
     }
 
-    /// Deletes this instance's worker row at a graceful stop. The row as last renewed may be
-    /// stale (a renewal that timed out here but was written), so a lost condition is tried
-    /// once more against the row as it is now, if it is still this instance's.
-    async fn delete_own_worker(&mut self) {
-        let Some(worker) = self.worker.take() else {
-            return;
-        };
-        let mut result = self.store.delete(&worker).await;
-        if result.as_ref().is_err_and(LeaseError::is_lost) {
-            let current = self.store.list(&self.stream).await.map(|rows| {
-                rows.into_iter().find(|l| {
-                    l.shard_id == worker.shard_id && l.owner.as_deref() == Some(self.owner())
-                })
-            });
-            result = match current {
-                Ok(Some(row)) => self.store.delete(&row).await,
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
-            };
-        }
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "could not delete this instance's worker row; the other instances delete it once it is not renewed for the lease duration");
-        }
-    }
-
-    /// True while a hand-off of `shard` is still settling; the shard is not taken back
-    /// meanwhile.
-    fn handing_off(&self, shard: &str) -> bool {
-        self.handoffs
-            .iter()
-            .any(|(s, task)| s == shard && !task.is_finished())
-    }
-
-    fn is_live(&self, lease: &Lease) -> bool {
-        lease.owner.is_some() && !self.is_expired(lease)
-    }
-
-    fn is_expired(&self, lease: &Lease) -> bool {
-        self.seen.get(&lease.shard_id).is_some_and(|s| {
-            self.config.clock.now().saturating_duration_since(s.since) >= self.config.lease_duration
-        })
-    }
-
-    /// Keeps this instance's worker row held, so the others count it when balancing.
-    async fn ensure_worker(&mut self) -> Result<(), LeaseError> {
-        if self.worker.is_some() {
-            return Ok(());
-        }
-        let row = Lease::new(
-            self.stream.to_string(),
-            format!("{WORKER_PREFIX}{}", self.owner()),
-            Vec::new(),
-        );
-        self.store.create(&row).await?;
-        let current = self
-            .store
-            .list(&self.stream)
-            .await?
-            .into_iter()
-            .find(|l| l.shard_id == row.shard_id)
-            .unwrap_or(row);
-        let sent = Instant::now();
-        self.worker = Some(self.store.take(&current, &self.config.owner).await?);
-        self.worker_renewed = sent;
-        Ok(())
-    }
-
-    /// `shard` is no longer one this subscription opens with.
-    fn opened(&mut self, shard: &str) {
-        if let Some(startup) = &mut self.startup {
-            startup.remove(shard);
-        }
-    }
-
-    async fn take(&mut self, lease: Lease, parents_read: bool) {
-        let shard = lease.shard_id.clone();
-        let opening = self.startup.as_ref().is_some_and(|s| s.contains(&shard));
-        // The lease is timed from when the write that took it was sent (see `LeaseGate`).
-        let mut renewed_at = Instant::now();
-        let taken = match self.store.take(&lease, &self.config.owner).await {
-            Ok(taken) => taken,
-            Err(e) if e.is_lost() => {
-                tracing::debug!(shard = %shard, "another instance took the lease first");
-                self.opened(&shard);
-                return;
-            }
-            Err(e) => {
-                // Still one of the shards this subscription opens with, at the next listing.
-                tracing::warn!(shard = %shard, error = %e, "taking the lease failed");
-                return;
-            }
-        };
-        self.opened(&shard);
-        let origin = if taken.checkpoint.is_none() && parents_read {
-            ShardOrigin::Child
-        } else if opening {
-            ShardOrigin::Startup
-        } else if !taken.parents.is_empty() && taken.checkpoint.is_none() {
-            ShardOrigin::Child
-        } else {
-            ShardOrigin::Takeover
-        };
-        let Some(start) = starting_point(
-            &shard,
-            origin,
-            self.config.start_at.as_ref(),
-            taken.checkpoint.as_ref(),
-        ) else {
-            // Finished already: give the lease back.
-            let _ = self.store.release(&taken).await;
-            return;
-        };
-        // A start position given at startup wins over the stored checkpoint: the shard is
-        // replayed from there, as if it had none.
-        let overridden = origin == ShardOrigin::Startup
-            && self
-                .config
-                .start_at
-                .as_ref()
-                .is_some_and(|p| p.for_shard(&shard).is_some());
-        let checkpoint_seq = match &taken.checkpoint {
-            Some(Checkpoint::Sequence(seq)) if !overridden => Some(seq.as_str()),
-            _ => None,
-        };
-        let acks = ShardAcks::new(
-            self.stream.clone(),
-            Arc::from(shard.as_str()),
-            checkpoint_seq,
-        );
-        let reader = ShardReader::new(self.api.clone(), self.stream.clone(), shard.as_str())
-            .settings(self.config.read.clone())
-            .settled(acks.settled_position())
-            .open(start.clone());
-        let mut reader = match reader {
-            Ok(reader) => reader,
-            Err(e) => {
-                let _ = self.store.release(&taken).await;
-                let _ = self.commands.send(Command::Error(e));
-                return;
-            }
-        };
-        // Fix the position now, so that nothing written after this listing is missed, and
-        // record where this reader begins before it reads anything, so that a takeover after
-        // a crash resumes there (never at the tip, which would skip what arrived meanwhile).
-        // Only a position the service accepted is recorded.
-        let primed = tokio::time::timeout(self.config.call_timeout(), reader.prime())
-            .await
-            .unwrap_or(false);
-        let mut taken = taken;
-        if primed && (overridden || !matches!(taken.checkpoint, Some(Checkpoint::Sequence(_)))) {
-            let begins = match &start {
-                StartingPoint::Latest => StartingPoint::since(std::time::SystemTime::now()),
-                other => other.clone(),
-            };
-            let begins = Checkpoint::Start(begins);
-            if taken.checkpoint.as_ref() != Some(&begins) {
-                let sent = Instant::now();
-                match self.store.checkpoint(&taken, &begins).await {
-                    Ok(lease) => {
-                        taken = lease;
-                        renewed_at = sent;
-                    }
-                    Err(e) => {
-                        tracing::warn!(shard = %shard, error = %e, "could not record the start position; leaving the shard");
-                        if !e.is_lost() {
-                            let _ = self.store.release(&taken).await;
-                        }
-                        return;
-                    }
-                }
-            }
-        }
-        let gate = Arc::new(LeaseGate::new(renewed_at, self.config.give_up_after()));
-        if taken.parents.is_empty() {
-            tracing::info!(shard = %shard, ?origin, position = ?start, "lease taken, reading");
-        } else {
-            tracing::info!(
-                shard = %shard,
-                parents = ?taken.parents,
-                ?origin,
-                position = ?start,
-                "lease taken; child started after its parents"
-            );
-        }
-        let written = if overridden && !primed {
-            None
-        } else {
-            taken.checkpoint.clone()
-        };
-        self.install(shard, taken, acks, reader, gate, written);
-    }
-
-    /// Starts reading a held shard: its pump goes to the subscription's stream, and the
-    /// ledger is watched for the shard's end.
-    fn install(
-        &mut self,
-        shard: String,
-        lease: Lease,
-        acks: Arc<ShardAcks>,
-        reader: crate::shard::ShardStream,
-        gate: Arc<LeaseGate>,
-        written: Option<Checkpoint>,
-    ) {
-        let pump = ShardPump::new(
-            reader,
-            acks.clone(),
-            gate.clone(),
-            self.config.max_in_flight,
-            self.events_tx.clone(),
-        );
-        let finish_watch = {
-            let acks = acks.clone();
-            let tx = self.finished_tx.clone();
-            let shard = shard.clone();
-            tokio::spawn(async move {
-                acks.finished().await;
-                let _ = tx.send(shard);
-            })
-        };
-        self.held.insert(
-            shard.clone(),
-            Held {
-                lease,
-                acks,
-                gate,
-                written,
-                finish_watch,
-            },
-        );
-        let _ = self.commands.send(Command::Add(shard, Box::new(pump)));
-    }
-
-    async fn renew_all(&mut self) {
-        // All renewals at once (each bounded by the call timeout), so that many held shards
-        // cannot push the last renewal past the lease duration.
-        let store = self.store.clone();
-        let sent = Instant::now();
-        let calls: Vec<_> = self
-            .held
-            .iter()
-            .map(|(shard, held)| {
-                let (shard, lease, since) =
-                    (shard.clone(), held.lease.clone(), held.gate.since_renewed());
-                let store = store.clone();
-                async move { (shard, since, store.renew(&lease).await) }
-            })
-            .collect();
-        // The worker row is renewed alongside, not after: a slow table must not double the
-        // time a round of renewals takes.
-        let worker = self.worker.clone();
-        let worker_call = async {
-            match &worker {
-                Some(worker) => Some(store.renew(worker).await),
-                None => None,
-            }
-        };
-        let (results, worker_result) =
-            futures::join!(futures::future::join_all(calls), worker_call);
-        for (shard, since, result) in results {
-            if !self.held.contains_key(&shard) {
-                continue;
-            }
-            match result {
-                Ok(lease) => {
-                    if since > self.config.renew_interval() * 3 / 2 {
-                        tracing::warn!(shard = %shard, late_by = ?since, "lease renewed late");
-                    }
-                    let held = self.held.get_mut(&shard).expect("held");
-                    held.lease = lease;
-                    held.gate.renewed(sent);
-                }
-                Err(e) if e.is_lost() => {
-                    tracing::warn!(shard = %shard, "lease lost to another instance; stopped reading");
-                    self.drop_shard(&shard);
-                }
-                Err(e) => {
-                    if self.held.get(&shard).is_some_and(|h| h.gate.is_expired()) {
-                        tracing::error!(
-                            shard = %shard,
-                            error = %e,
-                            "cannot renew the lease; stopped reading before it can expire for others"
-                        );
-                        self.drop_shard(&shard);
-                    } else {
-                        tracing::warn!(shard = %shard, error = %e, "lease renewal failed; retrying");
-                    }
-                }
-            }
-        }
-        if let Some(result) = worker_result {
-            match result {
-                Ok(w) => {
-                    self.worker = Some(w);
-                    self.worker_renewed = sent;
-                }
-                Err(e) if e.is_lost() => self.worker = None,
-                Err(_) if self.worker_renewed.elapsed() >= self.config.give_up_after() => {
-                    self.worker = None;
-                }
-                Err(_) => {}
-            }
-        }
-    }
-
-    async fn checkpoint_all(&mut self) {
-        let shards: Vec<String> = self.held.keys().cloned().collect();
-        for shard in shards {
-            let finished = self.held.get(&shard).is_some_and(|h| h.acks.is_finished());
-            if finished {
-                self.on_finished(shard).await;
-            } else {
-                self.flush(&shard).await;
-            }
-        }
-    }
-
-    /// Writes the shard's checkpoint when it moved. Returns false when the lease is gone.
-    async fn flush(&mut self, shard: &str) -> bool {
-        let Some(held) = self.held.get(shard) else {
-            return false;
-        };
-        let Some(checkpoint) = held.acks.checkpoint() else {
-            return true;
-        };
-        if held.written.as_ref() == Some(&checkpoint) {
-            return true;
-        }
-        let sent = Instant::now();
-        match self.store.checkpoint(&held.lease, &checkpoint).await {
-            Ok(lease) => {
-                tracing::debug!(shard = %shard, ?checkpoint, "checkpoint written");
-                let held = self.held.get_mut(shard).expect("held");
-                held.lease = lease;
-                held.written = Some(checkpoint);
-                held.gate.renewed(sent);
-                true
-            }
-            Err(e) if e.is_lost() => {
-                tracing::warn!(shard = %shard, "lease lost before the checkpoint was written; stopped reading");
-                self.drop_shard(shard);
-                false
-            }
-            Err(e) => {
-                tracing::warn!(shard = %shard, error = %e, "checkpoint write failed; retried at the next interval");
-                true
-            }
-        }
-    }
-
-    /// The earliest instant at which a held lease runs out unless renewed.
-    fn next_expiry(&self) -> Option<Instant> {
-        self.held.values().map(|h| h.gate.deadline()).min()
-    }
-
-    /// Drops every held shard whose lease ran out without a renewal. Their pumps stopped
-    /// handing out records at the deadline already.
-    fn expire(&mut self) {
-        let expired: Vec<String> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.gate.is_expired())
-            .map(|(shard, _)| shard.clone())
-            .collect();
-        for shard in expired {
-            tracing::error!(
-                shard = %shard,
-                "cannot renew the lease; stopped reading before it can expire for others"
-            );
-            self.drop_shard(&shard);
-        }
-    }
-
-    /// Stops reading a shard whose lease is gone (no release: it is not ours any more).
-    fn drop_shard(&mut self, shard: &str) {
-        if let Some(held) = self.held.remove(shard) {
-            held.gate.revoke();
-            held.finish_watch.abort();
-            let _ = self.commands.send(Command::Remove(shard.to_owned()));
-        }
-    }
-
-    async fn on_pump_end(&mut self, event: PumpEvent) {
-        let shard = event.shard.to_string();
-        match event.end {
-            PumpEnd::ShardEnd(end) => {
-                tracing::info!(
-                    shard = %shard,
-                    children = ?end.child_shards.iter().map(|c| c.shard_id.as_str()).collect::<Vec<_>>(),
-                    "shard read to its end; SHARD_END once everything is settled"
-                );
-            }
-            PumpEnd::LeaseExpired(gate) => {
-                // That pump is gone for good, even if a late renewal has reopened the gate
-                // since: without a pump the shard would be held (and renewed) but never read.
-                let Some(held) = self.held.get(&shard) else {
-                    return;
-                };
-                if !Arc::ptr_eq(&held.gate, &gate) {
-                    // A reader installed since (a seek, a new take) is not this one.
-                    return;
-                }
-                let renewed_since = !held.gate.is_expired();
-                tracing::error!(
-                    shard = %shard,
-                    renewed_since,
-                    "the lease was not renewed in time; stopped reading before it could expire \
-                     for others"
-                );
-                if renewed_since {
-                    // Still ours: hand it back so that the next listing takes it again and a
-                    // new reader resumes from the checkpoint.
-                    self.release(&shard).await;
-                } else {
-                    self.drop_shard(&shard);
-                }
-            }
-            PumpEnd::Stopped => {
-                tracing::warn!(shard = %shard, "reader stopped; releasing the lease so the shard is taken again");
-                self.release(&shard).await;
-            }
-        }
-    }
-
-    async fn on_finished(&mut self, shard: String) {
-        if !self.held.contains_key(&shard) {
-            return;
-        }
-        // Released only once SHARD_END is in the table; a failed write is retried at the next
-        // checkpoint interval.
-        if self.flush(&shard).await
-            && self
-                .held
-                .get(&shard)
-                .is_some_and(|h| h.written == Some(Checkpoint::ShardEnd))
-        {
-            tracing::info!(shard = %shard, "shard finished (SHARD_END checkpointed)");
-            self.release(&shard).await;
-            // Its children may be eligible now.
-            self.sync().await;
-        }
-    }
-
-    /// Flushes and releases a held lease now.
-    async fn release(&mut self, shard: &str) {
-        if !self.held.contains_key(shard) {
-            return;
-        }
-        self.flush(shard).await;
-        if let Some(held) = self.held.remove(shard) {
-            held.gate.revoke();
-            held.finish_watch.abort();
-            let _ = self.commands.send(Command::Remove(shard.to_owned()));
-            match self.store.release(&held.lease).await {
-                Ok(_) => tracing::info!(shard = %shard, "lease released"),
-                Err(e) => {
-                    tracing::warn!(shard = %shard, error = %e, "lease release failed; it expires instead")
-                }
-            }
-        }
-    }
-
-    /// Stops reading a shard, then, in the background, waits for its in-flight deliveries,
-    /// flushes its checkpoint and releases its lease.
-    fn hand_off(&mut self, shard: &str) {
-        let Some(held) = self.held.remove(shard) else {
-            return;
-        };
-        held.gate.revoke();
-        held.finish_watch.abort();
-        let _ = self.commands.send(Command::Remove(shard.to_owned()));
-        let task = tokio::spawn(settle_and_release(
-            self.store.clone(),
-            held,
-            self.config.shutdown_timeout,
-            self.config.renew_interval(),
-        ));
-        self.handoffs.retain(|(_, task)| !task.is_finished());
-        self.handoffs.push((shard.to_owned(), task));
-    }
+    // --- stopping --------------------------------------------------------------------------
 
     /// Graceful stop: no more reading, in-flight deliveries get a bounded time, checkpoints
-    /// are flushed and leases released.
+    /// are flushed and leases released; takes still under way are released unread.
     async fn stop(&mut self) {
         let _ = self.commands.send(Command::Close);
         let shards: Vec<String> = self.held.keys().cloned().collect();
         for shard in shards {
             self.hand_off(&shard);
         }
-        for (_, task) in std::mem::take(&mut self.handoffs) {
+        while let Some(done) = self.jobs.next().await {
+            match done {
+                Done::Take(_, TakeOutcome::Taken(taken)) => {
+                    let _ = self.shared.store.release(&taken.lease).await;
+                }
+                Done::Worker(done) => self.on_worker(done),
+                _ => {}
+            }
+        }
+        for (_, task) in std::mem::take(&mut self.releasing) {
             let _ = task.await;
         }
-        self.delete_own_worker().await;
+        self.worker.delete_at_stop(&self.shared).await;
         tracing::info!("subscription stopped; checkpoints flushed, leases released");
-    }
-}
-
-async fn settle_and_release(
-    store: SharedLeaseStore,
-    mut held: Held,
-    timeout: std::time::Duration,
-    renew_every: std::time::Duration,
-) {
-    let shard = held.lease.shard_id.clone();
-    let deadline = Instant::now() + timeout;
-    while held.acks.in_flight() > 0 && Instant::now() < deadline {
-        sleep(std::time::Duration::from_millis(20)).await;
-        if held.gate.since_renewed() >= renew_every {
-            let sent = Instant::now();
-            match store.renew(&held.lease).await {
-                Ok(lease) => {
-                    held.lease = lease;
-                    held.gate.renewed(sent);
-                }
-                Err(e) if e.is_lost() => return,
-                Err(_) => {}
-            }
-        }
-    }
-    let in_flight = held.acks.in_flight();
-    if in_flight > 0 {
-        tracing::warn!(shard = %shard, in_flight, "in-flight deliveries not settled in time; they will be redelivered");
-    }
-    if let Some(checkpoint) = held.acks.checkpoint()
-        && held.written.as_ref() != Some(&checkpoint)
-    {
-        match store.checkpoint(&held.lease, &checkpoint).await {
-            Ok(lease) => held.lease = lease,
-            Err(e) => {
-                tracing::warn!(shard = %shard, error = %e, "final checkpoint failed");
-                return;
-            }
-        }
-    }
-    match store.release(&held.lease).await {
-        Ok(_) => tracing::info!(shard = %shard, "lease released"),
-        Err(e) => {
-            tracing::warn!(shard = %shard, error = %e, "lease release failed; it expires instead")
-        }
     }
 }

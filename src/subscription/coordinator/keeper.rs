@@ -1,0 +1,305 @@
+//! [`Keeper`]: one task per held shard that alone writes the shard's lease row. It renews the
+//! lease on its own schedule, writes the checkpoint at most once per checkpoint interval,
+//! writes SHARD_END and releases once the shard is finished, and hands the shard back when
+//! asked. Renewals never wait for other work: a slow listing, other shards' takes or
+//! checkpoint writes cannot delay them.
+//!
+//! Every write is conditional on the counter of the previous one, and only this task writes
+//! the row while the shard is held, so its writes never race each other.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::{Semaphore, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep, sleep_until};
+
+use super::Shared;
+use crate::ack::ShardAcks;
+use crate::lease::{Lease, SharedLeaseStore};
+use crate::position::Checkpoint;
+use crate::subscription::gate::LeaseGate;
+
+/// How often a release waiting for in-flight deliveries looks again.
+const SETTLE_POLL: Duration = Duration::from_millis(20);
+
+/// What a keeper tells the coordinator on its own.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// Another instance took the lease (a conditional write failed): the keeper (of the
+    /// reader behind this gate) has stopped.
+    Lost(Arc<str>, Arc<LeaseGate>),
+    /// The lease could not be renewed for two thirds of the lease duration: the shard's
+    /// reader stopped at that deadline. The keeper waits to be told what to do.
+    Expired(Arc<str>, Arc<LeaseGate>),
+    /// The shard is finished: SHARD_END is written and the lease released; the keeper has
+    /// stopped.
+    Finished(Arc<str>, Arc<LeaseGate>),
+}
+
+/// What the coordinator tells a keeper.
+pub(crate) enum Order {
+    /// Stop: wait up to `wait` for in-flight deliveries (renewing meanwhile), write the
+    /// checkpoint, release the lease.
+    Release { wait: Duration },
+    /// The shard's reader moved (a seek): follow this ledger and gate from now on, and record
+    /// where the new reader begins. Answers whether it was recorded.
+    Moved {
+        acks: Arc<ShardAcks>,
+        gate: Arc<LeaseGate>,
+        begins: Checkpoint,
+        recorded: oneshot::Sender<bool>,
+    },
+}
+
+/// Timings a keeper works by.
+#[derive(Debug, Clone)]
+struct Timing {
+    renew_every: Duration,
+    checkpoint_every: Duration,
+}
+
+/// The coordinator's handle on a keeper.
+#[derive(Debug)]
+pub(crate) struct Keeper {
+    orders: UnboundedSender<Order>,
+    task: JoinHandle<()>,
+}
+
+impl Keeper {
+    /// Starts keeping `lease` (as last written; `gate` times it), whose ledger is `acks` and
+    /// whose checkpoint in the row is `written`.
+    pub(crate) fn spawn(
+        shared: &Shared,
+        lease: Lease,
+        written: Option<Checkpoint>,
+        acks: Arc<ShardAcks>,
+        gate: Arc<LeaseGate>,
+        reports: UnboundedSender<Report>,
+    ) -> Self {
+        let (orders, inbox) = unbounded_channel();
+        let task = KeeperTask {
+            shard: acks.shard().clone(),
+            store: shared.store.clone(),
+            lease,
+            written,
+            acks,
+            gate,
+            timing: Timing {
+                renew_every: shared.config.renew_interval(),
+                checkpoint_every: shared.config.checkpoint_interval,
+            },
+            permits: shared.permits.clone(),
+            reports,
+        };
+        Self {
+            orders,
+            task: tokio::spawn(task.run(inbox)),
+        }
+    }
+
+    /// Hands the shard back (see [`Order::Release`]); the returned task ends when it is done.
+    pub(crate) fn release(self, wait: Duration) -> JoinHandle<()> {
+        let _ = self.orders.send(Order::Release { wait });
+        self.task
+    }
+
+    /// Stops at once without writing anything: the lease is not this instance's any more.
+    pub(crate) fn forget(self) {
+        self.task.abort();
+    }
+
+    /// Sends an order; false when the keeper has stopped.
+    pub(crate) fn order(&self, order: Order) -> bool {
+        self.orders.send(order).is_ok()
+    }
+}
+
+struct KeeperTask {
+    shard: Arc<str>,
+    store: SharedLeaseStore,
+    lease: Lease,
+    written: Option<Checkpoint>,
+    acks: Arc<ShardAcks>,
+    gate: Arc<LeaseGate>,
+    timing: Timing,
+    permits: Arc<Semaphore>,
+    reports: UnboundedSender<Report>,
+}
+
+/// How a write went.
+enum Wrote {
+    Yes,
+    Lost,
+    Failed,
+}
+
+impl KeeperTask {
+    async fn run(mut self, mut inbox: UnboundedReceiver<Order>) {
+        let now = Instant::now();
+        let mut renew = interval_at(now + self.timing.renew_every, self.timing.renew_every);
+        let mut checkpoint = interval_at(
+            now + self.timing.checkpoint_every,
+            self.timing.checkpoint_every,
+        );
+        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        checkpoint.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut flush_due = false;
+        let mut finished = false;
+        let mut expired = false;
+        loop {
+            let deadline = self.gate.deadline();
+            let acks = self.acks.clone();
+            tokio::select! {
+                biased;
+                order = inbox.recv() => match order {
+                    None => return,
+                    Some(Order::Release { wait }) => return self.release(wait).await,
+                    Some(Order::Moved { acks, gate, begins, recorded }) => {
+                        self.acks = acks;
+                        self.gate = gate;
+                        flush_due = false;
+                        finished = false;
+                        expired = false;
+                        let wrote = self.write(begins).await;
+                        let _ = recorded.send(matches!(wrote, Wrote::Yes));
+                        if matches!(wrote, Wrote::Lost) {
+                            return self.lost();
+                        }
+                    }
+                },
+                _ = renew.tick() => {
+                    if matches!(self.renew().await, Wrote::Lost) {
+                        return self.lost();
+                    }
+                }
+                _ = sleep_until(deadline), if !expired => {
+                    if self.gate.is_expired() {
+                        expired = true;
+                        let _ = self.reports.send(Report::Expired(self.shard.clone(), self.gate.clone()));
+                    }
+                }
+                // Written at once, then (should that fail) at each checkpoint interval.
+                _ = acks.finished(), if !finished => {
+                    finished = true;
+                    flush_due = true;
+                }
+                _ = checkpoint.tick(), if !flush_due => flush_due = true,
+                permit = self.permits.clone().acquire_owned(), if flush_due => {
+                    flush_due = false;
+                    let wrote = self.flush().await;
+                    drop(permit);
+                    match wrote {
+                        Wrote::Lost => return self.lost(),
+                        Wrote::Yes if self.written == Some(Checkpoint::ShardEnd) => {
+                            return self.finish().await;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the checkpoint when it moved.
+    async fn flush(&mut self) -> Wrote {
+        match self.acks.checkpoint() {
+            Some(checkpoint) if self.written.as_ref() != Some(&checkpoint) => {
+                self.write(checkpoint).await
+            }
+            _ => Wrote::Yes,
+        }
+    }
+
+    /// Writes `checkpoint` into the row.
+    async fn write(&mut self, checkpoint: Checkpoint) -> Wrote {
+        let sent = Instant::now();
+        match self.store.checkpoint(&self.lease, &checkpoint).await {
+            Ok(lease) => {
+                tracing::debug!(shard = %self.shard, ?checkpoint, "checkpoint written");
+                self.lease = lease;
+                self.written = Some(checkpoint);
+                self.gate.renewed(sent);
+                Wrote::Yes
+            }
+            Err(e) if e.is_lost() => {
+                tracing::warn!(shard = %self.shard, "lease lost before the checkpoint was written; stopped reading");
+                Wrote::Lost
+            }
+            Err(e) => {
+                tracing::warn!(shard = %self.shard, error = %e, "checkpoint write failed; retried at the next interval");
+                Wrote::Failed
+            }
+        }
+    }
+
+    async fn renew(&mut self) -> Wrote {
+        let sent = Instant::now();
+        let since = self.gate.since_renewed();
+        match self.store.renew(&self.lease).await {
+            Ok(lease) => {
+                if since > self.timing.renew_every * 3 / 2 {
+                    tracing::warn!(shard = %self.shard, late_by = ?since, "lease renewed late");
+                }
+                self.lease = lease;
+                self.gate.renewed(sent);
+                Wrote::Yes
+            }
+            Err(e) if e.is_lost() => {
+                tracing::warn!(shard = %self.shard, "lease lost to another instance; stopped reading");
+                Wrote::Lost
+            }
+            Err(e) => {
+                tracing::warn!(shard = %self.shard, error = %e, "lease renewal failed; retrying");
+                Wrote::Failed
+            }
+        }
+    }
+
+    fn lost(self) {
+        let _ = self.reports.send(Report::Lost(self.shard, self.gate));
+    }
+
+    /// SHARD_END is written: the lease goes back, and the coordinator starts the children.
+    async fn finish(self) {
+        tracing::info!(shard = %self.shard, "shard finished (SHARD_END checkpointed)");
+        let (shard, gate, reports) = (self.shard.clone(), self.gate.clone(), self.reports.clone());
+        self.give_back().await;
+        let _ = reports.send(Report::Finished(shard, gate));
+    }
+
+    /// Waits up to `wait` for in-flight deliveries, renewing meanwhile, then writes the
+    /// checkpoint and releases the lease.
+    async fn release(mut self, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        while self.acks.in_flight() > 0 && Instant::now() < deadline {
+            sleep(SETTLE_POLL).await;
+            if self.gate.since_renewed() >= self.timing.renew_every
+                && matches!(self.renew().await, Wrote::Lost)
+            {
+                return;
+            }
+        }
+        let in_flight = self.acks.in_flight();
+        if in_flight > 0 {
+            tracing::warn!(shard = %self.shard, in_flight, "in-flight deliveries not settled in time; they will be redelivered");
+        }
+        match self.flush().await {
+            Wrote::Yes => self.give_back().await,
+            Wrote::Lost => {}
+            Wrote::Failed => {
+                tracing::warn!(shard = %self.shard, "final checkpoint failed; the lease expires instead of being released");
+            }
+        }
+    }
+
+    async fn give_back(self) {
+        match self.store.release(&self.lease).await {
+            Ok(_) => tracing::info!(shard = %self.shard, "lease released"),
+            Err(e) => {
+                tracing::warn!(shard = %self.shard, error = %e, "lease release failed; it expires instead")
+            }
+        }
+    }
+}

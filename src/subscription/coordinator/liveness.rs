@@ -1,0 +1,93 @@
+//! How this instance judges other rows alive: a row whose owner and counter have not changed
+//! for the lease duration, measured on this instance's own monotonic clock, has expired. No
+//! other host's clock is trusted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::lease::Lease;
+
+/// What was last seen of one row, and since when.
+#[derive(Debug)]
+struct Seen {
+    counter: u64,
+    owner: Option<String>,
+    since: Instant,
+}
+
+/// The rows as seen at each listing.
+#[derive(Debug, Default)]
+pub(crate) struct Liveness {
+    seen: HashMap<String, Seen>,
+}
+
+impl Liveness {
+    /// Records the rows of a listing made at `now`; forgets rows that are gone.
+    pub(crate) fn observe(&mut self, rows: &BTreeMap<String, Lease>, now: Instant) {
+        for row in rows.values() {
+            let changed = self
+                .seen
+                .get(&row.shard_id)
+                .is_none_or(|seen| seen.counter != row.counter || seen.owner != row.owner);
+            if changed {
+                self.seen.insert(
+                    row.shard_id.clone(),
+                    Seen {
+                        counter: row.counter,
+                        owner: row.owner.clone(),
+                        since: now,
+                    },
+                );
+            }
+        }
+        self.seen.retain(|id, _| rows.contains_key(id));
+    }
+
+    /// Forgets a row (it was deleted).
+    pub(crate) fn forget(&mut self, id: &str) {
+        self.seen.remove(id);
+    }
+
+    /// True when nobody has written the row for `lease_duration` as of `now`.
+    pub(crate) fn is_expired(&self, row: &Lease, now: Instant, lease_duration: Duration) -> bool {
+        self.seen
+            .get(&row.shard_id)
+            .is_some_and(|seen| now.saturating_duration_since(seen.since) >= lease_duration)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(counter: u64, owner: Option<&str>) -> BTreeMap<String, Lease> {
+        let mut lease = Lease::new("s", "0", vec![]);
+        lease.counter = counter;
+        lease.owner = owner.map(str::to_owned);
+        [("0".to_owned(), lease)].into_iter().collect()
+    }
+
+    #[test]
+    fn a_row_expires_a_lease_duration_after_it_last_changed_on_this_clock() {
+        let lease = Duration::from_secs(10);
+        let t0 = Instant::now();
+        let mut live = Liveness::default();
+        let seen = rows(1, Some("a"));
+        live.observe(&seen, t0);
+        let row = &seen["0"];
+        assert!(!live.is_expired(row, t0 + Duration::from_secs(9), lease));
+        assert!(live.is_expired(row, t0 + lease, lease));
+        // A renewal seen later restarts the count, whatever the time on the writer's clock.
+        let renewed = rows(2, Some("a"));
+        live.observe(&renewed, t0 + Duration::from_secs(9));
+        assert!(!live.is_expired(&renewed["0"], t0 + lease, lease));
+        // Seeing the same row again does not.
+        live.observe(&renewed, t0 + Duration::from_secs(15));
+        assert!(live.is_expired(&renewed["0"], t0 + Duration::from_secs(19), lease));
+        // A row never seen is not judged expired; a row gone is forgotten.
+        live.observe(&BTreeMap::new(), t0);
+        assert!(!live.is_expired(&renewed["0"], t0 + Duration::from_secs(60), lease));
+    }
+}

@@ -1,0 +1,152 @@
+//! Where a shard this instance takes opens: [`position::starting_point`] over the row's
+//! checkpoint, with what only the subscription knows (is this one of the shards it opens with,
+//! has `start` returned yet). Pure, tested without I/O.
+
+use crate::position::{Checkpoint, KinesisPosition, ShardOrigin, StartingPoint, starting_point};
+
+/// What the subscription knows about its own start.
+#[derive(Debug, Clone)]
+pub(crate) struct StartContext<'a> {
+    /// The position `start_at(..)` names, if any.
+    pub(crate) start_at: Option<&'a KinesisPosition>,
+    /// The time the subscription started, as an AT_TIMESTAMP (with the clock allowance).
+    pub(crate) started: &'a StartingPoint,
+    /// `start` has not returned yet: LATEST is asked for right now, so it is exact. Once it
+    /// has returned, LATEST would skip what was written since, so the start time stands in.
+    pub(crate) starting: bool,
+}
+
+/// Where a taken shard's reader opens, and what to record about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Opening {
+    /// The first iterator's position.
+    pub(crate) start: StartingPoint,
+    /// `start_at(..)` applies, ahead of the row's checkpoint: the shard's ledger starts empty.
+    pub(crate) overridden: bool,
+    /// Record where the reader begins (a [`Checkpoint::Start`]) once the position is fixed,
+    /// so that a takeover after a crash resumes there. Not needed over a sequence number.
+    pub(crate) record: bool,
+}
+
+/// Decides where a shard opens. `at_startup` is true for the shards the subscription opens
+/// with. `None` for a finished shard.
+pub(crate) fn opening(
+    shard: &str,
+    checkpoint: Option<&Checkpoint>,
+    at_startup: bool,
+    context: &StartContext<'_>,
+) -> Option<Opening> {
+    let overridden = at_startup && context.start_at.and_then(|p| p.for_shard(shard)).is_some();
+    let origin = if overridden {
+        ShardOrigin::Startup
+    } else if checkpoint.is_none() {
+        // A row without a checkpoint is always a descendant, read after its parents.
+        ShardOrigin::Child
+    } else {
+        ShardOrigin::Takeover
+    };
+    let mut start = starting_point(shard, origin, context.start_at, checkpoint)?;
+    let own_tip = matches!(checkpoint, Some(Checkpoint::Initial(p)) if p == context.started);
+    if start == StartingPoint::Latest && !context.starting {
+        start = context.started.clone();
+    } else if own_tip && at_startup && context.starting {
+        // The tip this instance recorded for the rows it created is exact while `start` runs.
+        start = StartingPoint::Latest;
+    }
+    let record = overridden || !matches!(checkpoint, Some(Checkpoint::Sequence(_)));
+    Some(Opening {
+        start,
+        overridden,
+        record,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STARTED: StartingPoint = StartingPoint::AtTimestamp(1_000);
+
+    fn context(start_at: Option<&KinesisPosition>, starting: bool) -> StartContext<'_> {
+        StartContext {
+            start_at,
+            started: &STARTED,
+            starting,
+        }
+    }
+
+    fn at(
+        checkpoint: Option<Checkpoint>,
+        at_startup: bool,
+        context: &StartContext<'_>,
+    ) -> Option<StartingPoint> {
+        opening("s", checkpoint.as_ref(), at_startup, context).map(|o| o.start)
+    }
+
+    #[test]
+    fn the_tip_is_latest_only_while_start_runs() {
+        let latest = KinesisPosition::latest();
+        let seq = Some(Checkpoint::Sequence("9".into()));
+        assert_eq!(
+            at(seq.clone(), true, &context(Some(&latest), true)),
+            Some(StartingPoint::Latest)
+        );
+        assert_eq!(
+            at(seq, true, &context(Some(&latest), false)),
+            Some(STARTED),
+            "a startup shard opened after `start` returned begins at the start time"
+        );
+    }
+
+    #[test]
+    fn rows_created_at_a_start_open_where_that_start_was() {
+        let own = Some(Checkpoint::Initial(STARTED));
+        assert_eq!(
+            at(own.clone(), true, &context(None, true)),
+            Some(StartingPoint::Latest)
+        );
+        assert_eq!(at(own, true, &context(None, false)), Some(STARTED));
+        // Another instance's start, earlier: its time, at startup too.
+        let other = Some(Checkpoint::Initial(StartingPoint::AtTimestamp(500)));
+        assert_eq!(
+            at(other.clone(), true, &context(None, true)),
+            Some(StartingPoint::AtTimestamp(500))
+        );
+        assert_eq!(
+            at(other, false, &context(None, false)),
+            Some(StartingPoint::AtTimestamp(500))
+        );
+    }
+
+    #[test]
+    fn checkpoints_and_children_are_followed_outside_startup() {
+        let horizon = KinesisPosition::horizon();
+        let ctx = context(Some(&horizon), false);
+        assert_eq!(
+            opening("s", Some(&Checkpoint::Sequence("9".into())), false, &ctx),
+            Some(Opening {
+                start: StartingPoint::AfterSequence("9".into()),
+                overridden: false,
+                record: false
+            })
+        );
+        assert_eq!(
+            opening("s", None, false, &ctx),
+            Some(Opening {
+                start: StartingPoint::TrimHorizon,
+                overridden: false,
+                record: true
+            })
+        );
+        assert_eq!(at(Some(Checkpoint::ShardEnd), false, &ctx), None);
+        // At startup, start_at wins over the checkpoint and the shard is replayed.
+        assert_eq!(
+            opening("s", Some(&Checkpoint::Sequence("9".into())), true, &ctx),
+            Some(Opening {
+                start: StartingPoint::TrimHorizon,
+                overridden: true,
+                record: true
+            })
+        );
+    }
+}

@@ -1,0 +1,360 @@
+//! What one listing decides for this instance: which leases to take, which held shards to hand
+//! off, and which rows nobody needs any more. Pure functions over the table as listed and what
+//! this instance holds; the coordinator carries the plan out.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::api::ShardDescription;
+use crate::lease::Lease;
+
+/// The prefix of the lease rows that record live instances (one per owner).
+pub(crate) const WORKER_PREFIX: &str = "worker:";
+
+/// How many stale rows one listing deletes at most.
+pub(crate) const MAX_DELETES_PER_LISTING: usize = 16;
+
+/// What this instance holds or is busy with, as the plan sees it.
+#[derive(Debug, Default)]
+pub(crate) struct Holdings {
+    /// Shards being read.
+    pub(crate) held: BTreeSet<String>,
+    /// Shards whose take is under way.
+    pub(crate) taking: BTreeSet<String>,
+    /// Shards being handed back (in-flight deliveries settling): not taken again meanwhile.
+    pub(crate) releasing: BTreeSet<String>,
+}
+
+impl Holdings {
+    /// True when the shard is held, being taken or being released here.
+    pub(crate) fn has(&self, shard: &str) -> bool {
+        self.held.contains(shard) || self.taking.contains(shard) || self.releasing.contains(shard)
+    }
+}
+
+/// The table as one listing saw it, and this instance's part in it.
+pub(crate) struct View<'a> {
+    /// Every row of the stream, by id.
+    pub(crate) rows: &'a BTreeMap<String, Lease>,
+    /// The listed shards.
+    pub(crate) shards: &'a [ShardDescription],
+    /// This instance's owner id.
+    pub(crate) owner: &'a str,
+    /// What this instance holds or is busy with.
+    pub(crate) holdings: &'a Holdings,
+    /// True for a row nobody has written for the lease duration (on this instance's clock).
+    pub(crate) expired: &'a dyn Fn(&Lease) -> bool,
+}
+
+/// The shares decided by one listing.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Shares {
+    /// How many shards this instance should read.
+    pub(crate) target: usize,
+    /// How many instances share the shards (this one included when it can work).
+    pub(crate) live_workers: usize,
+    /// Leases to take, in listing order.
+    pub(crate) take: Vec<Lease>,
+    /// Held shards to hand off gracefully.
+    pub(crate) hand_off: Vec<String>,
+}
+
+/// Decides this instance's share of the `eligible` shards.
+///
+/// * The instances that share are the live worker rows of others, and this one while it can
+///   do the work (`can_work`): an instance that cannot reach Kinesis takes nothing and does
+///   not count, so the others take what it cannot read.
+/// * The target is the eligible shards divided by the live workers, rounded up.
+/// * A lease is free when nobody holds it, this instance holds it (a view it lost), or its
+///   holder has not written it for the lease duration (`expired`).
+/// * Above the target, the held shards last in shard order are handed off, so the instances
+///   agree on which shards move without talking to each other. Nothing is handed off while
+///   this instance is the only worker, or while it cannot work (its readers stop on their own
+///   if they fail; a brief failure must not move every shard).
+pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Shares {
+    let View {
+        rows,
+        owner,
+        holdings,
+        expired,
+        ..
+    } = view;
+    let own_worker = format!("{WORKER_PREFIX}{owner}");
+    let others = rows
+        .values()
+        .filter(|row| row.shard_id.starts_with(WORKER_PREFIX) && row.shard_id != own_worker)
+        .filter(|row| row.owner.is_some() && !expired(row))
+        .count();
+    let live_workers = (others + usize::from(can_work)).max(1);
+    let target = if can_work {
+        eligible.len().div_ceil(live_workers)
+    } else {
+        0
+    };
+    let mine = holdings.held.len() + holdings.taking.len();
+    let mut take = Vec::new();
+    for lease in eligible {
+        if mine + take.len() >= target {
+            break;
+        }
+        if holdings.has(&lease.shard_id) {
+            continue;
+        }
+        let free = match lease.owner.as_deref() {
+            None => true,
+            Some(holder) => holder == *owner || expired(lease),
+        };
+        if free {
+            take.push((*lease).clone());
+        }
+    }
+    let excess = mine.saturating_sub(target);
+    let hand_off = if excess > 0 && live_workers > 1 && can_work {
+        holdings.held.iter().rev().take(excess).cloned().collect()
+    } else {
+        Vec::new()
+    };
+    Shares {
+        target,
+        live_workers,
+        take,
+        hand_off,
+    }
+}
+
+/// The rows nobody needs any more, at most [`MAX_DELETES_PER_LISTING`]:
+///
+/// * another instance's worker row nobody has written for the lease duration (it stopped
+///   without deleting it, or crashed);
+/// * the row of a shard the stream has not listed for `unlisted_for` (past the retention
+///   period: nothing to read, no child waits for it), not held here, and not written for the
+///   lease duration.
+///
+/// (Rows of a shard of an earlier stream of the same name are replaced by the listing itself.)
+pub(crate) fn stale_rows(
+    view: &View<'_>,
+    unlisted_since: &HashMap<String, Instant>,
+    now: Instant,
+    unlisted_for: Duration,
+) -> Vec<Lease> {
+    let View {
+        rows,
+        shards,
+        owner,
+        holdings,
+        expired,
+    } = view;
+    let own_worker = format!("{WORKER_PREFIX}{owner}");
+    let listed: HashSet<&str> = shards.iter().map(|s| s.shard_id.as_str()).collect();
+    rows.values()
+        .filter(|row| {
+            if row.shard_id.starts_with(WORKER_PREFIX) {
+                return row.shard_id != own_worker && expired(row);
+            }
+            if holdings.has(&row.shard_id) {
+                return false;
+            }
+            !listed.contains(row.shard_id.as_str())
+                && expired(row)
+                && unlisted_since
+                    .get(&row.shard_id)
+                    .is_some_and(|since| now.saturating_duration_since(*since) >= unlisted_for)
+        })
+        .take(MAX_DELETES_PER_LISTING)
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(id: &str, owner: Option<&str>) -> Lease {
+        let mut lease = Lease::new("s", id, vec![]);
+        lease.owner = owner.map(str::to_owned);
+        lease
+    }
+
+    fn table(leases: Vec<Lease>) -> BTreeMap<String, Lease> {
+        leases
+            .into_iter()
+            .map(|l| (l.shard_id.clone(), l))
+            .collect()
+    }
+
+    fn never(_: &Lease) -> bool {
+        false
+    }
+
+    fn ids(leases: &[Lease]) -> Vec<&str> {
+        leases.iter().map(|l| l.shard_id.as_str()).collect()
+    }
+
+    fn share(
+        rows: &BTreeMap<String, Lease>,
+        eligible: &[&Lease],
+        owner: &str,
+        holdings: &Holdings,
+        can_work: bool,
+        expired: &dyn Fn(&Lease) -> bool,
+    ) -> Shares {
+        let view = View {
+            rows,
+            shards: &[],
+            owner,
+            holdings,
+            expired,
+        };
+        shares(&view, eligible, can_work)
+    }
+
+    #[test]
+    fn an_instance_takes_its_share_of_free_shards_and_counts_live_workers() {
+        let rows = table(vec![
+            lease("0", None),
+            lease("1", None),
+            lease("2", Some("b")),
+            lease("3", None),
+            lease("worker:a", Some("a")),
+            lease("worker:b", Some("b")),
+        ]);
+        let eligible: Vec<&Lease> = ["0", "1", "2", "3"].iter().map(|id| &rows[*id]).collect();
+        let plan = share(&rows, &eligible, "a", &Holdings::default(), true, &never);
+        assert_eq!((plan.live_workers, plan.target), (2, 2));
+        assert_eq!(ids(&plan.take), ["0", "1"]);
+        assert!(plan.hand_off.is_empty());
+    }
+
+    #[test]
+    fn an_expired_holder_loses_its_shards_and_does_not_count() {
+        let rows = table(vec![
+            lease("0", Some("b")),
+            lease("1", Some("b")),
+            lease("worker:b", Some("b")),
+        ]);
+        let eligible: Vec<&Lease> = ["0", "1"].iter().map(|id| &rows[*id]).collect();
+        let expired = |l: &Lease| l.owner.as_deref() == Some("b");
+        let plan = share(&rows, &eligible, "a", &Holdings::default(), true, &expired);
+        assert_eq!((plan.live_workers, plan.target), (1, 2));
+        assert_eq!(ids(&plan.take), ["0", "1"]);
+    }
+
+    #[test]
+    fn above_the_target_the_last_shards_are_handed_off() {
+        let rows = table(vec![
+            lease("0", Some("a")),
+            lease("1", Some("a")),
+            lease("2", Some("a")),
+            lease("3", Some("a")),
+            lease("worker:b", Some("b")),
+        ]);
+        let eligible: Vec<&Lease> = rows
+            .values()
+            .filter(|l| !l.shard_id.starts_with('w'))
+            .collect();
+        let holdings = Holdings {
+            held: ["0", "1", "2", "3"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            ..Holdings::default()
+        };
+        let plan = share(&rows, &eligible, "a", &holdings, true, &never);
+        assert_eq!(plan.target, 2);
+        assert_eq!(plan.hand_off, ["3", "2"]);
+        assert!(plan.take.is_empty());
+        // Alone, or unable to work: nothing moves.
+        let alone = table(
+            rows.values()
+                .filter(|l| l.shard_id != "worker:b")
+                .cloned()
+                .collect(),
+        );
+        assert!(
+            share(&alone, &eligible, "a", &holdings, true, &never)
+                .hand_off
+                .is_empty()
+        );
+        assert!(
+            share(&rows, &eligible, "a", &holdings, false, &never)
+                .hand_off
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_instance_that_cannot_work_takes_nothing_and_leaves_its_count_to_others() {
+        let rows = table(vec![
+            lease("0", None),
+            lease("1", None),
+            lease("worker:b", Some("b")),
+        ]);
+        let eligible: Vec<&Lease> = ["0", "1"].iter().map(|id| &rows[*id]).collect();
+        let plan = share(&rows, &eligible, "a", &Holdings::default(), false, &never);
+        assert_eq!((plan.live_workers, plan.target), (1, 0));
+        assert!(plan.take.is_empty());
+        // Seen from b: a is not counted (no row), so b's share is everything.
+        let plan = share(&rows, &eligible, "b", &Holdings::default(), true, &never);
+        assert_eq!(plan.target, 2);
+    }
+
+    #[test]
+    fn shards_being_taken_or_released_are_not_taken_again() {
+        let rows = table(vec![lease("0", None), lease("1", None), lease("2", None)]);
+        let eligible: Vec<&Lease> = rows.values().collect();
+        let holdings = Holdings {
+            taking: ["0".to_owned()].into(),
+            releasing: ["1".to_owned()].into(),
+            ..Holdings::default()
+        };
+        let plan = share(&rows, &eligible, "a", &holdings, true, &never);
+        assert_eq!(ids(&plan.take), ["2"]);
+    }
+
+    #[test]
+    fn stale_rows_are_expired_workers_and_shards_unlisted_long_enough() {
+        let now = Instant::now();
+        let rows = table(vec![
+            lease("0", None),
+            lease("9", None),
+            lease("8", None),
+            lease("worker:a", Some("a")),
+            lease("worker:b", Some("b")),
+            lease("worker:c", Some("c")),
+        ]);
+        let listed = vec![ShardDescription {
+            shard_id: "0".into(),
+            parent_shard_id: None,
+            adjacent_parent_shard_id: None,
+            starting_hash_key: "0".into(),
+            ending_hash_key: "1".into(),
+            starting_sequence_number: "2".into(),
+            ending_sequence_number: None,
+        }];
+        let unlisted: HashMap<String, Instant> = [
+            ("9".to_owned(), now - Duration::from_secs(30)),
+            ("8".to_owned(), now - Duration::from_secs(1)),
+        ]
+        .into();
+        let expired = |l: &Lease| l.shard_id != "worker:c";
+        let view = |holdings| View {
+            rows: &rows,
+            shards: &listed,
+            owner: "a",
+            holdings,
+            expired: &expired,
+        };
+        let nothing = Holdings::default();
+        let stale = stale_rows(&view(&nothing), &unlisted, now, Duration::from_secs(20));
+        assert_eq!(ids(&stale), ["9", "worker:b"]);
+        // Nothing held here is deleted.
+        let holdings = Holdings {
+            held: ["9".to_owned()].into(),
+            ..Holdings::default()
+        };
+        let stale = stale_rows(&view(&holdings), &unlisted, now, Duration::from_secs(20));
+        assert_eq!(ids(&stale), ["worker:b"]);
+    }
+}

@@ -1,0 +1,116 @@
+//! The take job: take a lease, open the shard's reader where [`opening`](super::opening)
+//! decided, fix the position with the first iterator, and record where the reader begins.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::time::Instant;
+
+use super::Shared;
+use super::opening::Opening;
+use crate::ack::ShardAcks;
+use crate::error::KinesisError;
+use crate::lease::{Lease, LeaseError};
+use crate::position::{Checkpoint, StartingPoint};
+use crate::shard::{ShardReader, ShardStream};
+
+/// A shard taken and ready to read.
+pub(crate) struct Taken {
+    pub(crate) lease: Lease,
+    pub(crate) reader: ShardStream,
+    pub(crate) acks: Arc<ShardAcks>,
+    /// When the last write that moved the counter was sent.
+    pub(crate) sent: Instant,
+    /// The checkpoint the row holds, as this reader's ledger sees it.
+    pub(crate) written: Option<Checkpoint>,
+    pub(crate) start: StartingPoint,
+}
+
+/// How a take went.
+pub(crate) enum TakeOutcome {
+    Taken(Box<Taken>),
+    /// Another instance took it first.
+    Lost,
+    /// The lease table failed; tried again at a later listing.
+    Failed(LeaseError),
+    /// The shard cannot be read (the reader refused its settings); the lease went back.
+    Unopenable(KinesisError),
+}
+
+/// Takes `lease` and opens it as `opening` says.
+pub(crate) async fn take(shared: Arc<Shared>, lease: Lease, opening: Opening) -> TakeOutcome {
+    let _permit = shared.permits.acquire().await;
+    let shard = lease.shard_id.clone();
+    let mut sent = Instant::now();
+    let mut taken = match shared.store.take(&lease, &shared.config.owner).await {
+        Ok(taken) => taken,
+        Err(e) if e.is_lost() => return TakeOutcome::Lost,
+        Err(e) => return TakeOutcome::Failed(e),
+    };
+    let checkpoint_seq = match &taken.checkpoint {
+        Some(Checkpoint::Sequence(seq)) if !opening.overridden => Some(seq.as_str()),
+        _ => None,
+    };
+    let acks = ShardAcks::new(
+        shared.stream.clone(),
+        Arc::from(shard.as_str()),
+        checkpoint_seq,
+    );
+    let reader = ShardReader::new(shared.api.clone(), shared.stream.clone(), shard.as_str())
+        .settings(shared.config.read.clone())
+        .settled(acks.settled_position())
+        .probe(shared.probe.clone())
+        .open(opening.start.clone());
+    let mut reader = match reader {
+        Ok(reader) => reader,
+        Err(e) => {
+            let _ = shared.store.release(&taken).await;
+            return TakeOutcome::Unopenable(e);
+        }
+    };
+    // Fix the position now, so that nothing written after this listing is missed, and record
+    // where this reader begins before it reads anything, so that a takeover after a crash
+    // resumes there (never at the tip, which would skip what arrived meanwhile). Only a
+    // position the service accepted is recorded; a LATEST start is recorded as the time the
+    // request was sent.
+    let asked = SystemTime::now();
+    let primed = tokio::time::timeout(shared.config.call_timeout(), reader.prime())
+        .await
+        .unwrap_or(false);
+    if primed && opening.record {
+        let begins = Checkpoint::Start(match &opening.start {
+            StartingPoint::Latest => StartingPoint::since(asked),
+            other => other.clone(),
+        });
+        if taken.checkpoint.as_ref() != Some(&begins) {
+            let at = Instant::now();
+            match shared.store.checkpoint(&taken, &begins).await {
+                Ok(lease) => {
+                    taken = lease;
+                    sent = at;
+                }
+                Err(e) => {
+                    tracing::warn!(shard = %shard, error = %e, "could not record the start position; leaving the shard");
+                    if e.is_lost() {
+                        return TakeOutcome::Lost;
+                    }
+                    let _ = shared.store.release(&taken).await;
+                    return TakeOutcome::Failed(e);
+                }
+            }
+        }
+    }
+    let written = if opening.overridden && !primed {
+        None
+    } else {
+        taken.checkpoint.clone()
+    };
+    TakeOutcome::Taken(Box::new(Taken {
+        lease: taken,
+        reader,
+        acks,
+        sent,
+        written,
+        start: opening.start,
+    }))
+}

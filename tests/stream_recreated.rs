@@ -1,0 +1,130 @@
+//! A stream deleted and created again under the same name, with the same lease table: the rows
+//! of the old stream's shards (same shard ids) do not stall or skip the new ones (here the old
+//! shard 0 was split, so its row says SHARD_END, which would leave the new shard 0 unread).
+//! Against kinesis-local and dynalite.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kinesis_dataflow::api::PutRecordsEntry;
+use kinesis_dataflow::{
+    AwsKinesis, Checkpoint, DynamoLeaseStore, KinesisPosition, ReadSettings, SharedKinesis,
+    SharedLeaseStore, Subscription, SubscriptionBuilder,
+};
+
+fn builder(api: &SharedKinesis, store: &SharedLeaseStore, stream: &str) -> SubscriptionBuilder {
+    Subscription::builder(api.clone(), store.clone(), stream)
+        .read_settings(
+            ReadSettings::default()
+                .poll_interval(Duration::from_millis(100))
+                .unlimited_reads(),
+        )
+        .list_interval(Duration::from_millis(300))
+        .lease_duration(Duration::from_secs(1))
+        .checkpoint_interval(Duration::from_millis(100))
+}
+
+async fn publish(api: &SharedKinesis, stream: &str, tag: &str) -> BTreeSet<String> {
+    let entries: Vec<PutRecordsEntry> = (0..20)
+        .map(|i| PutRecordsEntry {
+            data: Bytes::from(format!("{tag}-{i:02}")),
+            partition_key: format!("key-{i}"),
+            explicit_hash_key: None,
+        })
+        .collect();
+    let out = api.put_records(stream, entries).await.unwrap();
+    assert_eq!(out.failed_count(), 0);
+    (0..20).map(|i| format!("{tag}-{i:02}")).collect()
+}
+
+async fn read_all(sub: &mut Subscription, expected: &BTreeSet<String>, what: &str) {
+    support::reading::read_until(sub, expected, what, Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_created_again_under_the_same_name_is_read_from_its_own_start() {
+    support::init_tracing();
+    let client = support::kinesis_client();
+    let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
+    let stream = support::unique_name("again");
+    let store: SharedLeaseStore = Arc::new(
+        DynamoLeaseStore::new(
+            support::dynamodb_client(),
+            support::unique_name("again-leases"),
+        )
+        .unwrap(),
+    );
+    // The first stream: one shard, split in two, everything read and checkpointed (the
+    // parent's row says SHARD_END).
+    support::create_stream(&client, &stream, 1).await;
+    let mut first = publish(&api, &stream, "first").await;
+    api.split_shard(
+        &stream,
+        "shardId-000000000000",
+        &(u128::MAX / 2).to_string(),
+    )
+    .await
+    .unwrap();
+    support::wait_active(&client, &stream).await;
+    first.extend(publish(&api, &stream, "split").await);
+    let mut sub = builder(&api, &store, &stream)
+        .start_at(KinesisPosition::horizon())
+        .start()
+        .await
+        .unwrap();
+    read_all(&mut sub, &first, "the first stream").await;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let rows = store.list(&stream).await.unwrap();
+            let parent_done = rows.iter().any(|l| {
+                l.shard_id == "shardId-000000000000" && l.checkpoint == Some(Checkpoint::ShardEnd)
+            });
+            let children = rows
+                .iter()
+                .filter(|l| matches!(l.checkpoint, Some(Checkpoint::Sequence(_))))
+                .count();
+            if parent_done && children == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("checkpoints written");
+    sub.shutdown().await;
+
+    client
+        .delete_stream()
+        .stream_name(&stream)
+        .send()
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while client
+        .describe_stream_summary()
+        .stream_name(&stream)
+        .send()
+        .await
+        .is_ok()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stream was never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // kinesis-local derives a shard's starting sequence number from the second its stream was
+    // created (AWS takes seconds to delete and create a stream anyway).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    support::create_stream(&client, &stream, 1).await;
+
+    // The same application starts again: the old rows belong to the old stream.
+    let mut sub = builder(&api, &store, &stream).start().await.unwrap();
+    let second = publish(&api, &stream, "second").await;
+    read_all(&mut sub, &second, "the stream created again").await;
+    sub.shutdown().await;
+}

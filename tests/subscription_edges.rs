@@ -1,0 +1,147 @@
+//! Edge cases of where shards begin, on the in-memory transport and lease store: rows another
+//! instance created at its start, a fresh start at the tip of a resharded stream, a seek that
+//! a crash interrupts, and a stream recreated under the same name.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kinesis_dataflow::{
+    KinesisPosition, Lease, LeaseStore, MemoryKinesis, MemoryLeaseStore, SharedKinesis,
+    Subscription, SubscriptionBuilder,
+};
+
+const STREAM: &str = "edges";
+
+fn builder(api: &SharedKinesis, store: &MemoryLeaseStore, owner: &str) -> SubscriptionBuilder {
+    support::reading::fast(api, Arc::new(store.clone()), STREAM, owner)
+}
+
+fn write(memory: &MemoryKinesis, tag: &str, count: usize) -> BTreeSet<String> {
+    support::reading::write_tagged(memory, STREAM, tag, 0, count, count)
+        .into_iter()
+        .collect()
+}
+
+/// Reads and acks until `expected` all came; returns every payload delivered, in order.
+async fn read_until(
+    sub: &mut Subscription,
+    expected: &BTreeSet<String>,
+    what: &str,
+) -> Vec<String> {
+    support::reading::read_until(sub, expected, what, Duration::from_secs(15))
+        .await
+        .into_iter()
+        .map(|(_, payload)| payload)
+        .collect()
+}
+
+/// Another instance that started a moment earlier created the rows of every shard and opened
+/// its share; this instance opens the rest at its own start. Records written after the
+/// first instance's `start` returned, before this one started, are not missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_whose_rows_another_instance_created_open_where_it_started() {
+    support::init_tracing();
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, 4).unwrap();
+    let api: SharedKinesis = Arc::new(memory.clone());
+    let store = MemoryLeaseStore::new();
+    // "b" is registered as live, so "a" opens only half of the shards.
+    let row = Lease::new(STREAM.to_owned(), "worker:b".to_owned(), Vec::new());
+    store.create(&row).await.unwrap();
+    store.take(&row, "b").await.unwrap();
+
+    let mut a = builder(&api, &store, "a").start().await.unwrap();
+    let between = write(&memory, "between", 40);
+    let mut b = builder(&api, &store, "b").start().await.unwrap();
+    let after = write(&memory, "after", 40);
+
+    let mut expected = between;
+    expected.extend(after);
+    let mut got: BTreeSet<String> = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !expected.is_subset(&got) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never delivered: {:?}",
+            expected.difference(&got).collect::<Vec<_>>()
+        );
+        tokio::select! {
+            Some(Ok(d)) = a.next() => { got.insert(String::from_utf8_lossy(d.data()).into_owned()); d.ack(); }
+            Some(Ok(d)) = b.next() => { got.insert(String::from_utf8_lossy(d.data()).into_owned()); d.ack(); }
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A first start at the tip of a stream that was resharded twice before: no closed shard is
+/// read (nothing written before the start is delivered), every open shard starts at the tip,
+/// and what is written after the start comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_start_at_the_tip_of_a_resharded_stream_reads_no_closed_shard() {
+    support::init_tracing();
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, 2).unwrap();
+    let api: SharedKinesis = Arc::new(memory.clone());
+    let store = MemoryLeaseStore::new();
+    let half = u128::MAX / 2;
+    let mut before = write(&memory, "old", 24);
+    api.split_shard(STREAM, "shardId-000000000000", &(half / 2).to_string())
+        .await
+        .unwrap();
+    before.extend(write(&memory, "older", 24));
+    api.split_shard(STREAM, "shardId-000000000002", &(half / 4).to_string())
+        .await
+        .unwrap();
+    before.extend(write(&memory, "oldest", 24));
+
+    let mut sub = builder(&api, &store, "a").start().await.unwrap();
+    let after = write(&memory, "new", 48);
+    let got = read_until(&mut sub, &after, "a tip start").await;
+    // Give any closed shard that would be read time to show up.
+    let more = tokio::time::timeout(Duration::from_millis(1500), sub.next()).await;
+    assert!(more.is_err(), "nothing else comes: {more:?}");
+    let replayed: Vec<&String> = got.iter().filter(|g| before.contains(*g)).collect();
+    assert!(
+        replayed.is_empty(),
+        "records written before the start: {replayed:?}"
+    );
+    sub.shutdown().await;
+}
+
+/// A seek back is recorded in the lease table before anything is settled after it: an
+/// instance that takes the shard over after a crash replays from the seek's position, not
+/// from the checkpoint written before the seek.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seek_back_survives_a_crash_before_anything_is_settled() {
+    support::init_tracing();
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, 1).unwrap();
+    let api: SharedKinesis = Arc::new(memory.clone());
+    let store = MemoryLeaseStore::new();
+    let first = write(&memory, "r", 20);
+    let mut a = builder(&api, &store, "a")
+        .start_at(KinesisPosition::horizon())
+        .start()
+        .await
+        .unwrap();
+    read_until(&mut a, &first, "the first reading").await;
+    // The checkpoint reaches the last record.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    a.seeker().seek(KinesisPosition::horizon()).await.unwrap();
+    // Something is delivered again after the seek, but nothing is settled: then a crash.
+    let again = tokio::time::timeout(Duration::from_secs(5), a.next()).await;
+    assert!(matches!(again, Ok(Some(Ok(_)))), "{again:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.abort();
+
+    let mut b = builder(&api, &store, "b").start().await.unwrap();
+    let got = read_until(&mut b, &first, "the instance taking over").await;
+    assert_eq!(got.len(), first.len(), "each record once: {got:?}");
+    b.shutdown().await;
+}
