@@ -56,6 +56,7 @@ async fn five_hundred_shards_from_a_slow_lease_table_keep_every_lease_and_redeli
     assert_eq!(out.failed_count(), 0);
     memory.clear_calls();
 
+    let began = tokio::time::Instant::now();
     let mut sub = Subscription::builder(api.clone(), Arc::new(store.clone()), STREAM)
         .owner("a")
         .start_at(KinesisPosition::horizon())
@@ -66,7 +67,9 @@ async fn five_hundred_shards_from_a_slow_lease_table_keep_every_lease_and_redeli
         .await
         .unwrap();
 
+    let started_in = began.elapsed();
     let mut delivered: BTreeMap<String, usize> = BTreeMap::new();
+    let mut all_in = None;
     // Read for a while past the last first delivery: a lease released for lack of renewal
     // would be taken again and its record redelivered from the last checkpoint.
     let until = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -77,12 +80,19 @@ async fn five_hundred_shards_from_a_slow_lease_table_keep_every_lease_and_redeli
                     .entry(String::from_utf8_lossy(d.data()).into_owned())
                     .or_default() += 1;
                 d.ack();
+                if all_in.is_none() && delivered.len() == written.len() {
+                    all_in = Some(began.elapsed());
+                }
             }
             Ok(Some(Err(e))) => panic!("no error is expected: {e}"),
             Ok(None) => panic!("the subscription ended"),
             Err(_) => break,
         }
     }
+    println!(
+        "[renewals] {SHARDS} shards, table latency {TABLE_LATENCY:?}: start() returned after \
+         {started_in:?}, every record delivered after {all_in:?} (tokio time)"
+    );
     let missing: Vec<&String> = written
         .iter()
         .filter(|w| !delivered.contains_key(*w))

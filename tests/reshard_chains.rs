@@ -1,8 +1,7 @@
 //! Chains of reshards while no instance runs, then a start under every start position: a
 //! shard never starts while an ancestor that will still be read is unfinished, so nothing
-//! written after the last checkpoint is lost and every key keeps its order. On the in-memory
-//! transport and lease store (the same scenarios run on the emulators in
-//! `reshard_chains_local.rs`).
+//! written after the last checkpoint is lost and every key keeps its order. Every scenario runs
+//! on the in-memory transport and lease store, and on kinesis-local and dynalite.
 
 mod support;
 
@@ -10,12 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
+use kinesis_dataflow::api::PutRecordsEntry;
 use kinesis_dataflow::{
-    KinesisPosition, MemoryKinesis, MemoryLeaseStore, SharedKinesis, Subscription,
-    SubscriptionBuilder,
+    AwsKinesis, DynamoLeaseStore, KinesisPosition, MemoryKinesis, MemoryLeaseStore, SharedKinesis,
+    SharedLeaseStore, Subscription, SubscriptionBuilder,
 };
 
-const STREAM: &str = "chains";
 const KEYS: usize = 12;
 
 /// What happens to the stream while nobody reads it.
@@ -42,13 +42,67 @@ enum Start {
     Latest,
 }
 
-fn builder(api: &SharedKinesis, store: &MemoryLeaseStore, owner: &str) -> SubscriptionBuilder {
-    support::reading::fast(api, Arc::new(store.clone()), STREAM, owner)
+/// Where a scenario runs: the in-memory transport, or the emulators.
+struct Place {
+    api: SharedKinesis,
+    store: SharedLeaseStore,
+    stream: String,
+    /// The emulator's client, to wait for the stream to be ACTIVE after a reshard.
+    client: Option<aws_sdk_kinesis::Client>,
 }
 
-/// Writes `count` records, `phase:ordinal` keyed round-robin over the keys.
-fn write(memory: &MemoryKinesis, phase: &str, from: usize, count: usize) -> Vec<String> {
-    support::reading::write_tagged(memory, STREAM, phase, from, count, KEYS)
+impl Place {
+    fn memory() -> Self {
+        let memory = MemoryKinesis::new();
+        memory.add_stream("chains", 2).unwrap();
+        Self {
+            api: Arc::new(memory),
+            store: Arc::new(MemoryLeaseStore::new()),
+            stream: "chains".to_owned(),
+            client: None,
+        }
+    }
+
+    async fn emulators() -> Self {
+        let client = support::kinesis_client();
+        let stream = support::unique_name("chains");
+        support::create_stream(&client, &stream, 2).await;
+        let table = support::unique_name("chains-leases");
+        Self {
+            api: Arc::new(AwsKinesis::new(client.clone())),
+            store: Arc::new(DynamoLeaseStore::new(support::dynamodb_client(), table).unwrap()),
+            stream,
+            client: Some(client),
+        }
+    }
+
+    fn builder(&self, owner: &str) -> SubscriptionBuilder {
+        support::reading::fast(&self.api, self.store.clone(), &self.stream, owner)
+    }
+
+    /// Writes `count` records, `phase:ordinal` keyed round-robin over the keys.
+    async fn write(&self, phase: &str, from: usize, count: usize) -> Vec<String> {
+        let data: Vec<String> = (from..from + count)
+            .map(|i| format!("{phase}:{i:05}"))
+            .collect();
+        let entries = (from..from + count)
+            .zip(&data)
+            .map(|(i, d)| PutRecordsEntry {
+                data: Bytes::from(d.clone()),
+                partition_key: format!("key-{}", i % KEYS),
+                explicit_hash_key: None,
+            })
+            .collect();
+        let out = self.api.put_records(&self.stream, entries).await.unwrap();
+        assert_eq!(out.failed_count(), 0);
+        data
+    }
+
+    async fn settled(&self) {
+        if let Some(client) = &self.client {
+            support::wait_active(client, &self.stream).await;
+        }
+    }
 }
 
 /// Reads (and acks) until every `expected` payload came.
@@ -92,35 +146,34 @@ fn now_ms() -> u64 {
     .unwrap()
 }
 
-async fn reshard(api: &SharedKinesis, how: Reshard) {
+async fn reshard(place: &Place, how: Reshard) {
+    let (api, stream) = (&place.api, place.stream.as_str());
     let half = u128::MAX / 2;
     // Shard 0 holds the low half of the key space; 2 its low quarter, 3 the next.
-    api.split_shard(STREAM, "shardId-000000000000", &(half / 2).to_string())
+    api.split_shard(stream, "shardId-000000000000", &(half / 2).to_string())
         .await
         .unwrap();
+    place.settled().await;
     match how {
         Reshard::SplitTwice => api
-            .split_shard(STREAM, "shardId-000000000002", &(half / 4).to_string())
+            .split_shard(stream, "shardId-000000000002", &(half / 4).to_string())
             .await
             .unwrap(),
         Reshard::SplitThenMerge => api
-            .merge_shards(STREAM, "shardId-000000000002", "shardId-000000000003")
+            .merge_shards(stream, "shardId-000000000002", "shardId-000000000003")
             .await
             .unwrap(),
     }
+    place.settled().await;
 }
 
-async fn run(how: Reshard, start: Start) {
+async fn run(place: Place, how: Reshard, start: Start) {
     support::init_tracing();
     let what = format!("{how:?} then {start:?}");
-    let memory = MemoryKinesis::new();
-    memory.add_stream(STREAM, 2).unwrap();
-    let api: SharedKinesis = Arc::new(memory.clone());
-    let store = MemoryLeaseStore::new();
 
     // A first instance reads and checkpoints everything written while it runs, then stops.
-    let mut a = builder(&api, &store, "a").start().await.unwrap();
-    let first: BTreeSet<String> = write(&memory, "first", 0, 48).into_iter().collect();
+    let mut a = place.builder("a").start().await.unwrap();
+    let first: BTreeSet<String> = place.write("first", 0, 48).await.into_iter().collect();
     let got_a = read_until(&mut a, &first, "the first instance").await;
     assert_key_order(&got_a, "the first instance");
     a.shutdown().await;
@@ -130,11 +183,11 @@ async fn run(how: Reshard, start: Start) {
     let before_reshards = now_ms();
     tokio::time::sleep(Duration::from_millis(20)).await;
     let mut after_checkpoint: BTreeSet<String> =
-        write(&memory, "down", 48, 48).into_iter().collect();
-    reshard(&api, how).await;
-    after_checkpoint.extend(write(&memory, "down", 96, 48));
+        place.write("down", 48, 48).await.into_iter().collect();
+    reshard(&place, how).await;
+    after_checkpoint.extend(place.write("down", 96, 48).await);
 
-    let b = builder(&api, &store, "b");
+    let b = place.builder("b");
     let b = match start {
         Start::Default => b,
         Start::InitialLatest => b.initial_position(KinesisPosition::latest()),
@@ -143,7 +196,7 @@ async fn run(how: Reshard, start: Start) {
         Start::Latest => b.start_at(KinesisPosition::latest()),
     };
     let mut b = b.start().await.unwrap();
-    let after_start: BTreeSet<String> = write(&memory, "up", 144, 48).into_iter().collect();
+    let after_start: BTreeSet<String> = place.write("up", 144, 48).await.into_iter().collect();
     let expected: BTreeSet<String> = match start {
         // The startup shards skip to the tip (the spec's start_at, ahead of checkpoints):
         // what was written after `start` returned is what is promised.
@@ -165,52 +218,35 @@ async fn run(how: Reshard, start: Start) {
     b.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn split_twice_then_default_start() {
-    run(Reshard::SplitTwice, Start::Default).await;
+/// Every start position after one chain of reshards, on one transport.
+async fn every_start(place: impl AsyncFn() -> Place, how: Reshard) {
+    for start in [
+        Start::Default,
+        Start::InitialLatest,
+        Start::Timestamp,
+        Start::Horizon,
+        Start::Latest,
+    ] {
+        run(place().await, how, start).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn split_twice_then_initial_latest() {
-    run(Reshard::SplitTwice, Start::InitialLatest).await;
+async fn split_twice_in_memory() {
+    every_start(async || Place::memory(), Reshard::SplitTwice).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn split_twice_then_timestamp() {
-    run(Reshard::SplitTwice, Start::Timestamp).await;
+async fn split_then_merge_in_memory() {
+    every_start(async || Place::memory(), Reshard::SplitThenMerge).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn split_twice_then_horizon() {
-    run(Reshard::SplitTwice, Start::Horizon).await;
+async fn split_twice_on_the_emulators() {
+    every_start(Place::emulators, Reshard::SplitTwice).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn split_twice_then_latest() {
-    run(Reshard::SplitTwice, Start::Latest).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn split_then_merge_then_default_start() {
-    run(Reshard::SplitThenMerge, Start::Default).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn split_then_merge_then_initial_latest() {
-    run(Reshard::SplitThenMerge, Start::InitialLatest).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn split_then_merge_then_timestamp() {
-    run(Reshard::SplitThenMerge, Start::Timestamp).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn split_then_merge_then_horizon() {
-    run(Reshard::SplitThenMerge, Start::Horizon).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn split_then_merge_then_latest() {
-    run(Reshard::SplitThenMerge, Start::Latest).await;
+async fn split_then_merge_on_the_emulators() {
+    every_start(Place::emulators, Reshard::SplitThenMerge).await;
 }
