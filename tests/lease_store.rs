@@ -19,7 +19,8 @@ use aws_sdk_dynamodb::types::{
 };
 use futures::StreamExt;
 use kinesis_dataflow::{
-    Checkpoint, DynamoLeaseStore, Lease, LeaseError, LeaseStore, MemoryLeaseStore, SharedLeaseStore,
+    Checkpoint, DynamoLeaseStore, Lease, LeaseError, LeaseStore, MemoryLeaseStore, Operation,
+    SharedLeaseStore,
 };
 
 const STREAM: &str = "orders";
@@ -582,7 +583,7 @@ async fn a_table_name_the_service_refuses_names_the_table_and_the_call() {
     let store = DynamoLeaseStore::new(client, &table).expect("valid locally");
     let err = store.prepare().await.unwrap_err();
     assert!(
-        matches!(&err, LeaseError::Invalid { table: t, operation: "CreateTable", message }
+        matches!(&err, LeaseError::Invalid { table: t, operation: Operation::CreateTable, message, .. }
             if *t == table && message.contains("ValidationException")),
         "{err:?} ({})",
         logs()
@@ -600,7 +601,7 @@ async fn a_missing_table_is_table_not_found() {
     let store = unprepared_store();
     let err = store.list(STREAM).await.unwrap_err();
     assert!(
-        matches!(&err, LeaseError::TableNotFound { table, operation: "Scan" } if table == store.table()),
+        matches!(&err, LeaseError::TableNotFound { table, operation: Operation::Scan } if table == store.table()),
         "{err:?} ({})",
         logs()
     );
@@ -610,7 +611,7 @@ async fn a_missing_table_is_table_not_found() {
         matches!(
             &err,
             LeaseError::TableNotFound {
-                operation: "PutItem",
+                operation: Operation::PutItem,
                 ..
             }
         ),
@@ -621,7 +622,7 @@ async fn a_missing_table_is_table_not_found() {
         matches!(
             &err,
             LeaseError::TableNotFound {
-                operation: "UpdateItem",
+                operation: Operation::UpdateItem,
                 ..
             }
         ),
@@ -651,7 +652,7 @@ async fn a_malformed_row_names_its_key_and_attribute() {
         matches!(
             &err,
             LeaseError::Invalid {
-                operation: "Scan",
+                operation: Operation::Scan,
                 ..
             }
         ),
@@ -694,7 +695,7 @@ async fn a_table_with_another_key_is_refused() {
     let store = DynamoLeaseStore::new(client, &table).unwrap();
     let err = store.prepare().await.unwrap_err();
     assert!(
-        matches!(&err, LeaseError::Invalid { operation: "DescribeTable", message, .. }
+        matches!(&err, LeaseError::Invalid { operation: Operation::DescribeTable, message, .. }
             if message.contains("leaseKey") && message.contains("id (HASH)")),
         "{err:?}"
     );
@@ -822,7 +823,7 @@ async fn a_reserved_word_clash_is_a_clear_error_naming_the_table_and_the_call() 
         matches!(
             &err,
             LeaseError::Invalid {
-                operation: "UpdateItem",
+                operation: Operation::UpdateItem,
                 ..
             }
         ),

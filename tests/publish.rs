@@ -120,6 +120,7 @@ impl KinesisApi for Recording {
                     operation: Operation::PutRecords,
                     stream: stream.to_owned(),
                     message: "not authorized to perform kinesis:PutRecords".into(),
+                    source: None,
                 })
             });
         }

@@ -15,7 +15,7 @@ use super::{
     ApiFuture, ChildShard, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordResult,
     PutRecordsEntry, PutRecordsOutput, ShardDescription, StreamStatus, StreamSummary,
 };
-use crate::error::{KinesisError, Operation};
+use crate::error::{ErrorSource, KinesisError, Operation};
 use crate::position::StartingPoint;
 use crate::record::Record;
 
@@ -102,6 +102,7 @@ impl AwsKinesis {
             ),
             _ => (None, DisplayErrorContext(&err).to_string()),
         };
+        let source: ErrorSource = std::sync::Arc::new(err);
         classify(
             operation,
             stream,
@@ -109,11 +110,12 @@ impl AwsKinesis {
             &self.region,
             code.as_deref(),
             message,
+            Some(source),
         )
     }
 }
 
-/// Maps a service error code onto the crate's error.
+/// Maps a service error code onto the crate's error, keeping the SDK's error as its source.
 pub(crate) fn classify(
     operation: Operation,
     stream: &str,
@@ -121,6 +123,7 @@ pub(crate) fn classify(
     region: &str,
     code: Option<&str>,
     message: String,
+    source: Option<ErrorSource>,
 ) -> KinesisError {
     let stream = stream.to_owned();
     let raw = message.to_lowercase();
@@ -136,6 +139,7 @@ pub(crate) fn classify(
                 operation,
                 stream,
                 message,
+                source,
             }
         }
         "ResourceNotFoundException" => match shard {
@@ -144,35 +148,55 @@ pub(crate) fn classify(
                     operation,
                     stream,
                     shard: shard.to_owned(),
+                    source,
                 }
             }
             _ => KinesisError::StreamNotFound {
                 operation,
                 stream,
                 region: region.to_owned(),
+                source,
             },
         },
         "ProvisionedThroughputExceededException"
         | "ThrottlingException"
         | "KMSThrottlingException"
-        | "RequestLimitExceeded" => KinesisError::Throttled { operation, stream },
+        | "RequestLimitExceeded" => KinesisError::Throttled {
+            operation,
+            stream,
+            source,
+        },
         "LimitExceededException"
             if matches!(
                 operation,
                 Operation::ListShards | Operation::DescribeStreamSummary
             ) =>
         {
-            KinesisError::Throttled { operation, stream }
+            KinesisError::Throttled {
+                operation,
+                stream,
+                source,
+            }
         }
-        "ExpiredIteratorException" => KinesisError::ExpiredIterator { operation, stream },
+        "ExpiredIteratorException" => KinesisError::ExpiredIterator {
+            operation,
+            stream,
+            source,
+        },
+        "ResourceInUseException" => KinesisError::ResourceInUse {
+            operation,
+            stream,
+            message,
+            source,
+        },
         "InvalidArgumentException"
         | "ValidationException"
-        | "ResourceInUseException"
         | "LimitExceededException"
         | "ExpiredNextTokenException" => KinesisError::InvalidArgument {
             operation,
             stream,
             message,
+            source,
         },
         "AccessDeniedException"
         | "UnrecognizedClientException"
@@ -186,11 +210,13 @@ pub(crate) fn classify(
             operation,
             stream,
             message,
+            source,
         },
         _ => KinesisError::Service {
             operation,
             stream,
             message,
+            source,
         },
     }
 }
@@ -291,6 +317,7 @@ impl KinesisApi for AwsKinesis {
                 operation: Operation::GetShardIterator,
                 stream: stream.to_owned(),
                 message: format!("the answer for shard `{shard}` carried no iterator"),
+                source: None,
             })
         })
     }
@@ -362,6 +389,7 @@ impl KinesisApi for AwsKinesis {
                         operation: Operation::PutRecords,
                         stream: stream.to_owned(),
                         message: e.to_string(),
+                        source: None,
                     })?;
                 request = request.records(built);
             }
@@ -415,6 +443,7 @@ impl KinesisApi for AwsKinesis {
                     operation: Operation::DescribeStreamSummary,
                     stream: stream.to_owned(),
                     message: "the answer carried no stream description".to_owned(),
+                    source: None,
                 })?;
             use aws_sdk_kinesis::types::StreamStatus as S;
             let status = match summary.stream_status {
@@ -468,5 +497,39 @@ impl KinesisApi for AwsKinesis {
                 .map_err(|e| self.error(Operation::MergeShards, stream, Some(shard), e))?;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_service_error_keeps_the_sdk_error_as_its_source() {
+        let sdk: ErrorSource = Arc::new(std::io::Error::other("the SDK's error"));
+        let classified = |code: &str| {
+            classify(
+                Operation::CreateStream,
+                "orders",
+                None,
+                "eu-west-1",
+                Some(code),
+                "the service said no".to_owned(),
+                Some(sdk.clone()),
+            )
+        };
+        let in_use = classified("ResourceInUseException");
+        assert!(
+            matches!(&in_use, KinesisError::ResourceInUse { operation: Operation::CreateStream, stream, .. } if stream == "orders"),
+            "{in_use:?}"
+        );
+        for error in [
+            in_use,
+            classified("AccessDeniedException"),
+            classified("Whatever"),
+        ] {
+            let source = std::error::Error::source(&error).map(ToString::to_string);
+            assert_eq!(source.as_deref(), Some("the SDK's error"), "{error:?}");
+        }
     }
 }

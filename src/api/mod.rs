@@ -36,7 +36,8 @@ pub const MAX_GET_RECORDS_LIMIT: u32 = 10_000;
 /// Implementations map the service's failures onto [`KinesisError`]: throttling to
 /// [`KinesisError::Throttled`], an expired iterator to [`KinesisError::ExpiredIterator`], a
 /// missing stream or shard to [`KinesisError::StreamNotFound`] / [`KinesisError::ShardNotFound`],
-/// refused arguments to [`KinesisError::InvalidArgument`], and transient failures to
+/// refused arguments to [`KinesisError::InvalidArgument`], a stream that exists already (or is
+/// changing state) to [`KinesisError::ResourceInUse`], and transient failures to
 /// [`KinesisError::Service`]. The reader's retry rules depend on that mapping.
 pub trait KinesisApi: Send + Sync + 'static {
     /// The region the client talks to (for error messages).

@@ -287,6 +287,7 @@ pub(crate) async fn ensure_stream(
                         stream: stream.to_owned(),
                         message: "the stream is being deleted; create it again once it is gone"
                             .into(),
+                        source: None,
                     });
                 }
             },
@@ -295,8 +296,7 @@ pub(crate) async fn ensure_stream(
                 match inner.api.create_stream(stream, shards).await {
                     Ok(()) => {}
                     // Another instance created it meanwhile: wait for it like for ours.
-                    Err(KinesisError::InvalidArgument { message, .. })
-                        if message.contains("ResourceInUse") || message.contains("exists") => {}
+                    Err(KinesisError::ResourceInUse { .. }) => {}
                     Err(e) => return Err(e),
                 }
                 created = true;
@@ -310,6 +310,7 @@ pub(crate) async fn ensure_stream(
                 operation: crate::Operation::DescribeStreamSummary,
                 stream: stream.to_owned(),
                 message: format!("the stream was not ACTIVE after {ACTIVE_TIMEOUT:?}"),
+                source: None,
             });
         }
         tokio::time::sleep(Duration::from_millis(if created { 200 } else { 100 })).await;

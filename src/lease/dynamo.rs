@@ -28,6 +28,7 @@ use aws_sdk_dynamodb::types::{
 use aws_smithy_types::error::display::DisplayErrorContext;
 
 use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
+use crate::error::{ErrorSource, Operation};
 use crate::position::Checkpoint;
 
 /// The partition key: `<stream>#<shard>`.
@@ -218,11 +219,12 @@ impl DynamoLeaseStore {
                 let status = status.as_ref().map_or("missing", TableStatus::as_str);
                 return Err(LeaseError::Unavailable {
                     table: self.table.to_string(),
-                    operation: Call::DescribeTable.name(),
+                    operation: Operation::DescribeTable,
                     message: format!(
                         "the table is not ACTIVE after {} s (status: {status})",
                         TABLE_READY_TIMEOUT.as_secs()
                     ),
+                    source: None,
                 });
             }
             tokio::time::sleep(pause).await;
@@ -233,7 +235,7 @@ impl DynamoLeaseStore {
     /// The table's status, `None` when it does not exist. Refuses a table whose key is not
     /// the lease table's.
     async fn describe_table(&self) -> Result<Option<TableStatus>, LeaseError> {
-        let call = Call::DescribeTable;
+        let call = Operation::DescribeTable;
         match self
             .client
             .describe_table()
@@ -276,7 +278,7 @@ impl DynamoLeaseStore {
             .map(|k| format!("{} ({})", k.attribute_name(), k.key_type().as_str()))
             .collect();
         Err(self.invalid(
-            Call::DescribeTable,
+            Operation::DescribeTable,
             &format!(
                 "the table exists with key [{}], but a lease table needs a string partition key \
                  `{KEY}` and no sort key; name another table",
@@ -286,7 +288,7 @@ impl DynamoLeaseStore {
     }
 
     async fn create_table(&self) -> Result<(), LeaseError> {
-        let call = Call::CreateTable;
+        let call = Operation::CreateTable;
         let definition = AttributeDefinition::builder()
             .attribute_name(KEY)
             .attribute_type(ScalarAttributeType::S)
@@ -321,7 +323,7 @@ impl DynamoLeaseStore {
     // reads and writes
 
     async fn do_list(&self, stream: &str) -> Result<Vec<Lease>, LeaseError> {
-        let call = Call::Scan;
+        let call = Operation::Scan;
         let mut leases = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
@@ -351,7 +353,7 @@ impl DynamoLeaseStore {
     }
 
     async fn do_create(&self, lease: &Lease) -> Result<bool, LeaseError> {
-        let call = Call::PutItem;
+        let call = Operation::PutItem;
         let put = self
             .client
             .put_item()
@@ -394,7 +396,7 @@ impl DynamoLeaseStore {
     }
 
     async fn do_delete(&self, lease: &Lease) -> Result<(), LeaseError> {
-        let call = Call::DeleteItem;
+        let call = Operation::DeleteItem;
         let mut delete = self
             .client
             .delete_item()
@@ -465,7 +467,7 @@ impl DynamoLeaseStore {
     ) -> Result<Vec<(&'static str, AttributeValue)>, LeaseError> {
         let Some(next) = lease.counter.checked_add(1) else {
             return Err(self.invalid(
-                Call::UpdateItem,
+                Operation::UpdateItem,
                 &format!(
                     "the counter of shard `{}` of stream `{}` cannot grow past u64::MAX (writer \
                      `{writer}`)",
@@ -491,7 +493,7 @@ impl DynamoLeaseStore {
         names: &[(&'static str, &'static str)],
         values: Vec<(&'static str, AttributeValue)>,
     ) -> Result<Lease, LeaseError> {
-        let call = Call::UpdateItem;
+        let call = Operation::UpdateItem;
         let names = names
             .iter()
             .map(|(alias, name)| ((*alias).to_owned(), (*name).to_owned()))
@@ -529,15 +531,16 @@ impl DynamoLeaseStore {
     // -----------------------------------------------------------------------------------------
     // errors
 
-    fn invalid(&self, call: Call, message: &str) -> LeaseError {
+    fn invalid(&self, call: Operation, message: &str) -> LeaseError {
         LeaseError::Invalid {
             table: self.table.to_string(),
-            operation: call.name(),
+            operation: call,
             message: message.to_owned(),
+            source: None,
         }
     }
 
-    fn error<E>(&self, call: Call, err: SdkError<E, HttpResponse>) -> LeaseError
+    fn error<E>(&self, call: Operation, err: SdkError<E, HttpResponse>) -> LeaseError
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
@@ -556,7 +559,8 @@ impl DynamoLeaseStore {
             }
             _ => Failure::Transport(DisplayErrorContext(&err).to_string()),
         };
-        classify(&self.table, call, failure)
+        let source: ErrorSource = Arc::new(err);
+        classify(&self.table, call, failure, Some(source))
     }
 }
 
@@ -617,41 +621,6 @@ impl LeaseStore for DynamoLeaseStore {
 // calls and errors
 
 /// The DynamoDB calls the store makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Call {
-    DescribeTable,
-    CreateTable,
-    Scan,
-    PutItem,
-    UpdateItem,
-    DeleteItem,
-}
-
-impl Call {
-    fn name(self) -> &'static str {
-        match self {
-            Self::DescribeTable => "DescribeTable",
-            Self::CreateTable => "CreateTable",
-            Self::Scan => "Scan",
-            Self::PutItem => "PutItem",
-            Self::UpdateItem => "UpdateItem",
-            Self::DeleteItem => "DeleteItem",
-        }
-    }
-
-    /// The IAM action the call needs.
-    fn permission(self) -> &'static str {
-        match self {
-            Self::DescribeTable => "dynamodb:DescribeTable",
-            Self::CreateTable => "dynamodb:CreateTable",
-            Self::Scan => "dynamodb:Scan",
-            Self::PutItem => "dynamodb:PutItem",
-            Self::UpdateItem => "dynamodb:UpdateItem",
-            Self::DeleteItem => "dynamodb:DeleteItem",
-        }
-    }
-}
-
 /// How a call failed, before it is mapped onto [`LeaseError`].
 #[derive(Debug)]
 enum Failure {
@@ -672,9 +641,14 @@ fn is_condition_failure<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>
 }
 
 /// Maps a failed call onto the store's error.
-fn classify(table: &str, call: Call, failure: Failure) -> LeaseError {
+fn classify(
+    table: &str,
+    call: Operation,
+    failure: Failure,
+    source: Option<ErrorSource>,
+) -> LeaseError {
     let table = table.to_owned();
-    let operation = call.name();
+    let operation = call;
     let (code, status, message) = match failure {
         Failure::Service {
             code,
@@ -686,6 +660,7 @@ fn classify(table: &str, call: Call, failure: Failure) -> LeaseError {
                 table,
                 operation,
                 message,
+                source,
             };
         }
         Failure::Transport(message) => {
@@ -693,6 +668,7 @@ fn classify(table: &str, call: Call, failure: Failure) -> LeaseError {
                 table,
                 operation,
                 message,
+                source,
             };
         }
     };
@@ -715,8 +691,8 @@ fn classify(table: &str, call: Call, failure: Failure) -> LeaseError {
         | "ExpiredToken" => LeaseError::AccessDenied {
             table,
             operation,
-            permission: call.permission(),
             message: described,
+            source,
         },
         "ProvisionedThroughputExceededException"
         | "ThrottlingException"
@@ -734,11 +710,13 @@ fn classify(table: &str, call: Call, failure: Failure) -> LeaseError {
             table,
             operation,
             message: described,
+            source,
         },
         _ if status >= 500 => LeaseError::Unavailable {
             table,
             operation,
             message: described,
+            source,
         },
         // ValidationException (a bad table name, a reserved word in an expression), a
         // SerializationException, or anything else the service refused for good.
@@ -746,6 +724,7 @@ fn classify(table: &str, call: Call, failure: Failure) -> LeaseError {
             table,
             operation,
             message: described,
+            source,
         },
     }
 }
@@ -855,7 +834,7 @@ fn type_name(value: &AttributeValue) -> &'static str {
 /// Reads one row back into a [`Lease`].
 fn parse_row(
     table: &str,
-    call: Call,
+    call: Operation,
     item: &HashMap<String, AttributeValue>,
 ) -> Result<Lease, LeaseError> {
     let key = match item.get(KEY) {
@@ -864,8 +843,9 @@ fn parse_row(
     };
     let bad = |attribute: &str, what: String| LeaseError::Invalid {
         table: table.to_owned(),
-        operation: call.name(),
+        operation: call,
         message: format!("lease row `{key}`: attribute `{attribute}` {what}"),
+        source: None,
     };
     let string = |attribute: &str| -> Result<Option<String>, LeaseError> {
         match item.get(attribute) {
@@ -1021,20 +1001,38 @@ mod tests {
         ];
         for (failure, expected) in cases {
             let described = format!("{failure:?}");
-            let err = classify(t, Call::UpdateItem, failure);
+            let err = classify(t, Operation::UpdateItem, failure, None);
             let kind = format!("{err:?}");
             assert!(kind.starts_with(expected), "{described} -> {kind}");
             let text = err.to_string();
             assert!(text.contains("`leases`"), "{text}");
             assert!(text.contains("UpdateItem"), "{text}");
         }
-        let denied = classify(t, Call::Scan, service("AccessDeniedException", 400));
+        let cause: ErrorSource = Arc::new(std::io::Error::other("the SDK's error"));
+        let denied = classify(
+            t,
+            Operation::Scan,
+            service("AccessDeniedException", 400),
+            Some(cause),
+        );
         assert!(
-            matches!(&denied, LeaseError::AccessDenied { permission: "dynamodb:Scan", message, .. }
+            matches!(&denied, LeaseError::AccessDenied { operation: Operation::Scan, message, .. }
                 if message.contains("the service said no")),
             "{denied:?}"
         );
-        let invalid = classify(t, Call::CreateTable, service("ValidationException", 400));
+        assert!(denied.to_string().contains("dynamodb:Scan"), "{denied}");
+        let source = std::error::Error::source(&denied).map(ToString::to_string);
+        assert_eq!(
+            source.as_deref(),
+            Some("the SDK's error"),
+            "the cause is kept"
+        );
+        let invalid = classify(
+            t,
+            Operation::CreateTable,
+            service("ValidationException", 400),
+            None,
+        );
         let text = invalid.to_string();
         assert!(
             text.contains("CreateTable")
@@ -1063,13 +1061,13 @@ mod tests {
             lease.checkpoint = checkpoint;
             let item = to_item(&lease);
             assert_eq!(item[KEY], AttributeValue::S("s#shardId-1".into()));
-            assert_eq!(parse_row("t", Call::Scan, &item).unwrap(), lease);
+            assert_eq!(parse_row("t", Operation::Scan, &item).unwrap(), lease);
         }
         let free = Lease::new("s", "shardId-1", vec![]);
         let item = to_item(&free);
         assert!(!item.contains_key(OWNER) && !item.contains_key(CHECKPOINT));
         assert!(!item.contains_key(PARENTS));
-        assert_eq!(parse_row("t", Call::Scan, &item).unwrap(), free);
+        assert_eq!(parse_row("t", Operation::Scan, &item).unwrap(), free);
     }
 
     #[test]
@@ -1098,7 +1096,7 @@ mod tests {
         for (extra, attribute) in cases {
             let mut pairs = base.to_vec();
             pairs.extend(extra);
-            let err = parse_row("t", Call::Scan, &row(&pairs)).unwrap_err();
+            let err = parse_row("t", Operation::Scan, &row(&pairs)).unwrap_err();
             let text = err.to_string();
             assert!(
                 text.contains("`s#x`") && text.contains(&format!("`{attribute}`")),
@@ -1112,7 +1110,7 @@ mod tests {
             (SHARD, AttributeValue::S("x".into())),
             (COUNTER, number(0)),
         ]);
-        assert!(parse_row("t", Call::Scan, &mismatched).is_err());
+        assert!(parse_row("t", Operation::Scan, &mismatched).is_err());
     }
 
     #[test]

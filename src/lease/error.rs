@@ -1,5 +1,7 @@
 //! The lease store's error.
 
+use crate::error::{ErrorSource, Operation};
+
 /// What a lease store can answer instead of a result.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -28,23 +30,24 @@ pub enum LeaseError {
         /// The table name.
         table: String,
         /// The call that failed.
-        operation: &'static str,
+        operation: Operation,
     },
 
     /// A call was denied.
     #[error(
         "{operation} on lease table `{table}` was denied: {message}; grant the IAM action \
-         `{permission}` on the table's ARN"
+         `{}` on the table's ARN", operation.iam_action()
     )]
     AccessDenied {
         /// The table name.
         table: String,
         /// The call that failed.
-        operation: &'static str,
-        /// The IAM action it needs.
-        permission: &'static str,
+        operation: Operation,
         /// The service's explanation.
         message: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
     },
 
     /// The service refused the request itself (a bad table name, a malformed expression).
@@ -53,9 +56,12 @@ pub enum LeaseError {
         /// The table name.
         table: String,
         /// The call that failed.
-        operation: &'static str,
+        operation: Operation,
         /// The service's explanation.
         message: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
     },
 
     /// A transient failure (throttling, 5xx, a dropped connection): retry later.
@@ -64,9 +70,12 @@ pub enum LeaseError {
         /// The table name.
         table: String,
         /// The call that failed.
-        operation: &'static str,
+        operation: Operation,
         /// What the service or the transport said.
         message: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
     },
 
     /// A setting was refused before any call was made.

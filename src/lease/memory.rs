@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
+use crate::error::Operation;
 use crate::position::Checkpoint;
 
 /// The table name [`MemoryLeaseStore`] reports in its errors.
@@ -16,6 +17,18 @@ const CHECKPOINT: &str = "checkpoint";
 
 /// The owner named in [`LeaseError::Lost`] when the caller's lease had no owner at all.
 const NO_OWNER: &str = "(no owner)";
+
+/// The DynamoDB call a store operation stands for, for errors (the same operation on
+/// [`DynamoLeaseStore`](super::DynamoLeaseStore) makes that call).
+fn call_of(operation: &str) -> Operation {
+    match operation {
+        "prepare" => Operation::DescribeTable,
+        "list" => Operation::Scan,
+        "create" => Operation::PutItem,
+        "delete" => Operation::DeleteItem,
+        _ => Operation::UpdateItem,
+    }
+}
 
 /// An in-process lease table: the same conditional semantics as the DynamoDB table, for one
 /// process (several consumers sharing one store) and for tests.
@@ -123,9 +136,10 @@ impl MemoryLeaseStore {
         if self.unavailable.load(Ordering::SeqCst) {
             return Err(LeaseError::Unavailable {
                 table: TABLE.to_owned(),
-                operation,
+                operation: call_of(operation),
                 message: "the in-memory lease store is set unavailable (set_unavailable(true))"
                     .to_owned(),
+                source: None,
             });
         }
         Ok(())
@@ -182,11 +196,12 @@ impl MemoryLeaseStore {
             .checked_add(1)
             .ok_or_else(|| LeaseError::Invalid {
                 table: TABLE.to_owned(),
-                operation,
+                operation: call_of(operation),
                 message: format!(
                     "the counter of shard `{}` of stream `{}` cannot grow past u64::MAX",
                     lease.shard_id, lease.stream
                 ),
+                source: None,
             })?;
         write(row);
         row.counter = counter;

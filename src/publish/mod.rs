@@ -109,9 +109,10 @@
 //! timeout, a dropped connection); resending it can store its records twice. Kinesis has no
 //! idempotent put: consumers must tolerate duplicates, as they must for redelivery anyway.
 
-mod failure;
+mod check;
+pub(crate) mod failure;
 mod plan;
-mod record;
+pub(crate) mod record;
 mod settings;
 
 use std::collections::{HashMap, HashSet};
@@ -121,7 +122,6 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 pub use failure::{EntryError, FailedRecord, PublishFailure};
-pub(crate) use record::quote_key;
 pub use record::{OutgoingRecord, Published};
 pub use settings::{
     DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF, KeyOrder,
@@ -341,7 +341,7 @@ impl Publisher {
         let sizes = records
             .iter()
             .enumerate()
-            .map(|(index, record)| record.check(&self.stream, index))
+            .map(|(index, record)| check::check(record, &self.stream, index))
             .collect::<Result<Vec<usize>, KinesisError>>()?;
         if records.is_empty() {
             return Ok(Vec::new());
@@ -472,7 +472,10 @@ impl<'p> Run<'p> {
     /// Makes one PutRecords call with the records at `call`; returns how many failed.
     async fn call(&mut self, round: u32, call: &[usize]) -> Result<usize, Stop> {
         self.calls += 1;
-        let entries = call.iter().map(|&i| self.records[i].to_entry()).collect();
+        let entries = call
+            .iter()
+            .map(|&i| check::entry(&self.records[i]))
+            .collect();
         let bytes: usize = call.iter().map(|&i| self.records[i].size()).sum();
         let answer = self
             .publisher

@@ -163,6 +163,7 @@ impl Reader {
                 operation: crate::error::Operation::GetShardIterator,
                 stream: self.stream.to_string(),
                 message: "the first iterator was already fetched and lost".into(),
+                source: None,
             });
         }
         match self.fetch_iterator().await {
@@ -174,6 +175,7 @@ impl Reader {
             Err(_) => Err(KinesisError::Throttled {
                 operation: crate::error::Operation::GetShardIterator,
                 stream: self.stream.to_string(),
+                source: None,
             }),
         }
     }

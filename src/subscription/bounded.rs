@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::error::Operation;
 use crate::lease::{Lease, LeaseError, LeaseFuture, LeaseStore, SharedLeaseStore};
 use crate::position::Checkpoint;
 
@@ -19,7 +20,7 @@ impl BoundedStore {
 
     fn bound<'a, T: Send + 'a>(
         &'a self,
-        operation: &'static str,
+        operation: Operation,
         call: impl Future<Output = Result<T, LeaseError>> + Send + 'a,
     ) -> LeaseFuture<'a, T> {
         Box::pin(async move {
@@ -30,6 +31,7 @@ impl BoundedStore {
                         table: "(lease store)".to_owned(),
                         operation,
                         message: format!("no answer within {:?}", self.limit),
+                        source: None,
                     })
                 })
         })
@@ -43,19 +45,19 @@ impl LeaseStore for BoundedStore {
     }
 
     fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
-        self.bound("list", self.inner.list(stream))
+        self.bound(Operation::Scan, self.inner.list(stream))
     }
 
     fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
-        self.bound("create", self.inner.create(lease))
+        self.bound(Operation::PutItem, self.inner.create(lease))
     }
 
     fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease> {
-        self.bound("take", self.inner.take(lease, owner))
+        self.bound(Operation::UpdateItem, self.inner.take(lease, owner))
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        self.bound("renew", self.inner.renew(lease))
+        self.bound(Operation::UpdateItem, self.inner.renew(lease))
     }
 
     fn checkpoint<'a>(
@@ -63,14 +65,17 @@ impl LeaseStore for BoundedStore {
         lease: &'a Lease,
         checkpoint: &'a Checkpoint,
     ) -> LeaseFuture<'a, Lease> {
-        self.bound("checkpoint", self.inner.checkpoint(lease, checkpoint))
+        self.bound(
+            Operation::UpdateItem,
+            self.inner.checkpoint(lease, checkpoint),
+        )
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        self.bound("release", self.inner.release(lease))
+        self.bound(Operation::UpdateItem, self.inner.release(lease))
     }
 
     fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
-        self.bound("delete", self.inner.delete(lease))
+        self.bound(Operation::DeleteItem, self.inner.delete(lease))
     }
 }

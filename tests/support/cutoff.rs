@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use kinesis_dataflow::lease::LeaseFuture;
-use kinesis_dataflow::{Checkpoint, Lease, LeaseError, LeaseStore, SharedLeaseStore};
+use kinesis_dataflow::{Checkpoint, Lease, LeaseError, LeaseStore, Operation, SharedLeaseStore};
 
 /// One instance's view of the lease store, which can be cut off while others still reach it.
 #[derive(Clone)]
@@ -39,8 +39,15 @@ impl CutOff {
         if self.down.load(Ordering::SeqCst) {
             return Err(LeaseError::Unavailable {
                 table: "(cut off)".into(),
-                operation,
+                operation: match operation {
+                    "prepare" => Operation::DescribeTable,
+                    "list" => Operation::Scan,
+                    "create" => Operation::PutItem,
+                    "delete" => Operation::DeleteItem,
+                    _ => Operation::UpdateItem,
+                },
                 message: "connection refused".into(),
+                source: None,
             });
         }
         Ok(())

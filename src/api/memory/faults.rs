@@ -127,13 +127,22 @@ impl Fault {
         let operation = self.operation;
         let stream = stream.to_owned();
         match &self.kind {
-            FaultKind::Throttle => Some(KinesisError::Throttled { operation, stream }),
+            FaultKind::Throttle => Some(KinesisError::Throttled {
+                operation,
+                stream,
+                source: None,
+            }),
             FaultKind::Fail(message) => Some(KinesisError::Service {
                 operation,
                 stream,
                 message: message.clone(),
+                source: None,
             }),
-            FaultKind::ExpireIterator => Some(KinesisError::ExpiredIterator { operation, stream }),
+            FaultKind::ExpireIterator => Some(KinesisError::ExpiredIterator {
+                operation,
+                stream,
+                source: None,
+            }),
             FaultKind::Latency(_) => None,
         }
     }

@@ -253,8 +253,9 @@ impl MemoryKinesis {
     ///
     /// # Errors
     ///
-    /// [`KinesisError::InvalidArgument`] for a malformed name, a shard count of 0 (or above
-    /// [`MAX_SHARDS_PER_STREAM`]), or a stream that already exists.
+    /// [`KinesisError::InvalidArgument`] for a malformed name or a shard count of 0 (or above
+    /// [`MAX_SHARDS_PER_STREAM`]); [`KinesisError::ResourceInUse`] for a stream that already
+    /// exists.
     pub fn add_stream(&self, name: &str, shard_count: u32) -> Result<(), KinesisError> {
         self.create(Operation::CreateStream, name, shard_count)
     }
@@ -407,6 +408,7 @@ impl MemoryKinesis {
                 operation,
                 stream: stream.to_owned(),
                 region: self.region.to_string(),
+                source: None,
             })
     }
 

@@ -44,14 +44,12 @@ impl MemoryKinesis {
         }
         let mut state = self.lock();
         if state.streams.contains_key(stream) {
-            return Err(invalid(
-                op,
-                stream,
-                format!(
-                    "ResourceInUseException: stream {stream} already exists in region {}",
-                    self.region
-                ),
-            ));
+            return Err(KinesisError::ResourceInUse {
+                operation: op,
+                stream: stream.to_owned(),
+                message: format!("stream {stream} already exists in region {}", self.region),
+                source: None,
+            });
         }
         let number = state.next_stream_number;
         if number > sequence::MAX_STREAM_NUMBER {
@@ -184,6 +182,7 @@ impl MemoryKinesis {
             return Err(KinesisError::ExpiredIterator {
                 operation: op,
                 stream: stream.to_owned(),
+                source: None,
             });
         }
         let stream_state = self.stream_mut(&mut state, op, stream)?;
@@ -194,6 +193,7 @@ impl MemoryKinesis {
                 operation: op,
                 stream: stream.to_owned(),
                 shard: shard.to_string(),
+                source: None,
             })?;
         let shard_state = &stream_state.shards[index];
         if *shard_state.id != **shard {
@@ -419,6 +419,7 @@ pub(super) fn invalid(operation: Operation, stream: &str, message: String) -> Ki
         operation,
         stream: stream.to_owned(),
         message,
+        source: None,
     }
 }
 
@@ -429,6 +430,7 @@ pub(super) fn refused(operation: Operation, stream: &str, refusal: Refusal) -> K
             operation,
             stream: stream.to_owned(),
             shard,
+            source: None,
         },
         Refusal::Invalid(message) => invalid(operation, stream, message),
     }

@@ -123,6 +123,7 @@ async fn list_shards(shared: &Shared) -> Result<Vec<ShardDescription>, KinesisEr
             operation: Operation::ListShards,
             stream: shared.stream.to_string(),
             message: format!("no answer within {timeout:?}"),
+            source: None,
         }),
     }
 }

@@ -129,6 +129,7 @@ async fn open_at(
                 "no answer within {:?}; the subscription did not move",
                 shared.config.call_timeout()
             ),
+            source: None,
         }),
     }
 }

@@ -130,6 +130,7 @@ async fn iterator_requests_are_validated() {
             operation,
             stream,
             region,
+            ..
         } => {
             assert_eq!(operation, Operation::GetShardIterator);
             assert_eq!(stream, "nope");

@@ -4,58 +4,12 @@
 //! resource, and what to do next. The predicates ([`KinesisError::is_retryable`] and friends) are
 //! how the reader decides between waiting, retrying and stopping.
 
-use std::fmt;
+mod operation;
 
-/// The Kinesis or DynamoDB operation an error came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Operation {
-    /// `ListShards`.
-    ListShards,
-    /// `GetShardIterator`.
-    GetShardIterator,
-    /// `GetRecords`.
-    GetRecords,
-    /// `PutRecords`.
-    PutRecords,
-    /// `CreateStream`.
-    CreateStream,
-    /// `DescribeStreamSummary`.
-    DescribeStreamSummary,
-    /// `SplitShard`.
-    SplitShard,
-    /// `MergeShards`.
-    MergeShards,
-}
+pub use operation::{ErrorSource, Operation};
 
-impl Operation {
-    /// The operation's name as the service spells it.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ListShards => "ListShards",
-            Self::GetShardIterator => "GetShardIterator",
-            Self::GetRecords => "GetRecords",
-            Self::PutRecords => "PutRecords",
-            Self::CreateStream => "CreateStream",
-            Self::DescribeStreamSummary => "DescribeStreamSummary",
-            Self::SplitShard => "SplitShard",
-            Self::MergeShards => "MergeShards",
-        }
-    }
-
-    /// The IAM action a caller needs for this operation.
-    #[must_use]
-    pub fn iam_action(self) -> String {
-        format!("kinesis:{}", self.as_str())
-    }
-}
-
-impl fmt::Display for Operation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::publish::failure::PublishFailure;
+use crate::publish::record::quote_key;
 
 /// Everything that can go wrong while reading from or writing to Kinesis.
 ///
@@ -76,6 +30,9 @@ pub enum KinesisError {
         stream: String,
         /// The region the client was configured for.
         region: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
     },
 
     /// The shard does not exist in the stream (a typo, or it left the retention period).
@@ -90,6 +47,9 @@ pub enum KinesisError {
         stream: String,
         /// The shard id.
         shard: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
     },
 
     /// The service refused an argument: a malformed name, a sequence number of another shard,
@@ -102,6 +62,24 @@ pub enum KinesisError {
         stream: String,
         /// The service's explanation.
         message: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
+    },
+
+    /// The resource is in a state that refuses the call: the stream exists already
+    /// (CreateStream), or it is being created, updated or deleted.
+    #[error("{operation} on stream `{stream}`: the resource is in use: {message}")]
+    ResourceInUse {
+        /// The call that failed.
+        operation: Operation,
+        /// The stream name.
+        stream: String,
+        /// The service's explanation.
+        message: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
     },
 
     /// The caller lacks permission for the call.
@@ -116,6 +94,9 @@ pub enum KinesisError {
         stream: String,
         /// The service's explanation.
         message: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
     },
 
     /// The shard's read or write limit was exceeded; the reader waits and retries on its own.
@@ -128,6 +109,9 @@ pub enum KinesisError {
         operation: Operation,
         /// The stream name.
         stream: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
     },
 
     /// A shard iterator was older than five minutes; the reader fetches a new one on its own.
@@ -140,6 +124,9 @@ pub enum KinesisError {
         operation: Operation,
         /// The stream name.
         stream: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
     },
 
     /// A call failed in a way that may succeed when retried: a 5xx answer, a dropped connection,
@@ -152,6 +139,9 @@ pub enum KinesisError {
         stream: String,
         /// What the service or the transport said.
         message: String,
+        /// The error underneath (the SDK's), when the call reached one.
+        #[source]
+        source: Option<ErrorSource>,
     },
 
     /// The shard reader gave up after too many failed calls in a row. The subscription releases
@@ -229,7 +219,7 @@ pub enum KinesisError {
     #[error(
         "record {index} of a publish to stream `{stream}` (partition key {}, {size} bytes \
          of data and key) was refused before sending: {reason}; nothing of the batch was sent",
-        crate::publish::quote_key(partition_key)
+        quote_key(partition_key)
     )]
     InvalidRecord {
         /// The stream name.
@@ -248,7 +238,7 @@ pub enum KinesisError {
     /// retrying cannot fix stopped it. The failure says how many records were written (they
     /// stay written), hands back every record that was not, and names the last error.
     #[error("{0}")]
-    PublishFailed(Box<crate::publish::PublishFailure>),
+    PublishFailed(Box<PublishFailure>),
 
     /// The RustStream broker face was shut down: handles kept from before the shutdown
     /// (publishers, subscriptions, deliveries) refuse to work rather than silently succeed.
