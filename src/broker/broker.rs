@@ -1,19 +1,16 @@
 //! [`KinesisBroker`] (configuration) and [`ConnectedKinesis`] (the live connection).
 
-use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ruststream::{Broker, ConnectedBroker};
-use tokio::runtime::Handle as RuntimeHandle;
 
-use super::publisher::{KinesisPublish, KinesisPublisher};
+use super::connection::{ConnectedKinesis, Connection};
+use super::in_process::Harness;
 use crate::api::{AwsKinesis, MemoryKinesis, SharedKinesis};
 use crate::error::KinesisError;
 use crate::lease::{DynamoLeaseStore, MemoryLeaseStore, SharedLeaseStore};
-use crate::subscription::ShutdownHandle;
 
 /// How long [`ConnectedBroker::shutdown`] waits for the subscriptions to flush their
 /// checkpoints and release their leases, by default.
@@ -23,15 +20,19 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 enum Transport {
     /// The AWS SDK, configured at `connect`.
-    Aws {
-        sdk_config: Option<Box<aws_config::SdkConfig>>,
-        endpoint: Option<String>,
-        kinesis_endpoint: Option<String>,
-        dynamodb_endpoint: Option<String>,
-        region: Option<String>,
-    },
+    Aws(AwsTransport),
     /// An in-memory Kinesis (demos, tests); clones of the broker share it.
     Memory(MemoryKinesis),
+}
+
+/// The AWS transport's settings, resolved at `connect`.
+#[derive(Clone, Default)]
+struct AwsTransport {
+    sdk_config: Option<Box<aws_config::SdkConfig>>,
+    endpoint: Option<String>,
+    kinesis_endpoint: Option<String>,
+    dynamodb_endpoint: Option<String>,
+    region: Option<String>,
 }
 
 /// Where the leases and checkpoints live.
@@ -85,13 +86,13 @@ pub struct KinesisBroker {
 impl fmt::Debug for KinesisBroker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let transport = match &self.transport {
-            Transport::Aws {
+            Transport::Aws(AwsTransport {
                 sdk_config,
                 endpoint,
                 kinesis_endpoint,
                 dynamodb_endpoint,
                 region,
-            } => format!(
+            }) => format!(
                 "aws(config: {}, endpoint: {endpoint:?}, kinesis_endpoint: \
                  {kinesis_endpoint:?}, dynamodb_endpoint: {dynamodb_endpoint:?}, region: \
                  {region:?})",
@@ -128,13 +129,7 @@ impl KinesisBroker {
     /// A broker on AWS, configured from the environment at `connect`, with leases in DynamoDB.
     pub fn new() -> Self {
         Self {
-            transport: Transport::Aws {
-                sdk_config: None,
-                endpoint: None,
-                kinesis_endpoint: None,
-                dynamodb_endpoint: None,
-                region: None,
-            },
+            transport: Transport::Aws(AwsTransport::default()),
             leases: LeaseChoice::Dynamo { table: None },
             application: None,
             owner: None,
@@ -157,8 +152,8 @@ impl KinesisBroker {
 
     /// Uses a ready SDK configuration instead of the environment's (AWS transport only).
     pub fn sdk_config(mut self, config: aws_config::SdkConfig) -> Self {
-        if let Transport::Aws { sdk_config, .. } = &mut self.transport {
-            *sdk_config = Some(Box::new(config));
+        if let Transport::Aws(aws) = &mut self.transport {
+            aws.sdk_config = Some(Box::new(config));
         }
         self
     }
@@ -167,8 +162,8 @@ impl KinesisBroker {
     /// only; it overrides the endpoint of a given SDK configuration and the environment's
     /// (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_KINESIS`, ...) too.
     pub fn endpoint(mut self, url: impl Into<String>) -> Self {
-        if let Transport::Aws { endpoint, .. } = &mut self.transport {
-            *endpoint = Some(url.into());
+        if let Transport::Aws(aws) = &mut self.transport {
+            aws.endpoint = Some(url.into());
         }
         self
     }
@@ -176,11 +171,8 @@ impl KinesisBroker {
     /// Sends the Kinesis calls to `url` (ahead of [`endpoint`](Self::endpoint) and
     /// `AWS_ENDPOINT_URL_KINESIS`). AWS transport only.
     pub fn kinesis_endpoint(mut self, url: impl Into<String>) -> Self {
-        if let Transport::Aws {
-            kinesis_endpoint, ..
-        } = &mut self.transport
-        {
-            *kinesis_endpoint = Some(url.into());
+        if let Transport::Aws(aws) = &mut self.transport {
+            aws.kinesis_endpoint = Some(url.into());
         }
         self
     }
@@ -188,19 +180,16 @@ impl KinesisBroker {
     /// Sends the lease table's DynamoDB calls to `url` (ahead of
     /// [`endpoint`](Self::endpoint) and `AWS_ENDPOINT_URL_DYNAMODB`). AWS transport only.
     pub fn dynamodb_endpoint(mut self, url: impl Into<String>) -> Self {
-        if let Transport::Aws {
-            dynamodb_endpoint, ..
-        } = &mut self.transport
-        {
-            *dynamodb_endpoint = Some(url.into());
+        if let Transport::Aws(aws) = &mut self.transport {
+            aws.dynamodb_endpoint = Some(url.into());
         }
         self
     }
 
     /// The AWS region (default: the environment's). AWS transport only.
     pub fn region(mut self, name: impl Into<String>) -> Self {
-        if let Transport::Aws { region, .. } = &mut self.transport {
-            *region = Some(name.into());
+        if let Transport::Aws(aws) = &mut self.transport {
+            aws.region = Some(name.into());
         }
         self
     }
@@ -279,7 +268,7 @@ impl KinesisBroker {
             .get_or_init(|| {
                 let kinesis = match &self.transport {
                     Transport::Memory(kinesis) => kinesis.clone(),
-                    Transport::Aws { .. } => MemoryKinesis::new(),
+                    Transport::Aws(_) => MemoryKinesis::new(),
                 };
                 let store = match &self.leases {
                     LeaseChoice::Ready(store) => Some(store.clone()),
@@ -298,92 +287,42 @@ impl KinesisBroker {
     ) -> Result<ConnectedKinesis, KinesisError> {
         self.transport = Transport::Memory(world.kinesis.clone());
         self.leases = LeaseChoice::Ready(world.store.clone());
-        let mut inner = self.resolve().await?;
-        inner.in_process = true;
-        inner.accounting = Some(world.accounting.clone());
+        let mut connection = self.resolve().await?;
+        connection.harness.accounting = Some(world.accounting.clone());
         Ok(ConnectedKinesis {
-            inner: Arc::new(inner),
+            inner: Arc::new(connection),
         })
     }
 
-    async fn resolve(self) -> Result<Inner, KinesisError> {
-        let runtime = RuntimeHandle::current();
+    /// Checks the settings and builds the connection: the clients and the lease store.
+    async fn resolve(self) -> Result<Connection, KinesisError> {
+        self.check_settings()?;
         let application = self.application_name();
         let memory = match &self.transport {
             Transport::Memory(kinesis) => Some(kinesis.clone()),
-            Transport::Aws { .. } => None,
+            Transport::Aws(_) => None,
         };
         let (api, dynamo): (SharedKinesis, Option<aws_sdk_dynamodb::Client>) = match &self.transport
         {
             Transport::Memory(kinesis) => (Arc::new(kinesis.clone()), None),
-            Transport::Aws {
-                sdk_config,
-                endpoint,
-                kinesis_endpoint,
-                dynamodb_endpoint,
-                region,
-            } => {
-                let config = match sdk_config {
-                    Some(config) => {
-                        let mut builder = config.to_builder();
-                        if let Some(url) = endpoint {
-                            builder.set_endpoint_url(Some(url.clone()));
-                        }
-                        if let Some(region) = region {
-                            builder.set_region(Some(aws_config::Region::new(region.clone())));
-                        }
-                        builder.build()
-                    }
-                    None => {
-                        let mut loader =
-                            aws_config::defaults(aws_config::BehaviorVersion::latest());
-                        if let Some(url) = endpoint {
-                            loader = loader.endpoint_url(url.clone());
-                        }
-                        if let Some(region) = region {
-                            loader = loader.region(aws_config::Region::new(region.clone()));
-                        }
-                        loader.load().await
-                    }
-                };
-                check_credentials(&config).await?;
-                // Endpoints set on the broker are set on each client, so they win over the
-                // environment's (`AWS_ENDPOINT_URL_KINESIS`, ...), which the SDK would otherwise
-                // prefer to the configuration's.
-                let mut kinesis = aws_sdk_kinesis::config::Builder::from(&config);
-                if let Some(url) = kinesis_endpoint.as_ref().or(endpoint.as_ref()) {
-                    kinesis = kinesis.endpoint_url(url.clone());
-                }
-                let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&config);
-                if let Some(url) = dynamodb_endpoint.as_ref().or(endpoint.as_ref()) {
-                    dynamo = dynamo.endpoint_url(url.clone());
-                }
-                (
-                    Arc::new(AwsKinesis::new(aws_sdk_kinesis::Client::from_conf(
-                        kinesis.build(),
-                    ))),
-                    Some(aws_sdk_dynamodb::Client::from_conf(dynamo.build())),
-                )
+            Transport::Aws(aws) => {
+                let (kinesis, dynamo) = aws.clients().await?;
+                (Arc::new(AwsKinesis::new(kinesis)), Some(dynamo))
             }
         };
-        let store: SharedLeaseStore = match &self.leases {
-            LeaseChoice::Ready(store) => store.clone(),
-            LeaseChoice::Dynamo { table } => {
-                let Some(client) = dynamo else {
-                    return Err(KinesisError::InvalidConfig {
-                        setting: "lease_table",
-                        value: format!("{table:?}"),
-                        reason: "a DynamoDB lease store needs the AWS transport; use \
-                                 `in_memory_leases()` with the in-memory transport"
-                            .into(),
-                    });
-                };
-                let table = table
-                    .clone()
-                    .unwrap_or_else(|| DynamoLeaseStore::default_table_name(&application));
-                Arc::new(DynamoLeaseStore::new(client, table)?)
-            }
-        };
+        let store = self.leases_to_use(dynamo, &application)?;
+        Ok(Connection::new(
+            api,
+            store,
+            Harness::on(memory),
+            self.owner,
+            self.create_missing_streams,
+            self.shutdown_grace,
+        ))
+    }
+
+    /// Refuses the settings that cannot work, before any call.
+    fn check_settings(&self) -> Result<(), KinesisError> {
         if let Some(0) = self.create_missing_streams {
             return Err(KinesisError::InvalidConfig {
                 setting: "create_missing_streams",
@@ -398,21 +337,85 @@ impl KinesisBroker {
                 reason: "must be at most 60 s".into(),
             });
         }
-        Ok(Inner {
-            api,
-            store,
-            runtime,
-            closed: AtomicBool::new(false),
-            subscriptions: Mutex::new(Vec::new()),
-            streams: Mutex::new(HashSet::new()),
-            stopping: Mutex::default(),
-            memory,
-            in_process: false,
-            accounting: None,
-            owner: self.owner,
-            create_missing_streams: self.create_missing_streams,
-            shutdown_grace: self.shutdown_grace,
-        })
+        Ok(())
+    }
+
+    /// The lease store to use: the one given, or the DynamoDB table of the application.
+    fn leases_to_use(
+        &self,
+        dynamo: Option<aws_sdk_dynamodb::Client>,
+        application: &str,
+    ) -> Result<SharedLeaseStore, KinesisError> {
+        match &self.leases {
+            LeaseChoice::Ready(store) => Ok(store.clone()),
+            LeaseChoice::Dynamo { table } => {
+                let Some(client) = dynamo else {
+                    return Err(KinesisError::InvalidConfig {
+                        setting: "lease_table",
+                        value: format!("{table:?}"),
+                        reason: "a DynamoDB lease store needs the AWS transport; use \
+                                 `in_memory_leases()` with the in-memory transport"
+                            .into(),
+                    });
+                };
+                let table = table
+                    .clone()
+                    .unwrap_or_else(|| DynamoLeaseStore::default_table_name(application));
+                Ok(Arc::new(DynamoLeaseStore::new(client, table)?))
+            }
+        }
+    }
+}
+
+impl AwsTransport {
+    /// The SDK configuration: the one given, or the standard environment, with the broker's
+    /// endpoint and region on top.
+    async fn sdk_config(&self) -> aws_config::SdkConfig {
+        match &self.sdk_config {
+            Some(config) => {
+                let mut builder = config.to_builder();
+                if let Some(url) = &self.endpoint {
+                    builder.set_endpoint_url(Some(url.clone()));
+                }
+                if let Some(region) = &self.region {
+                    builder.set_region(Some(aws_config::Region::new(region.clone())));
+                }
+                builder.build()
+            }
+            None => {
+                let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+                if let Some(url) = &self.endpoint {
+                    loader = loader.endpoint_url(url.clone());
+                }
+                if let Some(region) = &self.region {
+                    loader = loader.region(aws_config::Region::new(region.clone()));
+                }
+                loader.load().await
+            }
+        }
+    }
+
+    /// The Kinesis and DynamoDB clients, once the credentials are checked. Endpoints set on
+    /// the broker are set on each client, so they win over the environment's
+    /// (`AWS_ENDPOINT_URL_KINESIS`, ...), which the SDK would otherwise prefer to the
+    /// configuration's.
+    async fn clients(
+        &self,
+    ) -> Result<(aws_sdk_kinesis::Client, aws_sdk_dynamodb::Client), KinesisError> {
+        let config = self.sdk_config().await;
+        check_credentials(&config).await?;
+        let mut kinesis = aws_sdk_kinesis::config::Builder::from(&config);
+        if let Some(url) = self.kinesis_endpoint.as_ref().or(self.endpoint.as_ref()) {
+            kinesis = kinesis.endpoint_url(url.clone());
+        }
+        let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&config);
+        if let Some(url) = self.dynamodb_endpoint.as_ref().or(self.endpoint.as_ref()) {
+            dynamo = dynamo.endpoint_url(url.clone());
+        }
+        Ok((
+            aws_sdk_kinesis::Client::from_conf(kinesis.build()),
+            aws_sdk_dynamodb::Client::from_conf(dynamo.build()),
+        ))
     }
 }
 
@@ -519,13 +522,13 @@ impl KinesisBroker {
             spec.description = Some(description);
             spec
         };
-        let Transport::Aws {
+        let Transport::Aws(AwsTransport {
             sdk_config,
             endpoint,
             kinesis_endpoint,
             region,
             ..
-        } = &self.transport
+        }) = &self.transport
         else {
             return without_host("the in-memory Kinesis transport, in this process".to_owned());
         };
@@ -575,155 +578,6 @@ impl KinesisBroker {
     }
 }
 
-/// The shared state of a connection.
-pub(crate) struct Inner {
-    pub(crate) api: SharedKinesis,
-    pub(crate) store: SharedLeaseStore,
-    /// The runtime `connect` ran on: subscriptions and SDK calls run there.
-    pub(crate) runtime: RuntimeHandle,
-    pub(crate) closed: AtomicBool,
-    subscriptions: Mutex<Vec<ShutdownHandle>>,
-    /// The streams a subscription of this connection reads now (one each).
-    streams: Mutex<HashSet<String>>,
-    /// Subscriptions dropped and still stopping (handing their leases back), by stream.
-    stopping: Mutex<std::collections::HashMap<String, ShutdownHandle>>,
-    /// The in-memory transport, when the connection is on it.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
-    pub(crate) memory: Option<MemoryKinesis>,
-    /// Connected in process (see [`in_process`](super::in_process)).
-    pub(crate) in_process: bool,
-    /// The harness's delivery accounting (in process only).
-    pub(crate) accounting: Option<Arc<super::in_process::Accounting>>,
-    pub(crate) owner: Option<String>,
-    pub(crate) create_missing_streams: Option<u32>,
-    pub(crate) shutdown_grace: Duration,
-}
-
-impl Inner {
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-
-    /// `Err(ShutDown)` once the connection is shut down.
-    pub(crate) fn check_open(&self) -> Result<(), KinesisError> {
-        if self.is_closed() {
-            Err(KinesisError::ShutDown)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Claims `stream` for one subscription of this connection: a second one would only
-    /// compete with the first for the same shards, so it is refused until the first closes.
-    pub(crate) fn claim(self: &Arc<Self>, stream: &str) -> Result<StreamClaim, KinesisError> {
-        let mut streams = self
-            .streams
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !streams.insert(stream.to_owned()) {
-            return Err(KinesisError::AlreadySubscribed {
-                stream: stream.to_owned(),
-            });
-        }
-        Ok(StreamClaim {
-            inner: self.clone(),
-            stream: stream.to_owned(),
-        })
-    }
-
-    /// A subscription of `stream` was dropped and stops in the background.
-    pub(crate) fn stopping(&self, stream: &str, handle: ShutdownHandle) {
-        self.stopping
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(stream.to_owned(), handle);
-    }
-
-    /// Waits (at most the shutdown grace) until a dropped subscription of `stream` handed its
-    /// leases back, so that a new one takes the shards at once rather than at a later listing.
-    pub(crate) async fn wait_stopped(&self, stream: &str) {
-        let handle = self
-            .stopping
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(stream);
-        if let Some(handle) = handle {
-            let _ = tokio::time::timeout(self.shutdown_grace, handle.shutdown()).await;
-        }
-    }
-
-    /// Records a subscription so shutdown stops it. Refused (and the subscription stopped)
-    /// when the connection closed meanwhile.
-    pub(crate) fn register(&self, handle: ShutdownHandle) -> Result<(), KinesisError> {
-        let mut subscriptions = self
-            .subscriptions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if self.is_closed() {
-            drop(subscriptions);
-            self.runtime.spawn(async move { handle.shutdown().await });
-            return Err(KinesisError::ShutDown);
-        }
-        // Keep the list to the subscriptions still running.
-        subscriptions.retain(|h| !h.is_stopped());
-        subscriptions.push(handle);
-        Ok(())
-    }
-}
-
-/// One subscription's hold on its stream within a connection (see [`Inner::claim`]).
-pub(crate) struct StreamClaim {
-    inner: Arc<Inner>,
-    stream: String,
-}
-
-impl Drop for StreamClaim {
-    fn drop(&mut self) {
-        self.inner
-            .streams
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&self.stream);
-    }
-}
-
-/// A connected [`KinesisBroker`]: the clients, the lease store, and the subscriptions opened
-/// through it. Clones share one connection; shutting one down shuts down all.
-#[derive(Clone)]
-pub struct ConnectedKinesis {
-    pub(crate) inner: Arc<Inner>,
-}
-
-impl fmt::Debug for ConnectedKinesis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConnectedKinesis")
-            .field("region", &self.inner.api.region())
-            .field("closed", &self.inner.is_closed())
-            .finish_non_exhaustive()
-    }
-}
-
-impl ConnectedKinesis {
-    /// A publisher with the default policy (random partition keys unless a publish names one).
-    #[must_use]
-    pub fn publisher(&self) -> KinesisPublisher {
-        KinesisPublisher::new(self.inner.clone(), KinesisPublish::default())
-    }
-
-    /// The Kinesis client behind this connection.
-    #[must_use]
-    pub fn kinesis(&self) -> SharedKinesis {
-        self.inner.api.clone()
-    }
-
-    /// True once [`shutdown`](ConnectedBroker::shutdown) was called on this connection or a
-    /// clone of it.
-    #[must_use]
-    pub fn is_shut_down(&self) -> bool {
-        self.inner.is_closed()
-    }
-}
-
 /// What a shutdown did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -744,41 +598,10 @@ impl ConnectedBroker for ConnectedKinesis {
     /// connection (publishers, subscribers, unsettled deliveries) answers
     /// [`KinesisError::ShutDown`].
     async fn shutdown(self) -> Result<ClosedKinesis, KinesisError> {
-        self.inner.closed.store(true, Ordering::Release);
-        let handles = std::mem::take(
-            &mut *self
-                .inner
-                .subscriptions
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        let total = handles.len();
-        let grace = self.inner.shutdown_grace;
-        let stops: Vec<_> = handles
-            .into_iter()
-            .map(|handle| {
-                self.inner.runtime.spawn(async move {
-                    tokio::time::timeout(grace, handle.shutdown()).await.is_ok()
-                })
-            })
-            .collect();
-        let mut stopped = 0;
-        for stop in stops {
-            // A bound on top of the task's own: the runtime may be winding down.
-            if let Ok(Ok(true)) =
-                tokio::time::timeout(grace + Duration::from_millis(500), stop).await
-            {
-                stopped += 1;
-            }
-        }
-        tracing::info!(
-            stopped,
-            unfinished = total - stopped,
-            "Kinesis broker shut down"
-        );
+        let (stopped, unfinished) = self.inner.close().await;
         Ok(ClosedKinesis {
             subscriptions_stopped: stopped,
-            subscriptions_unfinished: total - stopped,
+            subscriptions_unfinished: unfinished,
         })
     }
 }

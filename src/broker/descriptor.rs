@@ -1,16 +1,15 @@
 //! [`KinesisStream`]: the descriptor a subscriber is mounted on.
 
 use std::borrow::Cow;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ruststream::{
     AddressedCopies, FromName, RedeliveryAddress, RedeliveryAddressed, Subscribe,
     SubscriptionSource,
 };
 
-use super::broker::{ConnectedKinesis, Inner};
+use super::connection::{ConnectedKinesis, Connection};
 use super::subscriber::KinesisSubscriber;
-use crate::api::StreamStatus;
 use crate::error::KinesisError;
 use crate::position::KinesisPosition;
 use crate::shard::ReadSettings;
@@ -23,8 +22,6 @@ const MAX_CREATE_SHARDS: u32 = 10_000;
 const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(20);
 /// The longest `max_wait` allowed.
 const MAX_MAX_WAIT: Duration = Duration::from_secs(60);
-/// How long `create_if_missing` waits for a new stream to become ACTIVE.
-const ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A Kinesis stream to subscribe to, with how to read it.
 ///
@@ -224,9 +221,13 @@ impl KinesisStream {
         ))
     }
 
-    async fn start(self, inner: &Inner, create: Option<u32>) -> Result<Subscription, KinesisError> {
+    async fn start(
+        self,
+        inner: &Connection,
+        create: Option<u32>,
+    ) -> Result<Subscription, KinesisError> {
         if let Some(shards) = create {
-            ensure_stream(inner, &self.name, shards).await?;
+            inner.ensure_stream(&self.name, shards).await?;
         }
         let mut builder = Subscription::builder(inner.api.clone(), inner.store.clone(), self.name)
             .read_settings(self.read)
@@ -249,7 +250,7 @@ impl KinesisStream {
         if let Some(duration) = self.lease_duration {
             builder = builder.lease_duration(duration);
         }
-        if inner.in_process {
+        if inner.harness.in_process() {
             // A jump of the paused test clock must not look like a frozen process.
             builder = builder.lease_duration(IN_PROCESS_LEASE_DURATION);
         }
@@ -265,57 +266,6 @@ impl KinesisStream {
 
 /// The lease duration in process: longer than any jump a test makes on its paused clock.
 const IN_PROCESS_LEASE_DURATION: Duration = Duration::from_secs(24 * 3600);
-
-/// Creates `stream` with `shards` shards when it does not exist, then waits until it is ACTIVE.
-pub(crate) async fn ensure_stream(
-    inner: &Inner,
-    stream: &str,
-    shards: u32,
-) -> Result<(), KinesisError> {
-    // In process a stream has one shard (see `in_process`).
-    let shards = if inner.in_process { 1 } else { shards };
-    let started = Instant::now();
-    let mut created = false;
-    loop {
-        match inner.api.describe_stream_summary(stream).await {
-            Ok(summary) => match summary.status {
-                StreamStatus::Active | StreamStatus::Updating => return Ok(()),
-                StreamStatus::Creating => {}
-                StreamStatus::Deleting => {
-                    return Err(KinesisError::InvalidArgument {
-                        operation: crate::Operation::DescribeStreamSummary,
-                        stream: stream.to_owned(),
-                        message: "the stream is being deleted; create it again once it is gone"
-                            .into(),
-                        source: None,
-                    });
-                }
-            },
-            Err(KinesisError::StreamNotFound { .. }) if !created => {
-                tracing::info!(stream, shards, "creating missing stream");
-                match inner.api.create_stream(stream, shards).await {
-                    Ok(()) => {}
-                    // Another instance created it meanwhile: wait for it like for ours.
-                    Err(KinesisError::ResourceInUse { .. }) => {}
-                    Err(e) => return Err(e),
-                }
-                created = true;
-            }
-            Err(KinesisError::StreamNotFound { .. }) => {}
-            Err(e) if e.is_retryable() => {}
-            Err(e) => return Err(e),
-        }
-        if started.elapsed() > ACTIVE_TIMEOUT {
-            return Err(KinesisError::Service {
-                operation: crate::Operation::DescribeStreamSummary,
-                stream: stream.to_owned(),
-                message: format!("the stream was not ACTIVE after {ACTIVE_TIMEOUT:?}"),
-                source: None,
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(if created { 200 } else { 100 })).await;
-    }
-}
 
 impl FromName for KinesisStream {
     fn from_name(name: impl Into<Cow<'static, str>>) -> Self {

@@ -29,55 +29,109 @@
 #[cfg(feature = "testing")]
 mod imp;
 
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Duration;
+
+use crate::api::MemoryKinesis;
+
 #[cfg(feature = "testing")]
-pub(crate) use imp::{Accounting, Counted, Taken, World};
+pub(crate) use imp::{Accounting, Counted, World};
 
+/// Never built without the `testing` feature: a delivery the harness counts.
 #[cfg(not(feature = "testing"))]
-mod disabled {
-    //! Without the `testing` feature nothing is counted; the types exist so the call sites
-    //! need no `cfg`.
+#[derive(Debug)]
+pub(crate) enum Counted {}
 
-    use std::sync::Arc;
-    use std::task::Waker;
-    use std::time::Duration;
+/// What a delivery is, for the harness.
+pub(crate) enum Taken {
+    /// Not counted.
+    Uncounted,
+    /// Counted; released when dropped.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    Counted(Counted),
+    /// A delayed redelivery whose time has not come.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    Park,
+}
 
-    /// Never built without the feature.
-    #[derive(Debug)]
-    pub(crate) enum Accounting {}
+/// What a connection holds for the in-process test harness: the in-memory transport (to
+/// inject records into) and, connected in process, the delivery accounting. Without the
+/// `testing` feature it holds nothing and every call is a no-op, so the broker's files need no
+/// `cfg`.
+#[derive(Debug, Default)]
+pub(crate) struct Harness {
+    /// The in-memory transport, when the connection is on it.
+    #[cfg(feature = "testing")]
+    pub(crate) memory: Option<MemoryKinesis>,
+    /// The delivery accounting, when connected in process.
+    #[cfg(feature = "testing")]
+    pub(crate) accounting: Option<Arc<Accounting>>,
+}
 
-    /// Never built without the feature.
-    #[derive(Debug)]
-    pub(crate) enum Counted {}
-
-    /// What a delivery is, for the harness.
-    #[allow(dead_code)]
-    pub(crate) enum Taken {
-        /// Not counted.
-        Uncounted,
-        /// Counted; released when dropped.
-        Counted(Counted),
-        /// A delayed redelivery whose time has not come.
-        Park,
+impl Harness {
+    /// A connection's harness, on the in-memory transport `memory` (if it is).
+    #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
+    pub(crate) fn on(memory: Option<MemoryKinesis>) -> Self {
+        Self {
+            #[cfg(feature = "testing")]
+            memory,
+            #[cfg(feature = "testing")]
+            accounting: None,
+        }
     }
 
-    impl Accounting {
-        pub(crate) fn take(&self, _: &str, _: &Arc<str>, _: &str, _: &Waker) -> Taken {
-            match *self {}
+    /// True when connected in process.
+    pub(crate) fn in_process(&self) -> bool {
+        #[cfg(feature = "testing")]
+        return self.accounting.is_some();
+        #[cfg(not(feature = "testing"))]
+        false
+    }
+
+    /// A subscription of `stream` opened.
+    #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
+    pub(crate) fn opened(&self, stream: &str) {
+        #[cfg(feature = "testing")]
+        if let Some(accounting) = &self.accounting {
+            accounting.opened(stream);
         }
-        pub(crate) fn requeued(&self, _: &str, _: &Arc<str>, _: &str) {
-            match *self {}
+    }
+
+    /// A subscription of `stream` closed.
+    #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
+    pub(crate) fn closed(&self, stream: &str) {
+        #[cfg(feature = "testing")]
+        if let Some(accounting) = &self.accounting {
+            accounting.closed(stream);
         }
-        pub(crate) fn requeue_after(&self, _: &str, _: &Arc<str>, _: &str, _: Duration) {
-            match *self {}
+    }
+
+    /// A delivery is about to be handed out: counted, or parked until its time.
+    #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
+    pub(crate) fn take(&self, stream: &str, shard: &Arc<str>, seq: &str, waker: &Waker) -> Taken {
+        #[cfg(feature = "testing")]
+        if let Some(accounting) = &self.accounting {
+            return accounting.take(stream, shard, seq, waker);
         }
-        pub(crate) fn opened(&self, _: &str) {
-            match *self {}
-        }
-        pub(crate) fn closed(&self, _: &str) {
-            match *self {}
+        Taken::Uncounted
+    }
+
+    /// A delivery was sent back for redelivery after `delay` (`None`: the backoff).
+    #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
+    pub(crate) fn requeued(
+        &self,
+        stream: &str,
+        shard: &Arc<str>,
+        seq: &str,
+        delay: Option<Duration>,
+    ) {
+        #[cfg(feature = "testing")]
+        if let Some(accounting) = &self.accounting {
+            match delay {
+                None => accounting.requeued(stream, shard, seq),
+                Some(delay) => accounting.requeue_after(stream, shard, seq, delay),
+            }
         }
     }
 }
-
-#[cfg(not(feature = "testing"))]
-pub(crate) use disabled::{Accounting, Counted, Taken};

@@ -10,7 +10,7 @@ use ruststream::{
     Partitioned, Positioned,
 };
 
-use super::broker::Inner;
+use super::connection::Connection;
 use super::in_process::Counted;
 use super::seeker::KinesisSeeker;
 use crate::ack::Delivery;
@@ -24,12 +24,12 @@ pub(crate) struct Shared {
     /// Deliveries so far of the records sent back for another try, by (shard, sequence
     /// number).
     attempts: Mutex<HashMap<(Arc<str>, String), u64>>,
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Connection>,
     pub(crate) seeker: KinesisSeeker,
 }
 
 impl Shared {
-    pub(crate) fn new(stream: Arc<str>, inner: Arc<Inner>, seeker: KinesisSeeker) -> Self {
+    pub(crate) fn new(stream: Arc<str>, inner: Arc<Connection>, seeker: KinesisSeeker) -> Self {
         Self {
             stream,
             attempts: Mutex::default(),
@@ -121,15 +121,16 @@ impl KinesisMessage {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(key(&delivery), self.attempt);
             // In process, the harness counts the redelivery before it can be read.
-            if let Some(accounting) = &self.shared.inner.accounting {
-                let (shard, seq) = (delivery.shard_id_shared(), delivery.sequence_number());
-                match when {
-                    Redelivery::Backoff => accounting.requeued(&self.shared.stream, shard, seq),
-                    Redelivery::After(_) => {
-                        accounting.requeue_after(&self.shared.stream, shard, seq, delay);
-                    }
-                }
-            }
+            let after = match when {
+                Redelivery::Backoff => None,
+                Redelivery::After(_) => Some(delay),
+            };
+            self.shared.inner.harness.requeued(
+                &self.shared.stream,
+                delivery.shard_id_shared(),
+                delivery.sequence_number(),
+                after,
+            );
             delivery.retry_after(delay);
         }
     }

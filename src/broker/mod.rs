@@ -97,6 +97,7 @@
 
 #[allow(clippy::module_inception)] // the file plan names it `broker.rs`
 mod broker;
+mod connection;
 mod descriptor;
 pub mod envelope;
 pub mod in_process;
@@ -105,7 +106,8 @@ mod publisher;
 mod seeker;
 mod subscriber;
 
-pub use broker::{CREDENTIALS_TIMEOUT, ClosedKinesis, ConnectedKinesis, KinesisBroker};
+pub use broker::{CREDENTIALS_TIMEOUT, ClosedKinesis, KinesisBroker};
+pub use connection::ConnectedKinesis;
 pub use descriptor::KinesisStream;
 pub use message::{
     ArrivalTime, KinesisBatchContext, KinesisContext, KinesisMessage, MillisBehindLatest,

@@ -9,9 +9,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ruststream::runtime::MapPublisher;
 use ruststream::{DefaultPublish, Lend, OutgoingMessage, PairError, PublishPolicy};
 
-use super::broker::{ConnectedKinesis, Inner};
+use super::connection::{ConnectedKinesis, Connection};
 use crate::error::KinesisError;
 use crate::publish::Publisher as CorePublisher;
+
+impl ConnectedKinesis {
+    /// A publisher with the default policy (random partition keys unless a publish names one).
+    #[must_use]
+    pub fn publisher(&self) -> KinesisPublisher {
+        KinesisPublisher::new(self.inner.clone(), KinesisPublish::default())
+    }
+}
 
 /// The header a publish may name its partition key in, when neither the publish's options
 /// nor the policy name one (the framework's retry copies keep their original's key this way).
@@ -113,7 +121,7 @@ where
 /// [`Publisher`](crate::Publisher) (PutRecords with retries of failed entries), on the
 /// connection's runtime.
 pub struct KinesisPublisher {
-    inner: Arc<Inner>,
+    inner: Arc<Connection>,
     policy: KinesisPublish,
 }
 
@@ -127,7 +135,7 @@ impl fmt::Debug for KinesisPublisher {
 }
 
 impl KinesisPublisher {
-    pub(crate) fn new(inner: Arc<Inner>, policy: KinesisPublish) -> Self {
+    pub(crate) fn new(inner: Arc<Connection>, policy: KinesisPublish) -> Self {
         Self { inner, policy }
     }
 
@@ -191,7 +199,7 @@ impl ruststream::Publisher for KinesisPublisher {
                     if inner.create_missing_streams.is_some() =>
                 {
                     let shards = inner.create_missing_streams.unwrap_or(1);
-                    super::descriptor::ensure_stream(&inner, &stream, shards).await?;
+                    inner.ensure_stream(&stream, shards).await?;
                     publisher.publish(key, data).await
                 }
                 other => other,

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::broker::Inner;
+use super::connection::Connection;
 use crate::error::KinesisError;
 use crate::position::KinesisPosition;
 use crate::subscription::SubscriptionSeeker;
@@ -21,7 +21,7 @@ use crate::subscription::SubscriptionSeeker;
 #[derive(Clone)]
 pub struct KinesisSeeker {
     core: SubscriptionSeeker,
-    inner: Arc<Inner>,
+    inner: Arc<Connection>,
 }
 
 impl fmt::Debug for KinesisSeeker {
@@ -34,7 +34,7 @@ impl fmt::Debug for KinesisSeeker {
 }
 
 impl KinesisSeeker {
-    pub(crate) fn new(core: SubscriptionSeeker, inner: Arc<Inner>) -> Self {
+    pub(crate) fn new(core: SubscriptionSeeker, inner: Arc<Connection>) -> Self {
         Self { core, inner }
     }
 }

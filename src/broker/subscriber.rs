@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use ruststream::{BatchSubscriber, Subscriber};
 
-use super::broker::{Inner, StreamClaim};
+use super::connection::{Connection, StreamClaim};
 use super::in_process::Taken;
 use super::message::{KinesisMessage, Shared};
 use super::seeker::KinesisSeeker;
@@ -52,13 +52,11 @@ impl KinesisSubscriber {
     pub(crate) fn new(
         subscription: Subscription,
         stream: Arc<str>,
-        inner: Arc<Inner>,
+        inner: Arc<Connection>,
         max_wait: Duration,
         claim: StreamClaim,
     ) -> Self {
-        if let Some(accounting) = &inner.accounting {
-            accounting.opened(&stream);
-        }
+        inner.harness.opened(&stream);
         let seeker = KinesisSeeker::new(subscription.seeker(), inner.clone());
         Self {
             wire: std::sync::Mutex::new(Wire {
@@ -195,9 +193,7 @@ impl Drop for Wire {
             // Not delivered: it must not count as settled.
             delivery.retry();
         }
-        if let Some(accounting) = &self.shared.inner.accounting {
-            accounting.closed(&self.shared.stream);
-        }
+        self.shared.inner.harness.closed(&self.shared.stream);
         // Dropping the subscription stops it in the background; a new one of the stream on
         // this connection waits for that.
         self.shared
@@ -232,21 +228,18 @@ impl Subscriber for Wire {
                 };
                 return match next {
                     Poll::Ready(Some(Ok(delivery))) => {
-                        let counted = match &self.shared.inner.accounting {
-                            None => None,
-                            Some(accounting) => match accounting.take(
-                                &self.shared.stream,
-                                delivery.shard_id_shared(),
-                                delivery.sequence_number(),
-                                cx.waker(),
-                            ) {
-                                Taken::Uncounted => None,
-                                Taken::Counted(counted) => Some(counted),
-                                Taken::Park => {
-                                    self.parked = Some(delivery);
-                                    return Poll::Pending;
-                                }
-                            },
+                        let counted = match self.shared.inner.harness.take(
+                            &self.shared.stream,
+                            delivery.shard_id_shared(),
+                            delivery.sequence_number(),
+                            cx.waker(),
+                        ) {
+                            Taken::Uncounted => None,
+                            Taken::Counted(counted) => Some(counted),
+                            Taken::Park => {
+                                self.parked = Some(delivery);
+                                return Poll::Pending;
+                            }
                         };
                         Poll::Ready(Some(Ok(KinesisMessage::new(
                             delivery,

@@ -234,13 +234,13 @@ impl SubscriptionBuilder {
         let owner = self.config.owner.clone();
         let span = tracing::info_span!("subscription", stream = %self.stream, owner = %owner);
         let (first_sync_tx, first_sync) = tokio::sync::oneshot::channel();
-        let (control_tx, control) = mpsc::unbounded_channel();
+        let (seeks_tx, seeks) = mpsc::unbounded_channel();
         let links = Links {
             commands: commands_tx,
             shutdown: shutdown_rx,
             done: done_tx,
             first_sync: first_sync_tx,
-            control,
+            seeks,
         };
         let store: SharedLeaseStore = Arc::new(bounded::BoundedStore::new(
             self.store,
@@ -269,7 +269,7 @@ impl SubscriptionBuilder {
                 shutdown: shutdown_tx,
                 done: done_rx,
             },
-            seeker: SubscriptionSeeker::new(control_tx, self.stream.clone()),
+            seeker: SubscriptionSeeker::new(seeks_tx, self.stream.clone()),
             stream: self.stream,
             owner,
         })

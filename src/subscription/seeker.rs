@@ -5,9 +5,14 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::coordinator::Control;
 use crate::error::KinesisError;
 use crate::position::KinesisPosition;
+
+/// A seek asked of the running coordinator, answered once the new readers are in place.
+pub(crate) struct SeekRequest {
+    pub(crate) to: KinesisPosition,
+    pub(crate) reply: oneshot::Sender<Result<(), KinesisError>>,
+}
 
 /// Moves a running [`Subscription`](super::Subscription) to another position; cloneable, usable
 /// from any task and any runtime (the work runs on the subscription's own).
@@ -30,7 +35,7 @@ use crate::position::KinesisPosition;
 /// start from their checkpoints.
 #[derive(Clone)]
 pub struct SubscriptionSeeker {
-    control: mpsc::UnboundedSender<Control>,
+    control: mpsc::UnboundedSender<SeekRequest>,
     stream: Arc<str>,
 }
 
@@ -44,7 +49,7 @@ impl fmt::Debug for SubscriptionSeeker {
 }
 
 impl SubscriptionSeeker {
-    pub(crate) fn new(control: mpsc::UnboundedSender<Control>, stream: Arc<str>) -> Self {
+    pub(crate) fn new(control: mpsc::UnboundedSender<SeekRequest>, stream: Arc<str>) -> Self {
         Self { control, stream }
     }
 
@@ -60,7 +65,7 @@ impl SubscriptionSeeker {
     pub async fn seek(&self, to: KinesisPosition) -> Result<(), KinesisError> {
         let (reply, answer) = oneshot::channel();
         self.control
-            .send(Control::Seek(to, reply))
+            .send(SeekRequest { to, reply })
             .map_err(|_| self.stopped())?;
         answer.await.map_err(|_| self.stopped())?
     }

@@ -9,8 +9,10 @@ use bytes::Bytes;
 use ruststream::testing::{Backlog, Coordinator, InProcess, TestableBroker};
 use ruststream::{OutgoingMessage, RawMessage};
 
-use super::super::broker::{ConnectedKinesis, KinesisBroker};
+use super::super::broker::KinesisBroker;
+use super::super::connection::ConnectedKinesis;
 use super::super::publisher::{PARTITION_KEY_HEADER, random_key};
+use super::Taken;
 use crate::api::MemoryKinesis;
 use crate::error::KinesisError;
 use crate::lease::{MemoryLeaseStore, SharedLeaseStore};
@@ -82,16 +84,6 @@ impl Drop for Counted {
     fn drop(&mut self) {
         self.0.consumed();
     }
-}
-
-/// What a delivery is, for the harness.
-pub(crate) enum Taken {
-    /// Not counted (read from before the subscription opened, or no harness installed).
-    Uncounted,
-    /// Counted; released when dropped.
-    Counted(Counted),
-    /// A delayed redelivery whose time has not come: hold it until the waker is woken.
-    Park,
 }
 
 impl Accounting {
@@ -289,7 +281,7 @@ impl InProcess for KinesisBroker {
 
 impl TestableBroker for ConnectedKinesis {
     fn install_coordinator(&self, coordinator: Coordinator) {
-        if let Some(accounting) = &self.inner.accounting {
+        if let Some(accounting) = &self.inner.harness.accounting {
             accounting.install(coordinator);
         }
     }
@@ -303,7 +295,7 @@ impl TestableBroker for ConnectedKinesis {
     /// On a connection that is not on the in-memory transport: there is nothing to inject
     /// into synchronously.
     fn inject(&self, message: OutgoingMessage<'_>) {
-        let Some(kinesis) = &self.inner.memory else {
+        let Some(kinesis) = &self.inner.harness.memory else {
             panic!(
                 "inject needs the in-memory transport: connect the broker in process \
                  (TestApp::start) or build it with KinesisBroker::in_memory"
@@ -337,6 +329,7 @@ impl TestableBroker for ConnectedKinesis {
 
     fn published(&self, name: &str) -> Vec<RawMessage> {
         self.inner
+            .harness
             .accounting
             .as_ref()
             .map(|a| a.published(name))

@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep, sleep_until};
 
-use super::Shared;
+use super::shared::Shared;
 use crate::ack::ShardAcks;
 use crate::lease::{Lease, SharedLeaseStore};
 use crate::position::Checkpoint;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 
-use super::Shared;
 use super::lineage::{self, Frontier};
+use super::shared::Shared;
 use crate::api::{ShardDescription, list_all_shards};
 use crate::error::{KinesisError, Operation};
 use crate::lease::{Lease, LeaseError};

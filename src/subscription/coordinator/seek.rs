@@ -7,22 +7,20 @@ use std::time::SystemTime;
 use futures::future::join_all;
 use tokio::sync::oneshot;
 
+use super::Coordinator;
 use super::keeper::Order;
-use super::{Control, Coordinator, Shared};
+use super::shared::Shared;
 use crate::ack::ShardAcks;
 use crate::error::{KinesisError, Operation};
 use crate::position::{Checkpoint, KinesisPosition, StartingPoint};
 use crate::shard::{ShardReader, ShardStream};
 use crate::subscription::gate::LeaseGate;
+use crate::subscription::seeker::SeekRequest;
 
 impl Coordinator {
-    pub(super) async fn on_control(&mut self, control: Control) {
-        match control {
-            Control::Seek(to, reply) => {
-                let result = self.seek(to).await;
-                let _ = reply.send(result);
-            }
-        }
+    pub(super) async fn on_seek(&mut self, request: SeekRequest) {
+        let result = self.seek(request.to).await;
+        let _ = request.reply.send(result);
     }
 
     /// The shards `to` moves: every held shard for a position of every shard (horizon,

@@ -6,8 +6,8 @@ use std::time::SystemTime;
 
 use tokio::time::Instant;
 
-use super::Shared;
 use super::opening::Opening;
+use super::shared::Shared;
 use crate::ack::ShardAcks;
 use crate::error::KinesisError;
 use crate::lease::{Lease, LeaseError};

@@ -8,8 +8,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::Shared;
 use super::plan::WORKER_PREFIX;
+use super::shared::Shared;
 use crate::lease::{Lease, LeaseError};
 
 /// How a job on the worker row went.

@@ -1,0 +1,183 @@
+//! The shards being read: starting a taken shard (its pump and keeper), tearing one
+//! down (written once, in `detach`), and what their pumps and keepers report.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::keeper::{Keeper, Report};
+use super::take::Taken;
+use super::{Command, Coordinator, Held};
+use crate::ack::ShardAcks;
+use crate::lease::Lease;
+use crate::position::Checkpoint;
+use crate::shard::ShardStream;
+use crate::subscription::gate::LeaseGate;
+use crate::subscription::pump::{PumpEnd, PumpEvent, ShardPump};
+
+impl Coordinator {
+    /// Starts reading a taken shard: its pump goes to the subscription's stream, its keeper
+    /// keeps the lease.
+    pub(super) fn install(&mut self, shard: String, taken: Taken) {
+        let Taken {
+            lease,
+            reader,
+            acks,
+            sent,
+            written,
+            start,
+        } = taken;
+        if lease.parents.is_empty() {
+            tracing::info!(shard = %shard, position = ?start, "lease taken, reading");
+        } else {
+            tracing::info!(shard = %shard, parents = ?lease.parents, position = ?start, "lease taken; child started after its parents");
+        }
+        let gate = Arc::new(LeaseGate::new(sent, self.config().give_up_after()));
+        self.start_reading(shard, lease, written, acks, reader, gate);
+    }
+
+    pub(super) fn start_reading(
+        &mut self,
+        shard: String,
+        lease: Lease,
+        written: Option<Checkpoint>,
+        acks: Arc<ShardAcks>,
+        reader: ShardStream,
+        gate: Arc<LeaseGate>,
+    ) {
+        let keeper = Keeper::spawn(
+            &self.shared,
+            lease,
+            written,
+            acks.clone(),
+            gate.clone(),
+            self.reports_tx.clone(),
+        );
+        let pump = self.pump(reader, &acks, &gate);
+        self.held.insert(shard.clone(), Held { gate, acks, keeper });
+        let _ = self.commands.send(Command::Add(shard, pump));
+    }
+
+    /// The stream of deliveries of a shard's reader, behind its gate.
+    pub(super) fn pump(
+        &self,
+        reader: ShardStream,
+        acks: &Arc<ShardAcks>,
+        gate: &Arc<LeaseGate>,
+    ) -> Box<ShardPump> {
+        Box::new(ShardPump::new(
+            reader,
+            acks.clone(),
+            gate.clone(),
+            self.config().max_in_flight,
+            self.events_tx.clone(),
+        ))
+    }
+
+    /// A seek's new reader of a held shard takes the old one's place in the stream.
+    pub(super) fn replace_reader(
+        &mut self,
+        shard: &str,
+        acks: Arc<ShardAcks>,
+        reader: ShardStream,
+        gate: Arc<LeaseGate>,
+    ) {
+        let pump = self.pump(reader, &acks, &gate);
+        if let Some(held) = self.held.get_mut(shard) {
+            held.gate = gate;
+            held.acks = acks;
+        }
+        let _ = self.commands.send(Command::Add(shard.to_owned(), pump));
+    }
+
+    /// Stops reading a shard: its gate closes and its pump leaves the stream. The one place a
+    /// held shard is torn down; the caller decides what becomes of its lease.
+    pub(super) fn detach(&mut self, shard: &str) -> Option<Held> {
+        let held = self.held.remove(shard)?;
+        held.gate.revoke();
+        let _ = self.commands.send(Command::Remove(shard.to_owned()));
+        Some(held)
+    }
+
+    /// Stops reading a shard and hands its lease back once in-flight deliveries settle (up to
+    /// `wait`), with the checkpoint written first.
+    pub(super) fn give_back(&mut self, shard: &str, wait: Duration) {
+        if let Some(held) = self.detach(shard) {
+            let task = held.keeper.release(wait);
+            self.releasing.push((shard.to_owned(), task));
+        }
+    }
+
+    /// Graceful hand-off: in-flight deliveries get the shutdown timeout.
+    pub(super) fn hand_off(&mut self, shard: &str) {
+        let wait = self.config().shutdown_timeout;
+        self.give_back(shard, wait);
+    }
+
+    /// True when `gate` is the one of the shard's current reader.
+    pub(super) fn is_current(&self, shard: &str, gate: &Arc<LeaseGate>) -> bool {
+        self.held
+            .get(shard)
+            .is_some_and(|held| Arc::ptr_eq(&held.gate, gate))
+    }
+
+    pub(super) fn on_report(&mut self, report: Report) {
+        match report {
+            Report::Lost(shard, gate) => {
+                if self.is_current(&shard, &gate)
+                    && let Some(held) = self.detach(&shard)
+                {
+                    held.keeper.forget();
+                }
+            }
+            Report::Expired(shard, gate) => {
+                if self.is_current(&shard, &gate) {
+                    tracing::error!(shard = %shard, "cannot renew the lease; stopped reading before it can expire for others");
+                    self.give_back(&shard, Duration::ZERO);
+                }
+            }
+            Report::Finished(shard, gate) => {
+                if self.is_current(&shard, &gate)
+                    && let Some(held) = self.detach(&shard)
+                {
+                    held.keeper.forget();
+                }
+                // Its children may be eligible now.
+                self.list_soon();
+            }
+        }
+    }
+
+    pub(super) fn on_pump_end(&mut self, event: PumpEvent) {
+        let shard = event.shard.to_string();
+        match event.end {
+            PumpEnd::ShardEnd(end) => {
+                tracing::info!(
+                    shard = %shard,
+                    children = ?end.child_shards.iter().map(|c| c.shard_id.as_str()).collect::<Vec<_>>(),
+                    "shard read to its end; SHARD_END once everything is settled"
+                );
+            }
+            PumpEnd::LeaseExpired(gate) => {
+                // That pump is gone for good, even if a late renewal has reopened the gate
+                // since: the shard goes back and is taken again from its checkpoint.
+                if self.is_current(&shard, &gate) {
+                    tracing::error!(shard = %shard, "the lease was not renewed in time; stopped reading before it could expire for others");
+                    self.give_back(&shard, Duration::ZERO);
+                }
+            }
+            PumpEnd::Stopped { gate, gave_up } => {
+                if !self.is_current(&shard, &gate) {
+                    return;
+                }
+                tracing::warn!(shard = %shard, "reader stopped; releasing the lease so the shard is taken again");
+                if gave_up {
+                    self.health
+                        .reader_gave_up(self.shared.probe.count(), Instant::now());
+                }
+                self.give_back(&shard, Duration::ZERO);
+            }
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! [`Shared`]: what the coordinator's jobs and keepers share.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use crate::api::SharedKinesis;
+use crate::lease::SharedLeaseStore;
+use crate::shard::ReadProbe;
+use crate::subscription::config::SubscriptionConfig;
+
+/// What the coordinator's jobs share.
+pub(crate) struct Shared {
+    pub(crate) api: SharedKinesis,
+    pub(crate) store: SharedLeaseStore,
+    pub(crate) stream: Arc<str>,
+    pub(crate) config: SubscriptionConfig,
+    /// Bounds the work that runs beside the loop (never renewals).
+    pub(crate) permits: Arc<Semaphore>,
+    /// Counts the successful reads of every reader here.
+    pub(crate) probe: Arc<ReadProbe>,
+}

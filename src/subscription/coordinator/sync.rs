@@ -1,0 +1,216 @@
+//! What the coordinator does with a listing: carry out its plan (takes, hand-offs,
+//! deletes), and tell `start` when the first one is done.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::listing::{self, Listing, ListingFailure, NewRowRule};
+use super::opening::{StartContext, opening};
+use super::plan::{self, Holdings, WORKER_PREFIX};
+use super::take::{self, TakeOutcome};
+use super::{Command, Coordinator, Done, lineage};
+use crate::lease::Lease;
+use crate::position::StartingPoint;
+
+impl Coordinator {
+    pub(super) fn start_listing(&mut self) {
+        self.listing = true;
+        self.next_listing = Instant::now() + self.config().list_interval;
+        let config = self.config();
+        let rule = NewRowRule {
+            position: config
+                .initial_position
+                .clone()
+                .or_else(|| config.start_at.clone()),
+            // Until the subscription has opened, the tip is the time it started.
+            tip: if self.startup.shards.is_none() {
+                self.startup.started.clone()
+            } else {
+                StartingPoint::since(SystemTime::now())
+            },
+            replaceable: self.replaceable.clone(),
+        };
+        let shared = self.shared.clone();
+        self.jobs.push(Box::pin(async move {
+            Done::Listing(listing::list(shared, rule).await)
+        }));
+    }
+
+    /// Lists again as soon as the running listing (if any) is done.
+    pub(super) fn list_soon(&mut self) {
+        self.next_listing = Instant::now();
+    }
+
+    pub(super) fn on_listing_failed(&mut self, failure: ListingFailure) {
+        self.listing = false;
+        // Try again soon, rather than a whole listing interval later.
+        self.next_listing =
+            Instant::now() + self.config().list_interval.min(Duration::from_secs(1));
+        let error = match failure {
+            ListingFailure::Kinesis(e) => {
+                self.health.listed(false);
+                tracing::warn!(error = %e, "listing shards failed; retried shortly");
+                if !e.is_retryable()
+                    && let Some(tell) = self.startup.tell.take()
+                {
+                    // A first listing that retrying cannot fix (no such stream, no
+                    // permission) fails `start` itself.
+                    let _ = tell.send(Some(e));
+                    return;
+                }
+                e
+            }
+            ListingFailure::Table(e) => {
+                tracing::warn!(error = %e, "lease table unavailable during the listing; retried shortly");
+                e.into()
+            }
+        };
+        // `start` returns; the shards it opens with open at its start time when they can.
+        self.tell_started();
+        let _ = self.commands.send(Command::Error(error));
+    }
+
+    pub(super) fn on_listing(&mut self, listing: Listing) {
+        self.listing = false;
+        self.health.listed(true);
+        let now = self.config().clock.now();
+        let lease_duration = self.config().lease_duration;
+        self.liveness.observe(&listing.rows, now);
+        self.note_unlisted(&listing, now);
+        let holdings = self.holdings();
+        let liveness = &self.liveness;
+        let expired = |row: &Lease| liveness.is_expired(row, now, lease_duration);
+        let view = plan::View {
+            rows: &listing.rows,
+            shards: &listing.shards,
+            owner: &self.shared.config.owner,
+            holdings: &holdings,
+            expired: &expired,
+        };
+        let unlisted_for = lease_duration + self.shared.config.list_interval;
+        let stale = plan::stale_rows(&view, &self.unlisted, now, unlisted_for);
+        let replaceable = listing
+            .rows
+            .values()
+            .filter(|row| row.owner.is_none() || expired(row))
+            .filter(|row| !holdings.has(&row.shard_id))
+            .map(|row| row.shard_id.clone())
+            .collect();
+        let eligible = lineage::eligible(&listing.shards, &listing.rows);
+        let can_work = self
+            .health
+            .can_work(self.shared.probe.count(), Instant::now());
+        let shares = plan::shares(&view, &eligible, can_work);
+        self.replaceable = replaceable;
+        tracing::debug!(
+            shards = listing.shards.len(),
+            eligible = eligible.len(),
+            live_workers = shares.live_workers,
+            target = shares.target,
+            held = self.held.len(),
+            can_work,
+            "shards listed"
+        );
+        self.delete(stale);
+        let first = self.startup.shards.is_none();
+        if first {
+            self.startup.shards = Some(shares.take.iter().map(|l| l.shard_id.clone()).collect());
+        }
+        for lease in shares.take {
+            self.start_take(lease, first);
+        }
+        for shard in shares.hand_off {
+            tracing::info!(shard = %shard, target = shares.target, live_workers = shares.live_workers, "handing the shard off to balance");
+            self.hand_off(&shard);
+        }
+        if self.startup.pending.is_empty() {
+            self.tell_started();
+        }
+    }
+
+    /// Tracks since when each row's shard is missing from the listing.
+    pub(super) fn note_unlisted(&mut self, listing: &Listing, now: Instant) {
+        let listed: HashSet<&str> = listing.shards.iter().map(|s| s.shard_id.as_str()).collect();
+        let unlisted = |id: &str| !id.starts_with(WORKER_PREFIX) && !listed.contains(id);
+        self.unlisted
+            .retain(|id, _| listing.rows.contains_key(id) && unlisted(id));
+        for id in listing.rows.keys().filter(|id| unlisted(id)) {
+            self.unlisted.entry(id.clone()).or_insert(now);
+        }
+    }
+
+    pub(super) fn holdings(&mut self) -> Holdings {
+        self.releasing.retain(|(_, task)| !task.is_finished());
+        Holdings {
+            held: self.held.keys().cloned().collect(),
+            taking: self.taking.clone(),
+            releasing: self.releasing.iter().map(|(s, _)| s.clone()).collect(),
+        }
+    }
+
+    /// Tells `start` to return (once).
+    pub(super) fn tell_started(&mut self) {
+        if let Some(tell) = self.startup.tell.take() {
+            let _ = tell.send(None);
+        }
+    }
+
+    pub(super) fn start_take(&mut self, lease: Lease, first: bool) {
+        let shard = lease.shard_id.clone();
+        let at_startup = self
+            .startup
+            .shards
+            .as_ref()
+            .is_some_and(|s| s.contains(&shard));
+        let context = StartContext {
+            start_at: self.config().start_at.as_ref(),
+            started: &self.startup.started,
+            starting: self.startup.tell.is_some(),
+        };
+        let Some(opening) = opening(&shard, lease.checkpoint.as_ref(), at_startup, &context) else {
+            return;
+        };
+        self.taking.insert(shard.clone());
+        if first {
+            self.startup.pending.insert(shard.clone());
+        }
+        let shared = self.shared.clone();
+        self.jobs.push(Box::pin(async move {
+            let outcome = take::take(shared, lease, opening).await;
+            Done::Take(shard, outcome)
+        }));
+    }
+
+    pub(super) fn on_take(&mut self, shard: String, outcome: TakeOutcome) {
+        self.taking.remove(&shard);
+        match outcome {
+            TakeOutcome::Taken(taken) => {
+                self.no_longer_starting(&shard);
+                self.install(shard.clone(), *taken);
+            }
+            TakeOutcome::Lost => {
+                tracing::debug!(shard = %shard, "another instance took the lease first");
+                self.no_longer_starting(&shard);
+            }
+            TakeOutcome::Failed(e) => {
+                // Still one of the shards this subscription opens with, at the next listing.
+                tracing::warn!(shard = %shard, error = %e, "taking the lease failed");
+            }
+            TakeOutcome::Unopenable(e) => {
+                let _ = self.commands.send(Command::Error(e));
+            }
+        }
+        if self.startup.pending.remove(&shard) && self.startup.pending.is_empty() {
+            self.tell_started();
+        }
+    }
+
+    /// `shard` is no longer one this subscription opens with.
+    pub(super) fn no_longer_starting(&mut self, shard: &str) {
+        if let Some(startup) = &mut self.startup.shards {
+            startup.remove(shard);
+        }
+    }
+}
