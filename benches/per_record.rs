@@ -23,9 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, stream};
+use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::{
-    AckSink, KinesisPosition, MemoryKinesis, MemoryLeaseStore, ReadSettings, Record, ShardReader,
-    SharedKinesis, StartingPoint, Subscription,
+    AckSink, KinesisPosition, MemoryKinesis, MemoryLeaseStore, ReadSettings, Record, ShardStream,
+    StartingPoint, Subscription,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tokio::runtime::Runtime;
@@ -109,7 +110,7 @@ fn measured_iter(runtime: &Runtime, built: Vec<Record>, records: usize) {
 #[inline(never)]
 fn measured_shard(runtime: &Runtime, api: SharedKinesis, records: usize) {
     runtime.block_on(async {
-        let mut shard = ShardReader::new(api, STREAM, SHARD)
+        let mut shard = ShardStream::builder(api, STREAM, SHARD)
             .settings(settings())
             .open(StartingPoint::TrimHorizon)
             .expect("opens");

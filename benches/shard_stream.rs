@@ -12,9 +12,8 @@ use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
-use kinesis_dataflow::{
-    MemoryKinesis, ReadSettings, Record, ShardReader, SharedKinesis, StartingPoint,
-};
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::{MemoryKinesis, ReadSettings, Record, ShardStream, StartingPoint};
 
 const RECORDS: usize = 100_000;
 const STREAM: &str = "bench";
@@ -83,7 +82,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("shard_stream_memory", |b| {
         b.iter(|| {
             runtime.block_on(async {
-                let mut s = ShardReader::new(api.clone(), STREAM, SHARD)
+                let mut s = ShardStream::builder(api.clone(), STREAM, SHARD)
                     .settings(ReadSettings::default().unlimited_reads().batch_size(10_000))
                     .open(StartingPoint::TrimHorizon)
                     .unwrap();

@@ -15,9 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, future};
+use kinesis_dataflow::lease::LeaseStore;
+use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{
-    AckSink, Checkpoint, KinesisError, KinesisPosition, LeaseStore, MemoryKinesis,
-    MemoryLeaseStore, ReadSettings, Subscription,
+    AckSink, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore, ReadSettings,
+    Subscription,
 };
 
 /// Payments below this amount are filtered out (settled as dropped).

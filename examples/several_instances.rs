@@ -36,10 +36,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use kinesis_dataflow::api::list_all_shards;
 use kinesis_dataflow::broker::ConnectedKinesis;
 use kinesis_dataflow::broker::prelude::*;
-use kinesis_dataflow::{DynamoLeaseStore, LeaseStore, MemoryLeaseStore, SharedLeaseStore};
+use kinesis_dataflow::lease::{LeaseStore, SharedLeaseStore};
+use kinesis_dataflow::{DynamoLeaseStore, MemoryLeaseStore};
 use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher};
 use serde::Deserialize;
 
@@ -319,6 +319,24 @@ impl Producing {
     }
 }
 
+/// The ids of every shard of `stream`, in order (ListShards, page by page).
+async fn shard_ids(
+    kinesis: &dyn kinesis_dataflow::api::KinesisApi,
+    stream: &str,
+) -> Result<Vec<String>, BoxError> {
+    let mut ids = Vec::new();
+    let mut token = None;
+    loop {
+        let page = kinesis.list_shards(stream, token).await?;
+        ids.extend(page.shards.into_iter().map(|shard| shard.shard_id));
+        token = page.next_token;
+        if token.is_none() {
+            ids.sort();
+            return Ok(ids);
+        }
+    }
+}
+
 /// Reads the lease table every 100 ms, printing the holders whenever they change, until
 /// `done` says yes (then returns what it read) or `patience` runs out (then fails, naming
 /// `what` did not happen).
@@ -396,12 +414,7 @@ pub async fn run(fleet: Fleet) -> Result<Report, BoxError> {
     .start()
     .await?;
     let producer = fleet.producer.clone().connect().await?;
-    let mut shards: Vec<String> = list_all_shards(producer.kinesis().as_ref(), &stream)
-        .await?
-        .into_iter()
-        .map(|shard| shard.shard_id)
-        .collect();
-    shards.sort();
+    let shards = shard_ids(producer.kinesis().as_ref(), &stream).await?;
     println!(
         "`{stream}` has {} shards; publishing shipments",
         shards.len()

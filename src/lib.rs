@@ -21,21 +21,26 @@
 //! # async fn main() -> Result<(), kinesis_dataflow::KinesisError> {
 //! use std::sync::Arc;
 //! use futures::StreamExt;
-//! use kinesis_dataflow::{MemoryKinesis, ShardReader, StartingPoint};
+//! use kinesis_dataflow::{MemoryKinesis, ShardStream, StartingPoint};
 //!
 //! let kinesis = MemoryKinesis::new();
 //! kinesis.add_stream("events", 1)?;
 //! for i in 0..3 {
 //!     kinesis.put("events", "key", format!("event {i}"))?;
 //! }
-//! let shard = ShardReader::new(Arc::new(kinesis), "events", "shardId-000000000000")
+//! let shard = ShardStream::builder(Arc::new(kinesis), "events", "shardId-000000000000")
 //!     .open(StartingPoint::TrimHorizon)?;
 //! let events: Vec<_> = shard.take(3).map(|r| r.unwrap().into_data()).collect().await;
 //! assert_eq!(&events[2][..], b"event 2");
 //! # Ok(()) }
 //! ```
 #![forbid(unsafe_code)]
-#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
 
 pub mod ack;
 pub mod api;
@@ -48,17 +53,17 @@ pub mod record;
 pub mod shard;
 pub mod subscription;
 
-pub use ack::{AckSink, AckToken, Delivery, Settlement};
-pub use api::{AwsKinesis, KinesisApi, MemoryKinesis, SharedKinesis};
-pub use error::{KinesisError, Operation};
-pub use lease::{
-    DynamoLeaseStore, Lease, LeaseError, LeaseStore, MemoryLeaseStore, SharedLeaseStore,
-};
-pub use position::{Checkpoint, KinesisPosition, ShardOrigin, StartingPoint};
-pub use publish::{OutgoingRecord, PublishFailure, Published, Publisher, RetryPolicy};
+// The names a pipeline author touches. What a transport or lease-store implementer needs
+// (the `KinesisApi` and `LeaseStore` traits, rows, checkpoints) lives in its module.
+pub use ack::{AckSink, Delivery, Settlement};
+pub use api::{AwsKinesis, MemoryKinesis};
+pub use error::KinesisError;
+pub use lease::{DynamoLeaseStore, MemoryLeaseStore};
+pub use position::{KinesisPosition, StartingPoint};
+pub use publish::{OutgoingRecord, Publisher};
 pub use record::Record;
-pub use shard::{ReadSettings, SettledPosition, ShardEnd, ShardReader, ShardStream};
-pub use subscription::{ShutdownHandle, Subscription, SubscriptionBuilder, SubscriptionSeeker};
+pub use shard::{ReadSettings, ShardStream};
+pub use subscription::{Subscription, SubscriptionBuilder};
 
 /// The README's code, compiled as doctests so it cannot drift from the API.
 #[cfg(doctest)]

@@ -5,10 +5,8 @@
 //! | [`KinesisPosition`] | a position a user names: `horizon()`, `latest()`, `timestamp(ms)`, `sequence(shard, seq)` |
 //! | [`StartingPoint`] | one iterator request: the five GetShardIterator types |
 //! | [`Checkpoint`] | what the lease store keeps per shard: a sequence number, or the shard's end |
-//! | [`ShardOrigin`] | why a reader is being started (at startup, as a child, as a takeover) |
-//! | [`starting_point`] | the rule: from those inputs, where the reader opens |
 //!
-//! The rule, in order:
+//! The rule a subscription opens a shard by (`starting_point`, unit-tested here), in order:
 //!
 //! 1. A reader started at startup with a position from `start_at(..)` opens there, ahead of any
 //!    checkpoint. A `sequence(shard, seq)` position names one shard; the other shards are
@@ -184,7 +182,8 @@ impl Checkpoint {
     /// for [`Initial`](Self::Initial) the start's form after `INITIAL:`.
     ///
     /// ```
-    /// use kinesis_dataflow::{Checkpoint, StartingPoint};
+    /// use kinesis_dataflow::StartingPoint;
+    /// use kinesis_dataflow::position::Checkpoint;
     ///
     /// for cp in [
     ///     Checkpoint::Sequence("4959".into()),
@@ -246,7 +245,7 @@ impl Checkpoint {
 
 /// Why a reader is being started; it decides the fallback when there is no checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ShardOrigin {
+pub(crate) enum ShardOrigin {
     /// One of the shards the subscription opened with.
     Startup,
     /// A child of a split or a merge, started after its parents finished.
@@ -255,32 +254,10 @@ pub enum ShardOrigin {
     Takeover,
 }
 
-/// Where a reader of `shard` opens, by the rule in this module's docs.
-///
-/// Returns `None` when the checkpoint says the shard is finished (SHARD_END): there is
-/// nothing left to read.
-///
-/// ```
-/// use kinesis_dataflow::position::{starting_point, Checkpoint, ShardOrigin, StartingPoint};
-/// use kinesis_dataflow::KinesisPosition;
-///
-/// let cp = Checkpoint::Sequence("42".into());
-/// // A checkpoint opens the shard after the record it names...
-/// assert_eq!(
-///     starting_point("shardId-0", ShardOrigin::Takeover, None, Some(&cp)),
-///     Some(StartingPoint::AfterSequence("42".into()))
-/// );
-/// // ...but start_at(..) wins at startup.
-/// assert_eq!(
-///     starting_point("shardId-0", ShardOrigin::Startup, Some(&KinesisPosition::horizon()), Some(&cp)),
-///     Some(StartingPoint::TrimHorizon)
-/// );
-/// // A child without a checkpoint reads from its beginning; anything else from the tip.
-/// assert_eq!(starting_point("shardId-4", ShardOrigin::Child, None, None), Some(StartingPoint::TrimHorizon));
-/// assert_eq!(starting_point("shardId-0", ShardOrigin::Startup, None, None), Some(StartingPoint::Latest));
-/// ```
+/// Where a reader of `shard` opens, by the rule in this module's docs. `None` when the
+/// checkpoint says the shard is finished (SHARD_END): there is nothing left to read.
 #[must_use]
-pub fn starting_point(
+pub(crate) fn starting_point(
     shard: &str,
     origin: ShardOrigin,
     start_at: Option<&KinesisPosition>,

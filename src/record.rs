@@ -102,7 +102,7 @@ impl Record {
 /// Sequence numbers are decimal strings too long for any integer type; a longer one (without
 /// leading zeros) is larger, and equal lengths compare digit by digit.
 #[must_use]
-pub fn cmp_sequence(a: &str, b: &str) -> Ordering {
+pub(crate) fn cmp_sequence(a: &str, b: &str) -> Ordering {
     let a = a.trim_start_matches('0');
     let b = b.trim_start_matches('0');
     a.len().cmp(&b.len()).then_with(|| a.cmp(b))

@@ -15,8 +15,9 @@ mod example {
 
 use std::time::Duration;
 
+use kinesis_dataflow::MemoryKinesis;
+use kinesis_dataflow::api::KinesisApi;
 use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
-use kinesis_dataflow::{KinesisApi, MemoryKinesis};
 use ruststream::conformance::harness::{self, InProcessBroker};
 use ruststream::runtime::{AppInfo, HandlerOutcome, RustStream};
 use ruststream::subscriber;

@@ -255,7 +255,7 @@ async fn by_name_subscriptions_use_the_broker_defaults() {
         .await
         .unwrap();
     let sub = Subscribe::subscribe(&c, "by-name").await.unwrap();
-    let summary = kinesis_dataflow::KinesisApi::describe_stream_summary(&kinesis, "by-name")
+    let summary = kinesis_dataflow::api::KinesisApi::describe_stream_summary(&kinesis, "by-name")
         .await
         .unwrap();
     assert_eq!(summary.open_shard_count, 3);

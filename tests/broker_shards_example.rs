@@ -50,7 +50,7 @@ async fn ships_in_order(service: fn(KinesisBroker) -> ruststream::runtime::RustS
         .expect("the app starts (and creates the stream)");
     // `create_if_missing(2)` made the two-shard stream.
     assert_eq!(
-        kinesis_dataflow::KinesisApi::describe_stream_summary(&kinesis, "shipments")
+        kinesis_dataflow::api::KinesisApi::describe_stream_summary(&kinesis, "shipments")
             .await
             .unwrap()
             .open_shard_count,

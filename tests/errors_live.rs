@@ -5,7 +5,9 @@ mod support;
 
 use std::error::Error as _;
 
-use kinesis_dataflow::{AwsKinesis, KinesisApi, KinesisError, StartingPoint};
+use kinesis_dataflow::{AwsKinesis, KinesisError, StartingPoint};
+
+use kinesis_dataflow::api::KinesisApi;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_of_real_calls_keep_their_cause() {

@@ -17,9 +17,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_dataflow::{
-    AwsKinesis, Checkpoint, DynamoLeaseStore, KinesisPosition, MemoryKinesis, MemoryLeaseStore,
-    Publisher, ReadSettings, SharedKinesis, SharedLeaseStore, Subscription,
+    AwsKinesis, DynamoLeaseStore, KinesisPosition, MemoryKinesis, MemoryLeaseStore, Publisher,
+    ReadSettings, Subscription,
 };
+
+use kinesis_dataflow::api::SharedKinesis;
+
+use kinesis_dataflow::lease::SharedLeaseStore;
+
+use kinesis_dataflow::position::Checkpoint;
 
 const PAYMENTS: u32 = 40;
 

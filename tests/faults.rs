@@ -26,11 +26,13 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::config::retry::RetryConfig;
 use futures::StreamExt;
+use kinesis_dataflow::api::{KinesisApi, SharedKinesis};
+use kinesis_dataflow::lease::{Lease, LeaseStore, SharedLeaseStore};
 use kinesis_dataflow::publish::RetryPolicy;
+use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
-    AwsKinesis, DynamoLeaseStore, KinesisApi, KinesisError, KinesisPosition, Lease, LeaseStore,
-    OutgoingRecord, Publisher, ReadSettings, SharedKinesis, SharedLeaseStore, ShutdownHandle,
-    Subscription,
+    AwsKinesis, DynamoLeaseStore, KinesisError, KinesisPosition, OutgoingRecord, Publisher,
+    ReadSettings, Subscription,
 };
 use support::proxy::{self, Fault, FaultProxy, Rule};
 use tokio::task::JoinHandle;

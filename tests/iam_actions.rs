@@ -12,10 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
-use kinesis_dataflow::{
-    AwsKinesis, DynamoLeaseStore, KinesisPosition, Publisher, SharedKinesis, Subscription,
-};
+use kinesis_dataflow::{AwsKinesis, DynamoLeaseStore, KinesisPosition, Publisher, Subscription};
 use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher as _, Seekable, Seeker};
 use ruststream::{Positioned, Subscriber, SubscriptionSource};
 use support::proxy::{self, FaultProxy};

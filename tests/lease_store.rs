@@ -18,10 +18,10 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, TableStatus,
 };
 use futures::StreamExt;
-use kinesis_dataflow::{
-    Checkpoint, DynamoLeaseStore, Lease, LeaseError, LeaseStore, MemoryLeaseStore, Operation,
-    SharedLeaseStore,
-};
+use kinesis_dataflow::error::Operation;
+use kinesis_dataflow::lease::{Lease, LeaseError, LeaseStore, SharedLeaseStore};
+use kinesis_dataflow::position::Checkpoint;
+use kinesis_dataflow::{DynamoLeaseStore, MemoryLeaseStore};
 
 const STREAM: &str = "orders";
 const SHARD: &str = "shardId-000000000000";

@@ -10,15 +10,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::api::layer::{KinesisLayer, Layered};
 use kinesis_dataflow::api::memory::{Call, Fault, hash_key};
-use kinesis_dataflow::api::{
-    ApiFuture, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordsEntry, PutRecordsOutput,
-    StreamSummary,
-};
+use kinesis_dataflow::api::{ApiFuture, KinesisApi, PutRecordsEntry, PutRecordsOutput};
+use kinesis_dataflow::error::Operation;
+use kinesis_dataflow::publish::Published;
 use kinesis_dataflow::publish::{KeyOrder, RetryPolicy};
 use kinesis_dataflow::{
-    AwsKinesis, KinesisError, MemoryKinesis, Operation, OutgoingRecord, Published, Publisher,
-    ReadSettings, Record, ShardReader, SharedKinesis, StartingPoint,
+    AwsKinesis, KinesisError, MemoryKinesis, OutgoingRecord, Publisher, ReadSettings, Record,
+    ShardStream, StartingPoint,
 };
 
 const SHARD0: &str = "shardId-000000000000";
@@ -28,29 +29,28 @@ const THROTTLED: &str = "ProvisionedThroughputExceededException";
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// A transport that logs the entries of every PutRecords call and can deny calls from the
-/// n-th PutRecords call on (to script a failure retrying cannot fix).
-struct Recording {
-    inner: SharedKinesis,
+/// Logs the entries of every PutRecords call, and can deny calls from the n-th PutRecords
+/// call on (to script a failure retrying cannot fix): a layer over the transport.
+#[derive(Default)]
+struct Recorder {
     puts: Mutex<Vec<Vec<PutRecordsEntry>>>,
     deny_from_call: Option<usize>,
 }
 
-impl Recording {
-    fn new(inner: SharedKinesis) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            puts: Mutex::new(Vec::new()),
-            deny_from_call: None,
-        })
+/// A transport behind a [`Recorder`].
+type Recording = Layered<Recorder>;
+
+impl Recorder {
+    fn over(inner: SharedKinesis) -> Arc<Recording> {
+        Layered::new(inner, Self::default()).shared()
     }
 
-    fn denying_from_call(inner: SharedKinesis, call: usize) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            puts: Mutex::new(Vec::new()),
+    fn denying_from_call(inner: SharedKinesis, call: usize) -> Arc<Recording> {
+        let recorder = Self {
             deny_from_call: Some(call),
-        })
+            ..Self::default()
+        };
+        Layered::new(inner, recorder).shared()
     }
 
     /// The data of each PutRecords call's entries, as text.
@@ -72,42 +72,12 @@ impl Recording {
     }
 }
 
-impl KinesisApi for Recording {
-    fn region(&self) -> &str {
-        self.inner.region()
-    }
-
-    fn list_shards<'a>(
-        &'a self,
-        stream: &'a str,
-        next_token: Option<String>,
-    ) -> ApiFuture<'a, ListShardsPage> {
-        self.inner.list_shards(stream, next_token)
-    }
-
-    fn get_shard_iterator<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        start: &'a StartingPoint,
-    ) -> ApiFuture<'a, String> {
-        self.inner.get_shard_iterator(stream, shard, start)
-    }
-
-    fn get_records<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a Arc<str>,
-        iterator: String,
-        limit: u32,
-    ) -> ApiFuture<'a, GetRecordsOutput> {
-        self.inner.get_records(stream, shard, iterator, limit)
-    }
-
+impl KinesisLayer for Recorder {
     fn put_records<'a>(
         &'a self,
         stream: &'a str,
         entries: Vec<PutRecordsEntry>,
+        inner: &'a dyn KinesisApi,
     ) -> ApiFuture<'a, PutRecordsOutput> {
         let call = {
             let mut puts = self.puts.lock().unwrap();
@@ -124,33 +94,7 @@ impl KinesisApi for Recording {
                 })
             });
         }
-        self.inner.put_records(stream, entries)
-    }
-
-    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
-        self.inner.create_stream(stream, shard_count)
-    }
-
-    fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
-        self.inner.describe_stream_summary(stream)
-    }
-
-    fn split_shard<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        new_starting_hash_key: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        self.inner.split_shard(stream, shard, new_starting_hash_key)
-    }
-
-    fn merge_shards<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        adjacent: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        self.inner.merge_shards(stream, shard, adjacent)
+        inner.put_records(stream, entries)
     }
 }
 
@@ -183,7 +127,7 @@ fn keys_on(shard: &str, prefix: &str, n: usize) -> Vec<String> {
 fn memory_stream(stream: &str) -> (MemoryKinesis, Arc<Recording>) {
     let memory = MemoryKinesis::new();
     memory.add_stream(stream, 2).unwrap();
-    let recording = Recording::new(Arc::new(memory.clone()));
+    let recording = Recorder::over(Arc::new(memory.clone()));
     (memory, recording)
 }
 
@@ -223,7 +167,9 @@ fn assert_in_order_per_key(texts: &[String]) {
     }
 }
 
-fn failure(result: Result<Vec<Published>, KinesisError>) -> kinesis_dataflow::PublishFailure {
+fn failure(
+    result: Result<Vec<Published>, KinesisError>,
+) -> kinesis_dataflow::publish::PublishFailure {
     match result {
         Err(KinesisError::PublishFailed(failure)) => *failure,
         other => panic!("expected PublishFailed, got {other:?}"),
@@ -266,7 +212,7 @@ fn capture(level: tracing::Level) -> (Captured, tracing::subscriber::DefaultGuar
 // Against kinesis-local
 
 fn local() -> (Arc<Recording>, SharedKinesis) {
-    let recording = Recording::new(Arc::new(AwsKinesis::new(support::kinesis_client())));
+    let recording = Recorder::over(Arc::new(AwsKinesis::new(support::kinesis_client())));
     let shared: SharedKinesis = recording.clone();
     (recording, shared)
 }
@@ -275,7 +221,7 @@ async fn read_shard(api: &SharedKinesis, stream: &str, shard: &str, n: usize) ->
     let settings = ReadSettings::default()
         .poll_interval(Duration::from_millis(100))
         .unlimited_reads();
-    let mut reader = ShardReader::new(api.clone(), stream.to_owned(), shard.to_owned())
+    let mut reader = ShardStream::builder(api.clone(), stream.to_owned(), shard.to_owned())
         .settings(settings)
         .open(StartingPoint::TrimHorizon)
         .unwrap();
@@ -311,8 +257,16 @@ async fn a_batch_of_1200_records_goes_out_in_three_calls_and_reads_back_in_order
     let publisher = Publisher::new(api.clone(), stream.clone());
     let published = publisher.publish_batch(batch).await.expect("publish");
 
-    assert_eq!(recording.put_sizes(), [500, 500, 200], "three calls");
-    assert_eq!(recording.puts().concat(), sent, "sent in input order");
+    assert_eq!(
+        recording.layer().put_sizes(),
+        [500, 500, 200],
+        "three calls"
+    );
+    assert_eq!(
+        recording.layer().puts().concat(),
+        sent,
+        "sent in input order"
+    );
     assert_eq!(published.len(), 1200);
 
     // Read each shard from TRIM_HORIZON and match every record with its place.
@@ -387,7 +341,10 @@ async fn records_the_service_would_refuse_are_refused_before_any_call() {
         matches!(refused, Err(KinesisError::InvalidRecord { index: 4, .. })),
         "{refused:?}"
     );
-    assert!(recording.puts().is_empty(), "no call for refused records");
+    assert!(
+        recording.layer().puts().is_empty(),
+        "no call for refused records"
+    );
 
     // At the limits exactly, the service takes them.
     let key = "k".repeat(256);
@@ -410,7 +367,7 @@ async fn an_unknown_stream_is_stream_not_found_without_retries() {
         panic!("expected StreamNotFound, got {result:?}");
     };
     assert!(e.to_string().contains(&stream), "{e}");
-    assert_eq!(recording.put_sizes(), [3], "one call, not retried");
+    assert_eq!(recording.layer().put_sizes(), [3], "one call, not retried");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -444,7 +401,7 @@ async fn failed_entries_are_retried_and_stored_ones_are_not_resent() {
         .cloned()
         .collect();
     assert_eq!(
-        recording.puts(),
+        recording.layer().puts(),
         [sent.clone(), low_sent.clone()],
         "the retry carries exactly the failed entries, in their order"
     );
@@ -507,7 +464,7 @@ async fn a_keys_records_are_stored_in_publish_order_despite_failures() {
         format!("{b}#1"),
     ];
     assert_eq!(
-        recording.puts(),
+        recording.layer().puts(),
         [
             // Round 1: a#0 and a#1 fail, so a's later records are held back; b goes on.
             interleaved,
@@ -554,7 +511,7 @@ async fn strict_order_keeps_a_key_in_order_even_across_shards() {
         .expect("publish");
     drop(guard);
     assert_eq!(
-        recording.puts(),
+        recording.layer().puts(),
         [vec!["k#0", "k#1", "k#2"], vec!["k#0", "k#2"]]
     );
     let events = events.text();
@@ -573,7 +530,7 @@ async fn strict_order_keeps_a_key_in_order_even_across_shards() {
         .await
         .expect("publish");
     assert_eq!(
-        recording.puts(),
+        recording.layer().puts(),
         [vec!["k#0"], vec!["k#0"], vec!["k#1"], vec!["k#2"]]
     );
     assert_eq!(stored(&memory, "orders", SHARD0), ["k#0", "k#2"]);
@@ -590,7 +547,7 @@ async fn strict_order_still_batches_many_keys() {
         .publish_batch(records(&keys, 4))
         .await
         .expect("publish");
-    assert_eq!(recording.put_sizes(), [50, 50, 50, 50]);
+    assert_eq!(recording.layer().put_sizes(), [50, 50, 50, 50]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -615,7 +572,7 @@ async fn used_up_retries_return_the_error_naming_counts_and_the_records() {
     assert_eq!(failure.last_code, THROTTLED);
     assert!(!failure.stopped_early);
     assert_eq!(memory.call_count(Operation::PutRecords), 3);
-    assert_eq!(recording.put_sizes(), [10, 5, 5]);
+    assert_eq!(recording.layer().put_sizes(), [10, 5, 5]);
     // The failed records are a's, in order: the first failed on its own, the rest were
     // sent too (one call) and failed; all are handed back.
     let indices: Vec<usize> = failure.failed.iter().map(|f| f.index).collect();
@@ -667,7 +624,7 @@ async fn a_whole_failed_call_is_retried_with_growing_backoff() {
         .await
         .expect("publish");
     assert_eq!(published.len(), 6);
-    assert_eq!(recording.put_sizes(), [6, 6, 6]);
+    assert_eq!(recording.layer().put_sizes(), [6, 6, 6]);
     let gaps = gaps(&put_calls(&memory));
     assert!(
         gaps[0] >= Duration::from_millis(50) && gaps[0] <= Duration::from_millis(100),
@@ -706,7 +663,7 @@ async fn the_backoff_is_the_same_every_run_on_paused_time() {
 async fn a_failure_retrying_cannot_fix_stops_at_once() {
     // Nothing written yet: the service's own error.
     let memory = MemoryKinesis::new();
-    let recording = Recording::new(Arc::new(memory.clone()));
+    let recording = Recorder::over(Arc::new(memory.clone()));
     let missing = Publisher::new(recording.clone(), "missing")
         .publish_batch(records(&["a"], 2))
         .await;
@@ -714,11 +671,11 @@ async fn a_failure_retrying_cannot_fix_stops_at_once() {
         matches!(missing, Err(KinesisError::StreamNotFound { .. })),
         "{missing:?}"
     );
-    assert_eq!(recording.put_sizes(), [2], "not retried");
+    assert_eq!(recording.layer().put_sizes(), [2], "not retried");
 
     // Some written: a failure naming the counts, the rest handed back unsent.
     memory.add_stream("orders", 1).unwrap();
-    let recording = Recording::denying_from_call(Arc::new(memory.clone()), 2);
+    let recording = Recorder::denying_from_call(Arc::new(memory.clone()), 2);
     let result = Publisher::new(recording.clone(), "orders")
         .max_records_per_call(2)
         .publish_batch(records(&["a", "b"], 3))
@@ -729,7 +686,11 @@ async fn a_failure_retrying_cannot_fix_stops_at_once() {
     assert_eq!((failure.written(), failure.failed.len()), (2, 4));
     assert_eq!(failure.last_code, "AccessDenied");
     assert!(failure.last_message.contains("kinesis:PutRecords"));
-    assert_eq!(recording.put_sizes(), [2, 2], "no call after the denial");
+    assert_eq!(
+        recording.layer().put_sizes(),
+        [2, 2],
+        "no call after the denial"
+    );
     let sent_or_not: Vec<bool> = failure
         .failed
         .iter()
@@ -774,7 +735,7 @@ async fn bad_settings_are_refused_before_any_call() {
             other => panic!("{setting}: expected InvalidConfig, got {other:?}"),
         }
     }
-    assert!(recording.puts().is_empty());
+    assert!(recording.layer().puts().is_empty());
     assert!(
         publisher
             .publish_batch(Vec::new())
@@ -782,7 +743,10 @@ async fn bad_settings_are_refused_before_any_call() {
             .unwrap()
             .is_empty()
     );
-    assert!(recording.puts().is_empty(), "an empty batch makes no call");
+    assert!(
+        recording.layer().puts().is_empty(),
+        "an empty batch makes no call"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -809,7 +773,11 @@ async fn many_tasks_publish_through_clones_at_once() {
     for task in tasks {
         task.await.unwrap();
     }
-    assert_eq!(recording.put_sizes().len(), 320, "one call per publish");
+    assert_eq!(
+        recording.layer().put_sizes().len(),
+        320,
+        "one call per publish"
+    );
     let mut all = stored(&memory, "orders", SHARD0);
     all.extend(stored(&memory, "orders", SHARD1));
     assert_eq!(all.len(), 320);

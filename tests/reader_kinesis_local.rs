@@ -8,10 +8,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::api::{PutRecordResult, PutRecordsEntry};
 use kinesis_dataflow::{
-    AwsKinesis, KinesisError, ReadSettings, Record, ShardReader, ShardStream, SharedKinesis,
-    StartingPoint,
+    AwsKinesis, KinesisError, ReadSettings, Record, ShardStream, StartingPoint,
 };
 
 const SHARD0: &str = "shardId-000000000000";
@@ -78,7 +78,7 @@ fn text(r: &Record) -> String {
 }
 
 async fn open(api: &SharedKinesis, stream: &str, shard: &str, at: StartingPoint) -> ShardStream {
-    ShardReader::new(api.clone(), stream, shard)
+    ShardStream::builder(api.clone(), stream, shard)
         .settings(fast())
         .open(at)
         .unwrap()
@@ -153,7 +153,7 @@ async fn follows_the_iterator_chain_through_ten_thousand_records() {
     put(&api, &name, &payloads).await;
 
     // Default settings: 1,000 records a read, at most five reads a second.
-    let mut shard = ShardReader::new(api.clone(), name.as_str(), SHARD0)
+    let mut shard = ShardStream::builder(api.clone(), name.as_str(), SHARD0)
         .open(StartingPoint::TrimHorizon)
         .unwrap();
     let read = take(&mut shard, total).await;

@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::api::memory::{Call, Fault};
+use kinesis_dataflow::error::Operation;
+use kinesis_dataflow::shard::SettledPosition;
 use kinesis_dataflow::{
-    KinesisError, MemoryKinesis, Operation, ReadSettings, Record, SettledPosition, ShardReader,
-    ShardStream, SharedKinesis, StartingPoint,
+    KinesisError, MemoryKinesis, ReadSettings, Record, ShardStream, StartingPoint,
 };
 use tokio::time::{Instant, timeout};
 
@@ -28,7 +30,7 @@ fn kinesis_with(records: usize) -> (MemoryKinesis, SharedKinesis) {
 }
 
 fn open(api: &SharedKinesis, settings: ReadSettings, at: StartingPoint) -> ShardStream {
-    ShardReader::new(api.clone(), STREAM, SHARD0)
+    ShardStream::builder(api.clone(), STREAM, SHARD0)
         .settings(settings)
         .open(at)
         .unwrap()
@@ -240,7 +242,7 @@ fn reopened_at(memory: &MemoryKinesis) -> Vec<StartingPoint> {
 async fn an_expired_iterator_is_renewed_after_the_settled_record() {
     let (memory, api) = kinesis_with(6);
     let settled = SettledPosition::new();
-    let mut shard = ShardReader::new(api.clone(), STREAM, SHARD0)
+    let mut shard = ShardStream::builder(api.clone(), STREAM, SHARD0)
         .settings(ReadSettings::default().batch_size(2))
         .settled(settled.clone())
         .open(StartingPoint::TrimHorizon)
@@ -428,7 +430,7 @@ async fn a_closed_shard_ends_with_its_children() {
 #[tokio::test(start_paused = true)]
 async fn invalid_settings_are_refused_when_opening() {
     let (_memory, api) = kinesis_with(0);
-    let err = ShardReader::new(api, STREAM, SHARD0)
+    let err = ShardStream::builder(api, STREAM, SHARD0)
         .settings(ReadSettings::default().batch_size(20_000))
         .open(StartingPoint::Latest)
         .unwrap_err();

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::{
-    AwsKinesis, KinesisError, OutgoingRecord, Publisher, ReadSettings, ShardReader, SharedKinesis,
-    StartingPoint,
+    AwsKinesis, KinesisError, OutgoingRecord, Publisher, ReadSettings, ShardStream, StartingPoint,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -50,7 +50,7 @@ async fn an_empty_and_a_one_mib_record_round_trip_and_one_byte_more_is_refused()
         other => panic!("expected InvalidRecord, got {other:?}"),
     }
 
-    let mut shard = ShardReader::new(api, stream.as_str(), "shardId-000000000000")
+    let mut shard = ShardStream::builder(api, stream.as_str(), "shardId-000000000000")
         .settings(ReadSettings::default().poll_interval(Duration::from_millis(50)))
         .open(StartingPoint::TrimHorizon)
         .unwrap();

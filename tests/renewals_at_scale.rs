@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kinesis_dataflow::api::PutRecordsEntry;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::error::Operation;
 use kinesis_dataflow::{
-    KinesisPosition, MemoryKinesis, MemoryLeaseStore, Operation, ReadSettings, SharedKinesis,
-    Subscription,
+    KinesisPosition, MemoryKinesis, MemoryLeaseStore, ReadSettings, Subscription,
 };
 
 const STREAM: &str = "wide";

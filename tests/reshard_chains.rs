@@ -11,9 +11,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kinesis_dataflow::api::PutRecordsEntry;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::SharedLeaseStore;
 use kinesis_dataflow::{
-    AwsKinesis, DynamoLeaseStore, KinesisPosition, MemoryKinesis, MemoryLeaseStore, SharedKinesis,
-    SharedLeaseStore, Subscription, SubscriptionBuilder,
+    AwsKinesis, DynamoLeaseStore, KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription,
+    SubscriptionBuilder,
 };
 
 const KEYS: usize = 12;

@@ -18,9 +18,11 @@ use aws_sdk_kinesis::config::retry::RetryConfig;
 use bytes::Bytes;
 use futures::StreamExt;
 use kinesis_dataflow::api::PutRecordsEntry;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::SharedLeaseStore;
+use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
-    AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, SharedKinesis, SharedLeaseStore,
-    ShutdownHandle, Subscription, SubscriptionBuilder,
+    AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription, SubscriptionBuilder,
 };
 use support::proxy::{self, Fault, FaultProxy, Rule};
 use tokio::task::JoinHandle;

@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kinesis_dataflow::api::PutRecordsEntry;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::SharedLeaseStore;
+use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{
-    AwsKinesis, Checkpoint, DynamoLeaseStore, KinesisPosition, ReadSettings, SharedKinesis,
-    SharedLeaseStore, Subscription, SubscriptionBuilder,
+    AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription, SubscriptionBuilder,
 };
 
 fn builder(api: &SharedKinesis, store: &SharedLeaseStore, stream: &str) -> SubscriptionBuilder {

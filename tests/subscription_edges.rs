@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::{Lease, LeaseStore};
 use kinesis_dataflow::{
-    KinesisPosition, Lease, LeaseStore, MemoryKinesis, MemoryLeaseStore, SharedKinesis,
-    Subscription, SubscriptionBuilder,
+    KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription, SubscriptionBuilder,
 };
 
 const STREAM: &str = "edges";

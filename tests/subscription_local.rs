@@ -12,11 +12,12 @@ use support::cutoff::CutOff;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::api::{PutRecordResult, PutRecordsEntry};
-use kinesis_dataflow::{
-    AwsKinesis, Checkpoint, DynamoLeaseStore, KinesisPosition, ReadSettings, SharedKinesis,
-    SharedLeaseStore, ShutdownHandle, Subscription,
-};
+use kinesis_dataflow::lease::SharedLeaseStore;
+use kinesis_dataflow::position::Checkpoint;
+use kinesis_dataflow::subscription::ShutdownHandle;
+use kinesis_dataflow::{AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription};
 use tokio::task::JoinHandle;
 
 /// One delivery as a consumer saw it.
@@ -475,7 +476,7 @@ async fn an_instance_cut_off_from_dynamodb_stops_reading_and_cannot_checkpoint()
     let stream = support::unique_name("cutoff");
     support::create_stream(&support::kinesis_client(), &stream, 1).await;
     let a_view = CutOff::new(store.clone());
-    let a_store: SharedLeaseStore = Arc::new(a_view.clone());
+    let a_store: SharedLeaseStore = a_view.store();
     let a = Consumer::start(&api, &a_store, &stream, "instance-a").await;
     wait_until("A reads the shard", Duration::from_secs(30), || {
         a.shards().len() == 1
@@ -490,7 +491,7 @@ async fn an_instance_cut_off_from_dynamodb_stops_reading_and_cannot_checkpoint()
 
     // A can no longer reach DynamoDB; everything else can. B starts at once, so it takes
     // the shard as soon as the lease expires in its own view: the two never read together.
-    a_view.down.store(true, Ordering::SeqCst);
+    a_view.set_down(true);
     let rest = publish(&api, &stream, 4, 50..60).await;
     let b = Consumer::start(&api, &store, &stream, "instance-b").await;
     let watching = tokio::time::Instant::now();
@@ -506,15 +507,15 @@ async fn an_instance_cut_off_from_dynamodb_stops_reading_and_cannot_checkpoint()
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let a_checkpoints = a_view.checkpoints.load(Ordering::SeqCst);
-    a_view.down.store(false, Ordering::SeqCst);
+    let a_checkpoints = a_view.checkpoints();
+    a_view.set_down(false);
     wait_until("every record", Duration::from_secs(30), || {
         distinct_payloads(&a.got()).len() + distinct_payloads(&b.got()).len() >= first + rest
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        a_view.checkpoints.load(Ordering::SeqCst),
+        a_view.checkpoints(),
         a_checkpoints,
         "no checkpoint written by A once it lost the lease"
     );

@@ -5,19 +5,30 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use kinesis_dataflow::subscription::ShiftedClock;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::{Lease, LeaseStore, SharedLeaseStore};
+use kinesis_dataflow::position::Checkpoint;
+use kinesis_dataflow::subscription::Clock;
 use kinesis_dataflow::{
-    AckSink, Checkpoint, Delivery, KinesisError, KinesisPosition, Lease, LeaseStore, MemoryKinesis,
-    MemoryLeaseStore, ReadSettings, Record, SharedKinesis, SharedLeaseStore, Subscription,
-    SubscriptionBuilder,
+    AckSink, Delivery, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore,
+    ReadSettings, Record, Subscription, SubscriptionBuilder,
 };
 use support::cutoff::CutOff;
 
 const STREAM: &str = "orders";
+
+/// A clock ahead of the tokio clock by a fixed amount, as a host whose clock is off would be.
+#[derive(Debug)]
+struct ShiftedClock(Duration);
+
+impl Clock for ShiftedClock {
+    fn now(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.0
+    }
+}
 const SHARD0: &str = "shardId-000000000000";
 
 fn setup(shards: u32, records: usize) -> (MemoryKinesis, SharedKinesis, MemoryLeaseStore) {
@@ -181,10 +192,7 @@ async fn a_dropped_delivery_is_counted_and_does_not_stall_the_shard() {
 async fn an_instance_cut_off_from_the_lease_store_stops_reading_and_cannot_checkpoint() {
     let (memory, api, store) = setup(1, 10);
     let a_view = CutOff::new(Arc::new(store.clone()));
-    let mut a = builder_on(&api, Arc::new(a_view.clone()), "a")
-        .start()
-        .await
-        .unwrap();
+    let mut a = builder_on(&api, a_view.store(), "a").start().await.unwrap();
     for d in take(&mut a, 10).await {
         d.ack();
     }
@@ -195,7 +203,7 @@ async fn an_instance_cut_off_from_the_lease_store_stops_reading_and_cannot_check
 
     // A loses the lease table; B still reaches it and starts right away, so it takes the
     // lease as soon as the lease expires in its own view.
-    a_view.down.store(true, Ordering::SeqCst);
+    a_view.set_down(true);
     memory.put(STREAM, "k", "after-cut").unwrap();
     let b_task = {
         let (api, store) = (api.clone(), store.clone());
@@ -232,17 +240,13 @@ async fn an_instance_cut_off_from_the_lease_store_stops_reading_and_cannot_check
     got.into_iter().for_each(|d| drop(d.ack()));
 
     // A comes back and settles what it still had: none of it reaches the lease table.
-    let a_writes = a_view.checkpoints.load(Ordering::SeqCst);
-    a_view.down.store(false, Ordering::SeqCst);
+    let a_writes = a_view.checkpoints();
+    a_view.set_down(false);
     for d in late {
         d.ack();
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(
-        a_view.checkpoints.load(Ordering::SeqCst),
-        a_writes,
-        "no checkpoint from A"
-    );
+    assert_eq!(a_view.checkpoints(), a_writes, "no checkpoint from A");
     let lease = store
         .list(STREAM)
         .await
@@ -286,8 +290,9 @@ async fn a_skewed_clock_does_not_steal_a_live_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_reader_releases_its_lease_and_the_shard_is_read_again_from_the_checkpoint() {
+    use kinesis_dataflow::KinesisError;
     use kinesis_dataflow::api::memory::Fault;
-    use kinesis_dataflow::{KinesisError, Operation};
+    use kinesis_dataflow::error::Operation;
 
     let (memory, api, store) = setup(1, 5);
     let mut sub = builder(&api, &store, "a")
@@ -342,7 +347,7 @@ fn subscriptions_and_deliveries_drop_into_any_tokio_pipeline() {
     send_static::<Delivery<Record>>();
     send_static::<Vec<Delivery<Record>>>();
     send_static::<AckSink>();
-    send_static::<kinesis_dataflow::ShutdownHandle>();
+    send_static::<kinesis_dataflow::subscription::ShutdownHandle>();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -505,8 +510,8 @@ async fn a_retry_of_a_closed_shards_last_record_is_served_before_its_children_st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_with_start_at_over_a_stored_checkpoint_never_jumps_ahead() {
-    use kinesis_dataflow::Lease;
     use kinesis_dataflow::api::memory::Fault;
+    use kinesis_dataflow::lease::Lease;
 
     let (memory, api, store) = setup(1, 40);
     let seqs: Vec<String> = memory

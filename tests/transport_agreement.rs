@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::api::{PutRecordResult, PutRecordsEntry, StreamStatus};
 use kinesis_dataflow::{
-    AwsKinesis, KinesisError, MemoryKinesis, ReadSettings, Record, ShardReader, SharedKinesis,
-    StartingPoint,
+    AwsKinesis, KinesisError, MemoryKinesis, ReadSettings, Record, ShardStream, StartingPoint,
 };
 
 #[derive(Debug, PartialEq, Eq)]
@@ -98,7 +98,7 @@ async fn read_n(
     at: StartingPoint,
     n: usize,
 ) -> Vec<Record> {
-    let mut s = ShardReader::new(api.clone(), stream, shard)
+    let mut s = ShardStream::builder(api.clone(), stream, shard)
         .settings(settings())
         .open(at)
         .unwrap();
@@ -118,7 +118,7 @@ async fn read_to_end(
     stream: &str,
     shard: &str,
 ) -> (Vec<String>, Vec<(String, Vec<String>)>) {
-    let mut s = ShardReader::new(api.clone(), stream, shard)
+    let mut s = ShardStream::builder(api.clone(), stream, shard)
         .settings(settings())
         .open(StartingPoint::TrimHorizon)
         .unwrap();
@@ -151,7 +151,7 @@ async fn first_error(
     shard: &str,
     at: StartingPoint,
 ) -> KinesisError {
-    let mut s = ShardReader::new(api.clone(), stream, shard)
+    let mut s = ShardStream::builder(api.clone(), stream, shard)
         .settings(settings())
         .open(at)
         .unwrap();

@@ -11,9 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::LeaseStore;
+use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{
-    AwsKinesis, Checkpoint, Delivery, DynamoLeaseStore, KinesisError, KinesisPosition, LeaseStore,
-    Publisher, Record, SharedKinesis, Subscription,
+    AwsKinesis, Delivery, DynamoLeaseStore, KinesisError, KinesisPosition, Publisher, Record,
+    Subscription,
 };
 
 async fn next(subscription: &mut Subscription) -> Delivery<Record> {

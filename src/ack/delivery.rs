@@ -110,7 +110,7 @@ impl<T: fmt::Debug> fmt::Debug for Delivery<T> {
 
 impl<T> Delivery<T> {
     /// Pairs a value with its token.
-    pub fn new(value: T, token: AckToken) -> Self {
+    pub(crate) fn new(value: T, token: AckToken) -> Self {
         Self { value, token }
     }
 

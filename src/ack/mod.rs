@@ -7,7 +7,7 @@
 //! | [`AckSink`] | a `Sink` that acknowledges deliveries or batches of them |
 //! | [`Settle`] | what the sink accepts: a delivery, or a `Vec` of them |
 //! | [`Settlement`] | acked, skipped, or dropped |
-//! | [`ShardAcks`] | one shard's ledger: settles out of order, checkpoints the contiguous prefix |
+//! | (the ledger, private) | per shard: settles out of order, checkpoints the contiguous prefix |
 //!
 //! Settlement semantics: acks may arrive in any order (after `buffer_unordered`, say). Per
 //! shard, the checkpoint advances only over the contiguous prefix of settled records, so it
@@ -21,4 +21,5 @@ pub(crate) mod tracker;
 
 pub use delivery::{AckToken, Delivery};
 pub use sink::{AckSink, Settle};
-pub use tracker::{AckCounts, Settlement, ShardAcks};
+pub use tracker::Settlement;
+pub(crate) use tracker::ShardAcks;

@@ -107,7 +107,7 @@ pub(crate) enum RetryPoll {
 
 /// The settlement ledger of one shard reader.
 #[derive(Debug)]
-pub struct ShardAcks {
+pub(crate) struct ShardAcks {
     stream: Arc<str>,
     shard: Arc<str>,
     state: Mutex<State>,
@@ -120,23 +120,23 @@ pub struct ShardAcks {
 
 /// Counts of settlements on one shard, for logs and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AckCounts {
+pub(crate) struct AckCounts {
     /// Deliveries acknowledged.
-    pub acked: u64,
+    pub(crate) acked: u64,
     /// Deliveries skipped.
-    pub skipped: u64,
+    pub(crate) skipped: u64,
     /// Deliveries dropped without settlement.
-    pub dropped: u64,
+    pub(crate) dropped: u64,
     /// Deliveries handed out and not settled yet.
-    pub in_flight: u64,
+    pub(crate) in_flight: u64,
     /// Deliveries sent back for redelivery.
-    pub retried: u64,
+    pub(crate) retried: u64,
 }
 
 impl ShardAcks {
     /// A ledger for `shard`, starting at the stored checkpoint (if any).
     #[must_use]
-    pub fn new(stream: Arc<str>, shard: Arc<str>, checkpoint: Option<&str>) -> Arc<Self> {
+    pub(crate) fn new(stream: Arc<str>, shard: Arc<str>, checkpoint: Option<&str>) -> Arc<Self> {
         let settled = checkpoint.map_or_else(SettledPosition::new, SettledPosition::at);
         Arc::new(Self {
             stream,
@@ -168,25 +168,25 @@ impl ShardAcks {
 
     /// The stream name.
     #[must_use]
-    pub fn stream(&self) -> &Arc<str> {
+    pub(crate) fn stream(&self) -> &Arc<str> {
         &self.stream
     }
 
     /// The shard id.
     #[must_use]
-    pub fn shard(&self) -> &Arc<str> {
+    pub(crate) fn shard(&self) -> &Arc<str> {
         &self.shard
     }
 
     /// The settled position the shard's reader renews an expired iterator after (as of the
     /// last [`checkpoint`](Self::checkpoint) call).
     #[must_use]
-    pub fn settled_position(&self) -> SettledPosition {
+    pub(crate) fn settled_position(&self) -> SettledPosition {
         self.settled.clone()
     }
 
     /// Registers the next record handed out; returns its index for settling.
-    pub fn register(&self, sequence_number: &str) -> u64 {
+    pub(crate) fn register(&self, sequence_number: &str) -> u64 {
         let mut state = self.lock();
         let index = state.base + state.pending.len() as u64;
         state.pending.push_back(Slot {
@@ -197,7 +197,7 @@ impl ShardAcks {
     }
 
     /// Settles the record at `index`. Settling twice is harmless.
-    pub fn settle(&self, index: u64, how: Settlement) {
+    pub(crate) fn settle(&self, index: u64, how: Settlement) {
         let (waker, finished) = {
             let mut state = self.lock();
             let Some(offset) = index.checked_sub(state.base) else {
@@ -240,14 +240,14 @@ impl ShardAcks {
 
     /// Registers a record and settles it at once (a record reported as an error, such as a
     /// KPL-aggregated one, which no consumer will settle).
-    pub fn register_settled(&self, sequence_number: &str, how: Settlement) {
+    pub(crate) fn register_settled(&self, sequence_number: &str, how: Settlement) {
         let index = self.register(sequence_number);
         self.settle(index, how);
     }
 
     /// Marks that the reader reached the shard's end: once everything in flight is settled,
     /// the checkpoint becomes SHARD_END.
-    pub fn mark_ended(&self) {
+    pub(crate) fn mark_ended(&self) {
         let finished = {
             let mut state = self.lock();
             state.ended = true;
@@ -266,7 +266,7 @@ impl ShardAcks {
     /// Also brings the [`settled_position`](Self::settled_position) up to date; the
     /// subscription asks once per checkpoint interval, which keeps the per-record path free of
     /// allocations.
-    pub fn checkpoint(&self) -> Option<Checkpoint> {
+    pub(crate) fn checkpoint(&self) -> Option<Checkpoint> {
         let state = self.lock();
         if state.ended && state.pending.is_empty() {
             return Some(Checkpoint::ShardEnd);
@@ -278,13 +278,13 @@ impl ShardAcks {
 
     /// True once the shard ended and every record of it is settled.
     #[must_use]
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         let state = self.lock();
         state.ended && state.pending.is_empty()
     }
 
     /// Waits until the shard is finished.
-    pub async fn finished(&self) {
+    pub(crate) async fn finished(&self) {
         loop {
             let notified = self.finished.notified();
             if self.is_finished() {
@@ -296,13 +296,13 @@ impl ShardAcks {
 
     /// How many records are handed out and not settled.
     #[must_use]
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.lock().pending.len()
     }
 
     /// Returns true when fewer than `limit` records are in flight; otherwise stores `waker`
     /// to be woken by the next settlement and returns false.
-    pub fn has_room(&self, limit: usize, waker: &Waker) -> bool {
+    pub(crate) fn has_room(&self, limit: usize, waker: &Waker) -> bool {
         let mut state = self.lock();
         if state.pending.len() < limit {
             return true;
@@ -363,7 +363,7 @@ impl ShardAcks {
 
     /// Settlement counts so far.
     #[must_use]
-    pub fn counts(&self) -> AckCounts {
+    pub(crate) fn counts(&self) -> AckCounts {
         let state = self.lock();
         AckCounts {
             acked: state.acked,

@@ -5,12 +5,14 @@
 //! | [`KinesisApi`] | the calls: ListShards, GetShardIterator, GetRecords, PutRecords, CreateStream, DescribeStreamSummary, SplitShard, MergeShards |
 //! | [`AwsKinesis`] | the AWS SDK client behind the trait (AWS, LocalStack, emulators) |
 //! | [`MemoryKinesis`] | an in-memory Kinesis: the demo, in-process tests, deterministic fault injection |
+//! | [`layer`] | one way to wrap every call of the seam (counting, recording, faults) |
 //! | [`ShardDescription`], [`GetRecordsOutput`], [`ChildShard`], [`PutRecordsEntry`], [`PutRecordsOutput`], [`StreamSummary`] | what the calls take and return |
 //!
 //! Everything above the seam (the shard reader, subscriptions, the broker) is written against
 //! [`KinesisApi`] only, so the in-memory transport exercises exactly the code that runs on AWS.
 
 mod aws;
+pub mod layer;
 pub mod memory;
 
 use std::sync::Arc;
@@ -108,7 +110,7 @@ pub type SharedKinesis = Arc<dyn KinesisApi>;
 /// # Errors
 ///
 /// The first failed page's error.
-pub async fn list_all_shards(
+pub(crate) async fn list_all_shards(
     api: &dyn KinesisApi,
     stream: &str,
 ) -> Result<Vec<ShardDescription>, KinesisError> {

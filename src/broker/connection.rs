@@ -240,7 +240,7 @@ impl Drop for StreamClaim {
     }
 }
 
-/// A connected [`KinesisBroker`]: the clients, the lease store, and the subscriptions opened
+/// A connected [`KinesisBroker`](super::KinesisBroker): the clients, the lease store, and the subscriptions opened
 /// through it. Clones share one connection; shutting one down shuts down all.
 #[derive(Clone)]
 pub struct ConnectedKinesis {
@@ -263,7 +263,7 @@ impl ConnectedKinesis {
         self.inner.api.clone()
     }
 
-    /// True once [`shutdown`](ConnectedBroker::shutdown) was called on this connection or a
+    /// True once [`shutdown`](ruststream::ConnectedBroker::shutdown) was called on this connection or a
     /// clone of it.
     #[must_use]
     pub fn is_shut_down(&self) -> bool {

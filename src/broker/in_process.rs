@@ -4,7 +4,7 @@
 //! [`KinesisBroker`](super::KinesisBroker) implements the framework's `InProcess` transition
 //! and [`ConnectedKinesis`](super::ConnectedKinesis) its `TestableBroker` view. What runs in
 //! process is the production pipeline: the same subscriber, publisher, message, core
-//! subscription, leases and checkpoints, over a [`MemoryKinesis`](crate::MemoryKinesis) and a
+//! subscription, leases and checkpoints, over a [`MemoryKinesis`] and a
 //! [`MemoryLeaseStore`](crate::MemoryLeaseStore) that every clone of the broker shares (the
 //! framework's suites reconnect "to the same broker" that way). The settings are the broker's
 //! and the descriptors' own, with two differences, each a gap the live tests cover:

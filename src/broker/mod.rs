@@ -106,7 +106,7 @@ mod publisher;
 mod seeker;
 mod subscriber;
 
-pub use broker::{CREDENTIALS_TIMEOUT, ClosedKinesis, KinesisBroker};
+pub use broker::{CREDENTIALS_TIMEOUT, ClosedKinesis, DEFAULT_SHUTDOWN_GRACE, KinesisBroker};
 pub use connection::ConnectedKinesis;
 pub use descriptor::KinesisStream;
 pub use message::{

@@ -34,7 +34,7 @@ use crate::subscription::Subscription;
 pub struct KinesisSubscriber {
     /// Behind a mutex only to make the subscriber `Sync` (the framework holds `&subscriber`
     /// across awaits on routes that publish); it is reached through `&mut self`, never locked.
-    wire: std::sync::Mutex<Wire>,
+    messages: std::sync::Mutex<MessageStream>,
     seeker: KinesisSeeker,
     max_wait: Duration,
 }
@@ -59,7 +59,7 @@ impl KinesisSubscriber {
         inner.harness.opened(&stream);
         let seeker = KinesisSeeker::new(subscription.seeker(), inner.clone());
         Self {
-            wire: std::sync::Mutex::new(Wire {
+            messages: std::sync::Mutex::new(MessageStream {
                 subscription,
                 shared: Arc::new(Shared::new(stream, inner, seeker.clone())),
                 parked: None,
@@ -70,8 +70,8 @@ impl KinesisSubscriber {
         }
     }
 
-    fn wire(&mut self) -> &mut Wire {
-        self.wire
+    fn messages(&mut self) -> &mut MessageStream {
+        self.messages
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -82,7 +82,7 @@ impl Subscriber for KinesisSubscriber {
     type Error = KinesisError;
 
     fn stream(&mut self) -> impl Stream<Item = Result<KinesisMessage, KinesisError>> + Send + '_ {
-        self.wire().stream()
+        self.messages().stream()
     }
 }
 
@@ -102,7 +102,7 @@ impl BatchSubscriber for KinesisSubscriber {
         size: NonZeroUsize,
     ) -> impl Stream<Item = Result<Vec<KinesisMessage>, KinesisError>> + Send + '_ {
         let max_wait = self.max_wait;
-        let messages = Box::pin(self.wire().stream());
+        let messages = Box::pin(self.messages().stream());
         futures::stream::unfold((messages, Carry::Nothing), move |state| {
             next_batch(state, size.get(), max_wait)
         })
@@ -171,7 +171,7 @@ where
 }
 
 /// The core subscription, message by message.
-struct Wire {
+struct MessageStream {
     subscription: Subscription,
     shared: Arc<Shared>,
     /// In process: a delayed redelivery read before the harness's timer for it fell due.
@@ -179,7 +179,7 @@ struct Wire {
     _claim: StreamClaim,
 }
 
-impl ruststream::Seekable for Wire {
+impl ruststream::Seekable for MessageStream {
     type Seeker = KinesisSeeker;
 
     fn seeker(&self) -> KinesisSeeker {
@@ -187,7 +187,7 @@ impl ruststream::Seekable for Wire {
     }
 }
 
-impl Drop for Wire {
+impl Drop for MessageStream {
     fn drop(&mut self) {
         if let Some(delivery) = self.parked.take() {
             // Not delivered: it must not count as settled.
@@ -202,15 +202,15 @@ impl Drop for Wire {
     }
 }
 
-impl fmt::Debug for Wire {
+impl fmt::Debug for MessageStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Wire")
+        f.debug_struct("MessageStream")
             .field("subscription", &self.subscription)
             .finish_non_exhaustive()
     }
 }
 
-impl Subscriber for Wire {
+impl Subscriber for MessageStream {
     type Message = KinesisMessage;
     type Error = KinesisError;
 

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The error underneath a failed call (the AWS SDK's), kept as the [`source`] of the crate's
-/// error. Shared, so [`KinesisError`] stays `Clone`.
+/// error. Shared, so [`KinesisError`](super::KinesisError) stays `Clone`.
 ///
 /// [`source`]: std::error::Error::source
 pub type ErrorSource = Arc<dyn std::error::Error + Send + Sync>;

@@ -75,8 +75,9 @@ const NO_OWNER: &str = "(no owner)";
 /// `dynamodb:UpdateItem` and `dynamodb:DeleteItem`.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), kinesis_dataflow::LeaseError> {
-/// use kinesis_dataflow::{DynamoLeaseStore, Lease, LeaseStore};
+/// # async fn demo() -> Result<(), kinesis_dataflow::lease::LeaseError> {
+/// use kinesis_dataflow::DynamoLeaseStore;
+/// use kinesis_dataflow::lease::{Lease, LeaseStore};
 ///
 /// let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
 /// let table = DynamoLeaseStore::default_table_name("billing");
@@ -113,7 +114,7 @@ impl DynamoLeaseStore {
     /// DynamoDB table name: 3 to 255 characters of `a-z`, `A-Z`, `0-9`, `_`, `-` and `.`.
     ///
     /// ```no_run
-    /// # fn demo(client: aws_sdk_dynamodb::Client) -> Result<(), kinesis_dataflow::LeaseError> {
+    /// # fn demo(client: aws_sdk_dynamodb::Client) -> Result<(), kinesis_dataflow::lease::LeaseError> {
     /// use kinesis_dataflow::DynamoLeaseStore;
     ///
     /// let store = DynamoLeaseStore::new(client.clone(), "my-app-leases")?;

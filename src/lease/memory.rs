@@ -45,8 +45,10 @@ fn call_of(operation: &str) -> Operation {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), kinesis_dataflow::LeaseError> {
-/// use kinesis_dataflow::{Checkpoint, Lease, LeaseStore, MemoryLeaseStore};
+/// # async fn main() -> Result<(), kinesis_dataflow::lease::LeaseError> {
+/// use kinesis_dataflow::MemoryLeaseStore;
+/// use kinesis_dataflow::lease::{Lease, LeaseStore};
+/// use kinesis_dataflow::position::Checkpoint;
 ///
 /// let store = MemoryLeaseStore::new();
 /// store.prepare().await?;

@@ -7,6 +7,7 @@
 //! | [`MemoryLeaseStore`] | an in-process table (one instance, or the in-memory transport) |
 //! | [`Lease`] | one row: stream, shard, owner, counter, checkpoint, parents |
 //! | [`LeaseError`] | what the store can answer instead |
+//! | [`layer`] | one way to wrap every call of a store (time limits, counting, faults) |
 //!
 //! Every write is conditional on the row being what the writer last saw (owner and counter),
 //! so two instances can never both believe they hold a shard, and a checkpoint is only
@@ -32,6 +33,7 @@
 
 mod dynamo;
 mod error;
+pub mod layer;
 mod memory;
 
 pub use dynamo::DynamoLeaseStore;

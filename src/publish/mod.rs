@@ -169,7 +169,8 @@ const FATAL_ENTRY_CODES: &[&str] = &[
 /// use std::time::Duration;
 /// use kinesis_dataflow::api::memory::Fault;
 /// use kinesis_dataflow::publish::{KeyOrder, RetryPolicy};
-/// use kinesis_dataflow::{MemoryKinesis, Operation, OutgoingRecord, Publisher};
+/// use kinesis_dataflow::{MemoryKinesis, OutgoingRecord, Publisher};
+/// use kinesis_dataflow::error::Operation;
 ///
 /// let kinesis = MemoryKinesis::new();
 /// kinesis.add_stream("payments", 1)?;
@@ -259,18 +260,6 @@ impl Publisher {
         &self.stream
     }
 
-    /// The retry policy in use.
-    #[must_use]
-    pub fn get_retry(&self) -> RetryPolicy {
-        self.retry
-    }
-
-    /// The ordering mode in use.
-    #[must_use]
-    pub fn get_key_order(&self) -> KeyOrder {
-        self.key_order
-    }
-
     /// Checks every setting; the error names the setting and the refused value. Publishing
     /// checks them too, before any call.
     ///
@@ -352,7 +341,7 @@ impl Publisher {
             self.key_order,
             self.limits,
         );
-        Run::new(self, records, plan).go().await
+        Run::new(self, records, plan).run_to_the_end().await
     }
 }
 
@@ -395,7 +384,7 @@ impl<'p> Run<'p> {
         &self.publisher.stream
     }
 
-    async fn go(mut self) -> Result<Vec<Published>, KinesisError> {
+    async fn run_to_the_end(mut self) -> Result<Vec<Published>, KinesisError> {
         let policy = self.publisher.retry;
         let mut jitter: Option<Jitter> = None;
         let mut round = 0u32;
@@ -424,7 +413,7 @@ impl<'p> Run<'p> {
             if left == 0 {
                 return Ok(self.published.into_iter().flatten().collect());
             }
-            if round >= policy.get_max_attempts() {
+            if round >= policy.max_attempts {
                 return Err(self.give_up(round, false));
             }
             // Seeded from the stream name and the tokio clock: nanosecond noise spreads real
@@ -441,7 +430,7 @@ impl<'p> Run<'p> {
             tracing::warn!(
                 stream = self.stream(),
                 round,
-                max_attempts = policy.get_max_attempts(),
+                max_attempts = policy.max_attempts,
                 stored = before - left,
                 failed,
                 held_back = left.saturating_sub(failed),

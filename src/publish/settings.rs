@@ -54,13 +54,12 @@ pub enum KeyOrder {
 ///     .max_attempts(20)
 ///     .initial_backoff(Duration::from_millis(50))
 ///     .max_backoff(Duration::from_secs(2));
-/// assert_eq!(patient.get_max_attempts(), 20);
 /// assert!(patient.validate().is_ok());
-/// assert_eq!(RetryPolicy::no_retries().get_max_attempts(), 1);
+/// assert_eq!(RetryPolicy::no_retries(), RetryPolicy::default().max_attempts(1));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RetryPolicy {
-    max_attempts: u32,
+    pub(crate) max_attempts: u32,
     initial_backoff: Duration,
     max_backoff: Duration,
 }
@@ -104,24 +103,6 @@ impl RetryPolicy {
     pub fn max_backoff(mut self, wait: Duration) -> Self {
         self.max_backoff = wait;
         self
-    }
-
-    /// The configured number of rounds.
-    #[must_use]
-    pub fn get_max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
-    /// The configured first wait.
-    #[must_use]
-    pub fn get_initial_backoff(&self) -> Duration {
-        self.initial_backoff
-    }
-
-    /// The configured cap on the wait.
-    #[must_use]
-    pub fn get_max_backoff(&self) -> Duration {
-        self.max_backoff
     }
 
     /// Checks the policy; the error names the setting and the refused value.

@@ -2,7 +2,7 @@
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`ShardReader`] | builds a reader: stream, shard, settings, settled position |
+//! | [`ShardStreamBuilder`] | builds a [`ShardStream`]: stream, shard, settings, settled position |
 //! | [`ShardStream`] | the `Stream<Item = Result<Record, KinesisError>>` of one shard |
 //! | [`ReadSettings`] | poll interval, read-rate cap, batch size, failure handling |
 //! | [`SettledPosition`] | the settled sequence number an expired iterator is renewed after |
@@ -17,9 +17,9 @@ pub(crate) use reader::ReadProbe;
 pub use reader::SettledPosition;
 pub use settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_FAILURE_BACKOFF, DEFAULT_MAX_FAILURES, DEFAULT_POLL_INTERVAL,
-    ReadSettings, SERVICE_READS_PER_SECOND,
+    MAX_WAIT, ReadSettings, SERVICE_READS_PER_SECOND,
 };
-pub use stream::{KPL_MAGIC, ShardReader, ShardStream};
+pub use stream::{KPL_MAGIC, ShardStream, ShardStreamBuilder};
 
 use crate::api::ChildShard;
 

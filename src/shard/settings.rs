@@ -112,18 +112,6 @@ impl ReadSettings {
         self
     }
 
-    /// The configured wait after an empty read.
-    #[must_use]
-    pub fn get_poll_interval(&self) -> Duration {
-        self.poll_interval
-    }
-
-    /// The configured batch size.
-    #[must_use]
-    pub fn get_batch_size(&self) -> u32 {
-        self.batch_size
-    }
-
     /// The shortest gap between two GetRecords calls that the read-rate cap allows.
     pub(crate) fn min_gap(&self) -> Option<Duration> {
         self.max_reads_per_second

@@ -29,13 +29,13 @@ pub const KPL_MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];
 /// use std::sync::Arc;
 /// use futures::StreamExt;
 /// use kinesis_dataflow::api::{KinesisApi, MemoryKinesis};
-/// use kinesis_dataflow::{ShardReader, StartingPoint};
+/// use kinesis_dataflow::{ShardStream, StartingPoint};
 ///
 /// let kinesis = MemoryKinesis::new();
 /// kinesis.add_stream("orders", 1)?;
 /// kinesis.put("orders", "customer-1", "hello")?;
 ///
-/// let mut shard = ShardReader::new(Arc::new(kinesis), "orders", "shardId-000000000000")
+/// let mut shard = ShardStream::builder(Arc::new(kinesis), "orders", "shardId-000000000000")
 ///     .open(StartingPoint::TrimHorizon)?;
 /// let record = shard.next().await.unwrap()?;
 /// assert_eq!(&record.data()[..], b"hello");
@@ -43,7 +43,7 @@ pub const KPL_MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];
 /// ```
 #[derive(Clone)]
 #[must_use = "a reader does nothing until it is opened and polled"]
-pub struct ShardReader {
+pub struct ShardStreamBuilder {
     api: SharedKinesis,
     stream: Arc<str>,
     shard: Arc<str>,
@@ -52,9 +52,9 @@ pub struct ShardReader {
     probe: Option<Arc<ReadProbe>>,
 }
 
-impl fmt::Debug for ShardReader {
+impl fmt::Debug for ShardStreamBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ShardReader")
+        f.debug_struct("ShardStreamBuilder")
             .field("stream", &self.stream)
             .field("shard", &self.shard)
             .field("settings", &self.settings)
@@ -62,7 +62,7 @@ impl fmt::Debug for ShardReader {
     }
 }
 
-impl ShardReader {
+impl ShardStreamBuilder {
     /// A reader of `shard` in `stream`, with the default [`ReadSettings`].
     pub fn new(
         api: SharedKinesis,
@@ -220,6 +220,16 @@ impl fmt::Debug for ShardStream {
 }
 
 impl ShardStream {
+    /// Starts building the stream of `shard` in `stream`, read through `api` (see
+    /// [`ShardStreamBuilder`]).
+    pub fn builder(
+        api: SharedKinesis,
+        stream: impl Into<Arc<str>>,
+        shard: impl Into<Arc<str>>,
+    ) -> ShardStreamBuilder {
+        ShardStreamBuilder::new(api, stream, shard)
+    }
+
     /// The stream name.
     #[must_use]
     pub fn stream_name(&self) -> &str {
@@ -268,7 +278,8 @@ impl ShardStream {
         self.buffer.len()
     }
 
-    fn hand_on(&self, record: Record) -> Result<Record, KinesisError> {
+    /// Hands a record on as it is, or reports a KPL-aggregated one as its error.
+    fn pass_or_refuse_aggregated(&self, record: Record) -> Result<Record, KinesisError> {
         if record.data().starts_with(&KPL_MAGIC) {
             tracing::warn!(
                 parent: &self.span,
@@ -292,7 +303,7 @@ impl Stream for ShardStream {
         let this = self.get_mut();
         loop {
             if let Some(record) = this.buffer.pop_front() {
-                return Poll::Ready(Some(this.hand_on(record)));
+                return Poll::Ready(Some(this.pass_or_refuse_aggregated(record)));
             }
             if let Some(end) = this.pending_end.take() {
                 tracing::info!(

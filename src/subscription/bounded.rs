@@ -1,81 +1,36 @@
-//! A lease store whose calls give up after a time, so that a hung connection cannot stall
-//! renewals, the give-up rule, hand-offs or shutdown.
+//! [`CallTimeout`]: a lease-store layer whose calls give up after a time, so that a hung
+//! connection cannot stall renewals, the give-up rule, hand-offs or shutdown.
 
-use std::future::Future;
 use std::time::Duration;
 
-use crate::error::Operation;
-use crate::lease::{Lease, LeaseError, LeaseFuture, LeaseStore, SharedLeaseStore};
-use crate::position::Checkpoint;
+use crate::lease::layer::{LeaseCall, LeaseLayer};
+use crate::lease::{LeaseError, LeaseFuture};
 
-pub(crate) struct BoundedStore {
-    inner: SharedLeaseStore,
-    limit: Duration,
-}
+/// Bounds every lease-store call but `prepare` (creating a table may take a while; it happens
+/// once, before anything is read).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallTimeout(pub(crate) Duration);
 
-impl BoundedStore {
-    pub(crate) fn new(inner: SharedLeaseStore, limit: Duration) -> Self {
-        Self { inner, limit }
-    }
-
-    fn bound<'a, T: Send + 'a>(
+impl LeaseLayer for CallTimeout {
+    fn around<'a, T: Send + 'a>(
         &'a self,
-        operation: Operation,
-        call: impl Future<Output = Result<T, LeaseError>> + Send + 'a,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
     ) -> LeaseFuture<'a, T> {
+        if matches!(call, LeaseCall::Prepare) {
+            return next;
+        }
+        let limit = self.0;
+        let operation = call.operation();
         Box::pin(async move {
-            tokio::time::timeout(self.limit, call)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(LeaseError::Unavailable {
-                        table: "(lease store)".to_owned(),
-                        operation,
-                        message: format!("no answer within {:?}", self.limit),
-                        source: None,
-                    })
+            tokio::time::timeout(limit, next).await.unwrap_or_else(|_| {
+                Err(LeaseError::Unavailable {
+                    table: "(lease store)".to_owned(),
+                    operation,
+                    message: format!("no answer within {limit:?}"),
+                    source: None,
                 })
+            })
         })
-    }
-}
-
-impl LeaseStore for BoundedStore {
-    fn prepare(&self) -> LeaseFuture<'_, ()> {
-        // Creating a table may take a while; it happens once, before anything is read.
-        self.inner.prepare()
-    }
-
-    fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
-        self.bound(Operation::Scan, self.inner.list(stream))
-    }
-
-    fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
-        self.bound(Operation::PutItem, self.inner.create(lease))
-    }
-
-    fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease> {
-        self.bound(Operation::UpdateItem, self.inner.take(lease, owner))
-    }
-
-    fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        self.bound(Operation::UpdateItem, self.inner.renew(lease))
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        lease: &'a Lease,
-        checkpoint: &'a Checkpoint,
-    ) -> LeaseFuture<'a, Lease> {
-        self.bound(
-            Operation::UpdateItem,
-            self.inner.checkpoint(lease, checkpoint),
-        )
-    }
-
-    fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        self.bound(Operation::UpdateItem, self.inner.release(lease))
-    }
-
-    fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
-        self.bound(Operation::DeleteItem, self.inner.delete(lease))
     }
 }

@@ -1,7 +1,6 @@
 //! The clock a subscription judges lease expiry by.
 
 use std::fmt;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -20,16 +19,5 @@ pub struct TokioClock;
 impl Clock for TokioClock {
     fn now(&self) -> Instant {
         Instant::now()
-    }
-}
-
-/// A clock shifted ahead of the tokio clock by a fixed amount, as a host whose clock is off
-/// would be.
-#[derive(Debug, Clone, Copy)]
-pub struct ShiftedClock(pub Duration);
-
-impl Clock for ShiftedClock {
-    fn now(&self) -> Instant {
-        Instant::now() + self.0
     }
 }

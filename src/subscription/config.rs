@@ -24,7 +24,7 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 10_000;
 
 /// Every setting of a subscription, with the defaults above.
 #[derive(Debug, Clone)]
-pub struct SubscriptionConfig {
+pub(crate) struct SubscriptionConfig {
     pub(crate) owner: String,
     pub(crate) start_at: Option<KinesisPosition>,
     pub(crate) initial_position: Option<KinesisPosition>,

@@ -5,7 +5,7 @@
 //! | [`Subscription`] | the merged `Stream<Item = Result<Delivery<Record>, KinesisError>>` |
 //! | [`SubscriptionBuilder`] | stream, lease store, owner, position, intervals |
 //! | [`ShutdownHandle`] | stops a subscription gracefully from anywhere |
-//! | [`SubscriptionConfig`] | the settings and their defaults |
+//! | the `DEFAULT_*` constants | the settings' defaults |
 //!
 //! A background task (spawned on the current tokio runtime) lists the stream's shards every
 //! `list_interval`, keeps one lease row per shard in the lease store, takes the leases nobody
@@ -47,10 +47,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::StreamMap;
 
-pub use clock::{Clock, ShiftedClock, TokioClock};
+pub use clock::{Clock, TokioClock};
+pub(crate) use config::SubscriptionConfig;
 pub use config::{
     DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LEASE_DURATION, DEFAULT_LIST_INTERVAL,
-    DEFAULT_MAX_IN_FLIGHT, DEFAULT_SHUTDOWN_TIMEOUT, SubscriptionConfig,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_SHUTDOWN_TIMEOUT, MAX_DURATION,
 };
 pub use seeker::SubscriptionSeeker;
 
@@ -60,6 +61,7 @@ use crate::ack::Delivery;
 use crate::api::SharedKinesis;
 use crate::error::KinesisError;
 use crate::lease::SharedLeaseStore;
+use crate::lease::layer::LayeredStore;
 use crate::position::KinesisPosition;
 use crate::record::Record;
 use crate::shard::ReadSettings;
@@ -242,9 +244,9 @@ impl SubscriptionBuilder {
             first_sync: first_sync_tx,
             seeks,
         };
-        let store: SharedLeaseStore = Arc::new(bounded::BoundedStore::new(
+        let store: SharedLeaseStore = Arc::new(LayeredStore::new(
             self.store,
-            self.config.call_timeout(),
+            bounded::CallTimeout(self.config.call_timeout()),
         ));
         let coordinator =
             Coordinator::new(self.api, store, self.stream.clone(), self.config, links);

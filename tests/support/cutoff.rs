@@ -1,112 +1,76 @@
 //! A lease store as one instance sees it, which the test can cut off from the table while
-//! other instances still reach it: the fault of an instance partitioned from DynamoDB.
+//! other instances still reach it: the fault of an instance partitioned from DynamoDB. A
+//! lease-store layer (`kinesis_dataflow::lease::layer`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use kinesis_dataflow::lease::LeaseFuture;
-use kinesis_dataflow::{Checkpoint, Lease, LeaseError, LeaseStore, Operation, SharedLeaseStore};
+use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
+use kinesis_dataflow::lease::{LeaseError, LeaseFuture, SharedLeaseStore};
 
-/// One instance's view of the lease store, which can be cut off while others still reach it.
-#[derive(Clone)]
-pub struct CutOff {
-    inner: SharedLeaseStore,
+/// The switch and the count behind a [`CutOff`] view.
+#[derive(Debug, Default)]
+pub struct Switch {
     /// While set, every call fails as if the store could not be reached.
-    pub down: Arc<AtomicBool>,
+    pub down: AtomicBool,
     /// Checkpoint writes this instance got through.
-    pub checkpoints: Arc<AtomicU64>,
+    pub checkpoints: AtomicU64,
 }
 
-impl std::fmt::Debug for CutOff {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CutOff")
-            .field("down", &self.down)
-            .finish_non_exhaustive()
+impl LeaseLayer for Switch {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        Box::pin(async move {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(LeaseError::Unavailable {
+                    table: "(cut off)".into(),
+                    operation: call.operation(),
+                    message: "connection refused".into(),
+                    source: None,
+                });
+            }
+            let result = next.await;
+            if matches!(call, LeaseCall::Checkpoint { .. }) && result.is_ok() {
+                self.checkpoints.fetch_add(1, Ordering::SeqCst);
+            }
+            result
+        })
     }
+}
+
+/// One instance's view of the lease store, which can be cut off while others still reach it.
+#[derive(Debug, Clone)]
+pub struct CutOff {
+    view: Arc<LayeredStore<Arc<Switch>>>,
+    /// The switch: `down` and the checkpoint count.
+    pub switch: Arc<Switch>,
 }
 
 impl CutOff {
     /// A view of `inner` that can be cut off.
     pub fn new(inner: SharedLeaseStore) -> Self {
+        let switch = Arc::new(Switch::default());
         Self {
-            inner,
-            down: Arc::default(),
-            checkpoints: Arc::default(),
+            view: Arc::new(LayeredStore::new(inner, switch.clone())),
+            switch,
         }
     }
 
-    fn check(&self, operation: &'static str) -> Result<(), LeaseError> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(LeaseError::Unavailable {
-                table: "(cut off)".into(),
-                operation: match operation {
-                    "prepare" => Operation::DescribeTable,
-                    "list" => Operation::Scan,
-                    "create" => Operation::PutItem,
-                    "delete" => Operation::DeleteItem,
-                    _ => Operation::UpdateItem,
-                },
-                message: "connection refused".into(),
-                source: None,
-            });
-        }
-        Ok(())
+    /// The view, as the instance's lease store.
+    pub fn store(&self) -> SharedLeaseStore {
+        self.view.clone()
     }
-}
 
-impl LeaseStore for CutOff {
-    fn prepare(&self) -> LeaseFuture<'_, ()> {
-        Box::pin(async move {
-            self.check("prepare")?;
-            self.inner.prepare().await
-        })
+    /// Cuts the instance off (`true`) or reconnects it.
+    pub fn set_down(&self, down: bool) {
+        self.switch.down.store(down, Ordering::SeqCst);
     }
-    fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
-        Box::pin(async move {
-            self.check("list")?;
-            self.inner.list(stream).await
-        })
-    }
-    fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
-        Box::pin(async move {
-            self.check("create")?;
-            self.inner.create(lease).await
-        })
-    }
-    fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease> {
-        Box::pin(async move {
-            self.check("take")?;
-            self.inner.take(lease, owner).await
-        })
-    }
-    fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        Box::pin(async move {
-            self.check("renew")?;
-            self.inner.renew(lease).await
-        })
-    }
-    fn checkpoint<'a>(
-        &'a self,
-        lease: &'a Lease,
-        checkpoint: &'a Checkpoint,
-    ) -> LeaseFuture<'a, Lease> {
-        Box::pin(async move {
-            self.check("checkpoint")?;
-            let written = self.inner.checkpoint(lease, checkpoint).await?;
-            self.checkpoints.fetch_add(1, Ordering::SeqCst);
-            Ok(written)
-        })
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        Box::pin(async move {
-            self.check("release")?;
-            self.inner.release(lease).await
-        })
-    }
-    fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
-        Box::pin(async move {
-            self.check("delete")?;
-            self.inner.delete(lease).await
-        })
+
+    /// Checkpoint writes this instance got through.
+    pub fn checkpoints(&self) -> u64 {
+        self.switch.checkpoints.load(Ordering::SeqCst)
     }
 }

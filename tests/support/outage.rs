@@ -14,10 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kinesis_dataflow::{
-    AwsKinesis, KinesisPosition, Publisher, ReadSettings, SharedKinesis, SharedLeaseStore,
-    Subscription,
-};
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::SharedLeaseStore;
+use kinesis_dataflow::{AwsKinesis, KinesisPosition, Publisher, ReadSettings, Subscription};
 
 /// (payload, phase the consumer was in when it got it)
 type Log = Arc<Mutex<Vec<(String, &'static str)>>>;

@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kinesis_dataflow::{
-    MemoryKinesis, ReadSettings, SharedKinesis, SharedLeaseStore, Subscription, SubscriptionBuilder,
-};
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::SharedLeaseStore;
+use kinesis_dataflow::{MemoryKinesis, ReadSettings, Subscription, SubscriptionBuilder};
 
 /// Fast listings, short leases, frequent checkpoints, quick polls; the default start position.
 pub fn fast(

@@ -18,14 +18,10 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::config::Credentials;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, StreamStatus};
-use kinesis_dataflow::api::{
-    ApiFuture, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordsEntry, PutRecordsOutput,
-    StreamSummary,
-};
-use kinesis_dataflow::lease::LeaseFuture;
-use kinesis_dataflow::{
-    Checkpoint, Lease, LeaseStore, SharedKinesis, SharedLeaseStore, StartingPoint,
-};
+use kinesis_dataflow::api::layer::{ApiCall, KinesisLayer, Layered};
+use kinesis_dataflow::api::{ApiFuture, SharedKinesis};
+use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
+use kinesis_dataflow::lease::{LeaseFuture, SharedLeaseStore};
 use ruststream::runtime::{Deserialized, Input, SoloDeserialized};
 
 /// The error every function here returns.
@@ -443,30 +439,13 @@ fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A [`KinesisApi`] that counts every call it passes on to the one it wraps.
-pub struct CountingKinesis {
-    inner: SharedKinesis,
+/// A Kinesis layer that counts every call by kind (see [`counting_kinesis`]).
+#[derive(Debug, Default)]
+pub struct CallCounter {
     counts: ApiCounters,
 }
 
-impl std::fmt::Debug for CountingKinesis {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CountingKinesis")
-            .field("counts", &self.counts())
-            .finish_non_exhaustive()
-    }
-}
-
-impl CountingKinesis {
-    /// Counts the calls made to `inner`.
-    #[must_use]
-    pub fn new(inner: SharedKinesis) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            counts: ApiCounters::default(),
-        })
-    }
-
+impl CallCounter {
     /// The counts so far.
     #[must_use]
     pub fn counts(&self) -> ApiCounts {
@@ -481,79 +460,27 @@ impl CountingKinesis {
     }
 }
 
-impl KinesisApi for CountingKinesis {
-    fn region(&self) -> &str {
-        self.inner.region()
+impl KinesisLayer for CallCounter {
+    fn around<'a, T: Send + 'a>(&'a self, call: ApiCall<'a>, next: ApiFuture<'a, T>) -> ApiFuture<'a, T> {
+        let c = &self.counts;
+        bump(match call {
+            ApiCall::ListShards { .. } => &c.list_shards,
+            ApiCall::GetShardIterator { .. } => &c.get_shard_iterator,
+            ApiCall::GetRecords { .. } => &c.get_records,
+            ApiCall::PutRecords { .. } => &c.put_records,
+            _ => &c.other,
+        });
+        next
     }
+}
 
-    fn list_shards<'a>(
-        &'a self,
-        stream: &'a str,
-        next_token: Option<String>,
-    ) -> ApiFuture<'a, ListShardsPage> {
-        bump(&self.counts.list_shards);
-        self.inner.list_shards(stream, next_token)
-    }
+/// A [`KinesisApi`] that counts every call it passes on to the one it wraps.
+pub type CountingKinesis = Layered<CallCounter>;
 
-    fn get_shard_iterator<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        start: &'a StartingPoint,
-    ) -> ApiFuture<'a, String> {
-        bump(&self.counts.get_shard_iterator);
-        self.inner.get_shard_iterator(stream, shard, start)
-    }
-
-    fn get_records<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a Arc<str>,
-        iterator: String,
-        limit: u32,
-    ) -> ApiFuture<'a, GetRecordsOutput> {
-        bump(&self.counts.get_records);
-        self.inner.get_records(stream, shard, iterator, limit)
-    }
-
-    fn put_records<'a>(
-        &'a self,
-        stream: &'a str,
-        entries: Vec<PutRecordsEntry>,
-    ) -> ApiFuture<'a, PutRecordsOutput> {
-        bump(&self.counts.put_records);
-        self.inner.put_records(stream, entries)
-    }
-
-    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
-        bump(&self.counts.other);
-        self.inner.create_stream(stream, shard_count)
-    }
-
-    fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
-        bump(&self.counts.other);
-        self.inner.describe_stream_summary(stream)
-    }
-
-    fn split_shard<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        new_starting_hash_key: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        bump(&self.counts.other);
-        self.inner.split_shard(stream, shard, new_starting_hash_key)
-    }
-
-    fn merge_shards<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        adjacent: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        bump(&self.counts.other);
-        self.inner.merge_shards(stream, shard, adjacent)
-    }
+/// Counts the calls made to `inner` (read them with `.layer().counts()`).
+#[must_use]
+pub fn counting_kinesis(inner: SharedKinesis) -> Arc<CountingKinesis> {
+    Layered::new(inner, CallCounter::default()).shared()
 }
 
 /// How many calls of each kind a [`CountingLeaseStore`] passed on. Against DynamoDB, `list`
@@ -629,34 +556,16 @@ struct LeaseCounters {
     delete: AtomicU64,
 }
 
-/// A [`LeaseStore`] that counts every call it passes on to the one it wraps, and the
-/// checkpoint writes per shard. Wrapped around a `MemoryLeaseStore`, its counts are the calls
-/// a `DynamoLeaseStore` would have made to DynamoDB.
-pub struct CountingLeaseStore {
-    inner: SharedLeaseStore,
+/// A lease-store layer that counts every call by kind, and the checkpoint writes per shard
+/// (see [`counting_lease_store`]). Wrapped around a `MemoryLeaseStore`, its counts are the
+/// calls a `DynamoLeaseStore` would have made to DynamoDB.
+#[derive(Debug, Default)]
+pub struct LeaseCallCounter {
     counts: LeaseCounters,
     checkpoints: Mutex<BTreeMap<String, u64>>,
 }
 
-impl std::fmt::Debug for CountingLeaseStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CountingLeaseStore")
-            .field("counts", &self.counts())
-            .finish_non_exhaustive()
-    }
-}
-
-impl CountingLeaseStore {
-    /// Counts the calls made to `inner`.
-    #[must_use]
-    pub fn new(inner: SharedLeaseStore) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            counts: LeaseCounters::default(),
-            checkpoints: Mutex::default(),
-        })
-    }
-
+impl LeaseCallCounter {
     /// The counts so far.
     #[must_use]
     pub fn counts(&self) -> LeaseCounts {
@@ -683,56 +592,39 @@ impl CountingLeaseStore {
     }
 }
 
-impl LeaseStore for CountingLeaseStore {
-    fn prepare(&self) -> LeaseFuture<'_, ()> {
-        bump(&self.counts.prepare);
-        self.inner.prepare()
+impl LeaseLayer for LeaseCallCounter {
+    fn around<'a, T: Send + 'a>(&'a self, call: LeaseCall<'a>, next: LeaseFuture<'a, T>) -> LeaseFuture<'a, T> {
+        let c = &self.counts;
+        bump(match call {
+            LeaseCall::Prepare => &c.prepare,
+            LeaseCall::List { .. } => &c.list,
+            LeaseCall::Create { .. } => &c.create,
+            LeaseCall::Take { .. } => &c.take,
+            LeaseCall::Renew { .. } => &c.renew,
+            LeaseCall::Release { .. } => &c.release,
+            LeaseCall::Delete { .. } => &c.delete,
+            LeaseCall::Checkpoint { lease, .. } => {
+                *self
+                    .checkpoints
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .entry(lease.shard_id.clone())
+                    .or_default() += 1;
+                &c.checkpoint
+            }
+            _ => &c.prepare,
+        });
+        next
     }
+}
 
-    fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
-        bump(&self.counts.list);
-        self.inner.list(stream)
-    }
+/// A [`LeaseStore`] that counts every call it passes on to the one it wraps.
+pub type CountingLeaseStore = LayeredStore<LeaseCallCounter>;
 
-    fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
-        bump(&self.counts.create);
-        self.inner.create(lease)
-    }
-
-    fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease> {
-        bump(&self.counts.take);
-        self.inner.take(lease, owner)
-    }
-
-    fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        bump(&self.counts.renew);
-        self.inner.renew(lease)
-    }
-
-    fn checkpoint<'a>(
-        &'a self,
-        lease: &'a Lease,
-        checkpoint: &'a Checkpoint,
-    ) -> LeaseFuture<'a, Lease> {
-        bump(&self.counts.checkpoint);
-        *self
-            .checkpoints
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(lease.shard_id.clone())
-            .or_default() += 1;
-        self.inner.checkpoint(lease, checkpoint)
-    }
-
-    fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
-        bump(&self.counts.release);
-        self.inner.release(lease)
-    }
-
-    fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
-        bump(&self.counts.delete);
-        self.inner.delete(lease)
-    }
+/// Counts the calls made to `inner` (read them with `.layer().counts()`).
+#[must_use]
+pub fn counting_lease_store(inner: SharedLeaseStore) -> Arc<CountingLeaseStore> {
+    Arc::new(LayeredStore::new(inner, LeaseCallCounter::default()))
 }
 
 // ---------------------------------------------------------------------------------------------

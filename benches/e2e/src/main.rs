@@ -15,8 +15,8 @@
 //!   (Limit 10,000) along NextShardIterator until the shard's share of the backlog is read;
 //! * (b) `Subscription` over `AwsKinesis` with a fresh `MemoryLeaseStore` and owner each round,
 //!   every delivery acknowledged through the `AckSink`;
-//! * (c) four `ShardReader`s merged with `futures::stream::select_all`;
-//! * (d) only with `--diagnose`: four `ShardReader`s, each drained on a tokio task of its own
+//! * (c) four `ShardStream`s merged with `futures::stream::select_all`;
+//! * (d) only with `--diagnose`: four `ShardStream`s, each drained on a tokio task of its own
 //!   (the shape of (a)), which separates the reader's own cost from that of one task driving
 //!   every shard;
 //! * (e) the RustStream broker face: an app on `KinesisBroker` (the SDK configuration of the
@@ -38,10 +38,8 @@ use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use futures::{StreamExt, TryStreamExt};
 use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
-use kinesis_dataflow::{
-    AckSink, AwsKinesis, KinesisPosition, MemoryLeaseStore, ReadSettings, ShardReader,
-    SharedKinesis, StartingPoint, Subscription,
-};
+use kinesis_dataflow::{AckSink, AwsKinesis, KinesisPosition, MemoryLeaseStore, ReadSettings, ShardStream, StartingPoint, Subscription};
+use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow_e2e::{
     BoxError, CpuClock, Emulator, Frame, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR,
     create_stream, entry, median, put_entries, sdk_config, serve_emulator,
@@ -631,7 +629,7 @@ impl Bench {
     async fn drain_task_per_reader(&self) -> Result<Drained> {
         let mut tasks = Vec::new();
         for (shard, &want) in &self.backlog {
-            let mut reader = ShardReader::new(self.api.clone(), STREAM, shard.as_str())
+            let mut reader = ShardStream::builder(self.api.clone(), STREAM, shard.as_str())
                 .settings(self.read_settings())
                 .open(StartingPoint::TrimHorizon)?;
             tasks.push(tokio::spawn(async move {
@@ -665,7 +663,7 @@ impl Bench {
             .backlog
             .keys()
             .map(|shard| {
-                ShardReader::new(self.api.clone(), STREAM, shard.as_str())
+                ShardStream::builder(self.api.clone(), STREAM, shard.as_str())
                     .settings(self.read_settings())
                     .open(StartingPoint::TrimHorizon)
             })

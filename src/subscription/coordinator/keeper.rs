@@ -295,8 +295,15 @@ impl KeeperTask {
     }
 
     async fn give_back(self) {
+        let counts = self.acks.counts();
         match self.store.release(&self.lease).await {
-            Ok(_) => tracing::info!(shard = %self.shard, "lease released"),
+            Ok(_) => tracing::info!(
+                shard = %self.shard,
+                acked = counts.acked,
+                skipped = counts.skipped,
+                dropped = counts.dropped,
+                "lease released"
+            ),
             Err(e) => {
                 tracing::warn!(shard = %self.shard, error = %e, "lease release failed; it expires instead")
             }

@@ -11,7 +11,7 @@ use crate::lease::Lease;
 
 /// What was last seen of one row, and since when.
 #[derive(Debug)]
-struct Seen {
+struct LastChange {
     counter: u64,
     owner: Option<String>,
     since: Instant,
@@ -20,7 +20,7 @@ struct Seen {
 /// The rows as seen at each listing.
 #[derive(Debug, Default)]
 pub(crate) struct Liveness {
-    seen: HashMap<String, Seen>,
+    seen: HashMap<String, LastChange>,
 }
 
 impl Liveness {
@@ -34,7 +34,7 @@ impl Liveness {
             if changed {
                 self.seen.insert(
                     row.shard_id.clone(),
-                    Seen {
+                    LastChange {
                         counter: row.counter,
                         owner: row.owner.clone(),
                         since: now,

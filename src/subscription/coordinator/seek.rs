@@ -13,7 +13,7 @@ use super::shared::Shared;
 use crate::ack::ShardAcks;
 use crate::error::{KinesisError, Operation};
 use crate::position::{Checkpoint, KinesisPosition, StartingPoint};
-use crate::shard::{ShardReader, ShardStream};
+use crate::shard::ShardStream;
 use crate::subscription::gate::LeaseGate;
 use crate::subscription::seeker::SeekRequest;
 
@@ -112,11 +112,12 @@ async fn open_at(
 ) -> Result<(String, StartingPoint, Arc<ShardAcks>, ShardStream), KinesisError> {
     let _permit = shared.permits.acquire().await;
     let acks = ShardAcks::new(shared.stream.clone(), Arc::from(shard.as_str()), None);
-    let mut reader = ShardReader::new(shared.api.clone(), shared.stream.clone(), shard.as_str())
-        .settings(shared.config.read.clone())
-        .settled(acks.settled_position())
-        .probe(shared.probe.clone())
-        .open(start.clone())?;
+    let mut reader =
+        ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard.as_str())
+            .settings(shared.config.read.clone())
+            .settled(acks.settled_position())
+            .probe(shared.probe.clone())
+            .open(start.clone())?;
     match tokio::time::timeout(shared.config.call_timeout(), reader.try_prime()).await {
         Ok(Ok(())) => Ok((shard, start, acks, reader)),
         Ok(Err(e)) => Err(e),

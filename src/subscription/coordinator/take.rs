@@ -12,7 +12,7 @@ use crate::ack::ShardAcks;
 use crate::error::KinesisError;
 use crate::lease::{Lease, LeaseError};
 use crate::position::{Checkpoint, StartingPoint};
-use crate::shard::{ShardReader, ShardStream};
+use crate::shard::ShardStream;
 
 /// A shard taken and ready to read.
 pub(crate) struct Taken {
@@ -56,7 +56,7 @@ pub(crate) async fn take(shared: Arc<Shared>, lease: Lease, opening: Opening) ->
         Arc::from(shard.as_str()),
         checkpoint_seq,
     );
-    let reader = ShardReader::new(shared.api.clone(), shared.stream.clone(), shard.as_str())
+    let reader = ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard.as_str())
         .settings(shared.config.read.clone())
         .settled(acks.settled_position())
         .probe(shared.probe.clone())

@@ -35,12 +35,11 @@ use aws_config::SdkConfig;
 use aws_sdk_kinesis::Client;
 use futures::StreamExt;
 use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
-use kinesis_dataflow::{
-    AwsKinesis, Delivery, LeaseStore, MemoryLeaseStore, ReadSettings, Record, SharedKinesis,
-    Subscription,
-};
+use kinesis_dataflow::{AwsKinesis, Delivery, MemoryLeaseStore, ReadSettings, Record, Subscription};
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::LeaseStore;
 use kinesis_dataflow_e2e::{
-    ApiCounts, CountingKinesis, CountingLeaseStore, CpuClock, Emulator, Frame, LeaseCounts,
+    ApiCounts, counting_kinesis, counting_lease_store, CpuClock, Emulator, Frame, LeaseCounts,
     PUT_BATCH, Result, SERVE_EMULATOR, create_stream, entry, mib, now_micros, percentile,
     put_entries, record_stamp, rss_bytes, sdk_config, serve_emulator, stamped_record,
 };
@@ -426,10 +425,10 @@ async fn latency_run(
     let settings = ReadSettings::default().poll_interval(poll);
     // Opens at the tip (LATEST; no checkpoint in the fresh lease store): earlier runs' records
     // are not read.
-    let api = CountingKinesis::new(env.aws.clone());
+    let api = counting_kinesis(env.aws.clone());
     enum Running {
         Core(
-            kinesis_dataflow::ShutdownHandle,
+            kinesis_dataflow::subscription::ShutdownHandle,
             tokio::task::JoinHandle<(Subscription, usize)>,
         ),
         Broker(ruststream::runtime::RunningApp),
@@ -459,7 +458,7 @@ async fn latency_run(
             Running::Broker(app.start().await?)
         }
     };
-    let counts = api.counts();
+    let counts = api.layer().counts();
     let (cpu, _) = env.cpu();
     let started = Instant::now();
     let warm_until = now_micros() + u64::try_from(WARM_UP.as_micros())?;
@@ -468,7 +467,7 @@ async fn latency_run(
     let deadline = Instant::now() + poll + Duration::from_secs(3);
     wait_for(|| sink.count(), sent as usize, deadline).await;
     let elapsed = started.elapsed().as_secs_f64();
-    let reads = (api.counts() - counts).get_records;
+    let reads = (api.layer().counts() - counts).get_records;
     let client_cpu_share = (env.cpu().0 - cpu) / elapsed;
     let mut errors = 0;
     match running {
@@ -642,9 +641,9 @@ async fn idle(env: &Env, options: &Options) -> Result<()> {
     let window = options.phase(60, 5);
     let stream = "idle-100";
     create_stream(&env.client, stream, SHARDS).await?;
-    let api = CountingKinesis::new(env.aws.clone());
+    let api = counting_kinesis(env.aws.clone());
     let table = Arc::new(MemoryLeaseStore::new());
-    let leases = CountingLeaseStore::new(table.clone());
+    let leases = counting_lease_store(table.clone());
     let rss_before = rss_bytes();
     let started = Instant::now();
     let subscription = Subscription::builder(api.clone(), leases.clone(), stream)
@@ -657,14 +656,14 @@ async fn idle(env: &Env, options: &Options) -> Result<()> {
     // shards' readers.
     let sink = Arc::new(Latencies::default());
     let consumer = tokio::spawn(consume_core(subscription, sink.clone()));
-    let (api0, leases0, (cpu0, emu0)) = (api.counts(), leases.counts(), env.cpu());
+    let (api0, leases0, (cpu0, emu0)) = (api.layer().counts(), leases.layer().counts(), env.cpu());
     let rss_start = rss_bytes();
     let t0 = Instant::now();
     let phase = Arc::new(AtomicU8::new(0));
     let sampler = RssSampler::start(phase);
     tokio::time::sleep(window).await;
     let seconds = t0.elapsed().as_secs_f64();
-    let (api1, leases1, (cpu1, emu1)) = (api.counts(), leases.counts(), env.cpu());
+    let (api1, leases1, (cpu1, emu1)) = (api.layer().counts(), leases.layer().counts(), env.cpu());
     let rss_end = rss_bytes();
     let samples = sampler.stop().await?;
     // Read from the table itself, past the counting decorator.
@@ -754,7 +753,7 @@ async fn memory(env: &Env, options: &Options) -> Result<()> {
         "memory"
     };
     create_stream(&env.client, stream, SHARDS).await?;
-    let api = CountingKinesis::new(env.aws.clone());
+    let api = counting_kinesis(env.aws.clone());
     let phase = Arc::new(AtomicU8::new(BEFORE));
     let sampler = RssSampler::start(phase.clone());
     let rss_before = rss_bytes();
@@ -785,7 +784,7 @@ async fn memory(env: &Env, options: &Options) -> Result<()> {
     phase.store(STALLED, Ordering::Relaxed);
     let stall_start = Instant::now();
     let rss_stall_start = rss_bytes();
-    let api_stall = api.counts();
+    let api_stall = api.layer().counts();
     let mut held: Vec<Delivery<Record>> = Vec::new();
     if options.hold {
         // Takes whatever the subscription hands out, settles nothing.
@@ -804,7 +803,7 @@ async fn memory(env: &Env, options: &Options) -> Result<()> {
         // Takes nothing: the subscription is not polled.
         tokio::time::sleep(stall).await;
     }
-    let reads_in_stall = (api.counts() - api_stall).get_records;
+    let reads_in_stall = (api.layer().counts() - api_stall).get_records;
     let stall_seconds = stall_start.elapsed().as_secs_f64();
     let rss_stall_end = rss_bytes();
     let held_at_end = held.len();
@@ -937,14 +936,14 @@ async fn checkpoints(env: &Env, options: &Options) -> Result<()> {
     let mut summary = Vec::new();
     let mut missing = 0;
     for rate in [10.0, 1_000.0] {
-        let leases = CountingLeaseStore::new(Arc::new(MemoryLeaseStore::new()));
+        let leases = counting_lease_store(Arc::new(MemoryLeaseStore::new()));
         let subscription = Subscription::builder(env.aws.clone(), leases.clone(), stream)
             .start()
             .await?;
         let handle = subscription.shutdown_handle();
         let sink = Arc::new(Latencies::default());
         let consumer = tokio::spawn(consume_core(subscription, sink.clone()));
-        let (at_start, per_shard0) = (leases.counts(), leases.checkpoints_per_shard());
+        let (at_start, per_shard0) = (leases.layer().counts(), leases.layer().checkpoints_per_shard());
         let t0 = Instant::now();
         let sent = produce(env.client.clone(), stream.to_owned(), rate, duration).await?;
         wait_for(
@@ -954,10 +953,10 @@ async fn checkpoints(env: &Env, options: &Options) -> Result<()> {
         )
         .await;
         let seconds = t0.elapsed().as_secs_f64();
-        let (in_window, per_shard1) = (leases.counts(), leases.checkpoints_per_shard());
+        let (in_window, per_shard1) = (leases.layer().counts(), leases.layer().checkpoints_per_shard());
         handle.shutdown().await;
         let _ = consumer.await?;
-        let after = leases.counts();
+        let after = leases.layer().counts();
         let writes: Vec<u64> = per_shard1
             .iter()
             .filter(|(shard, _)| !shard.starts_with("worker:"))

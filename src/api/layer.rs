@@ -1,0 +1,319 @@
+//! Layers: one way to wrap every call of the seam, in tower's spirit. A [`KinesisLayer`] sees
+//! each call ([`ApiCall`]) and the wrapped API's answer before anyone awaits it, so it can
+//! count, time, delay, refuse or record calls; [`Layered`] puts one in front of any
+//! [`KinesisApi`]. The same shape wraps the lease store ([`crate::lease::layer`]).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), kinesis_dataflow::KinesisError> {
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use kinesis_dataflow::MemoryKinesis;
+//! use kinesis_dataflow::api::layer::{ApiCall, KinesisLayer, Layered};
+//! use kinesis_dataflow::api::{ApiFuture, KinesisApi};
+//!
+//! /// Counts the calls that name a stream.
+//! #[derive(Default)]
+//! struct Count(AtomicU64);
+//!
+//! impl KinesisLayer for Count {
+//!     fn around<'a, T: Send + 'a>(&'a self, _call: ApiCall<'a>, next: ApiFuture<'a, T>) -> ApiFuture<'a, T> {
+//!         self.0.fetch_add(1, Ordering::Relaxed);
+//!         next
+//!     }
+//! }
+//!
+//! let memory = MemoryKinesis::new();
+//! memory.add_stream("orders", 1)?;
+//! let counted = Layered::new(Arc::new(memory), Count::default());
+//! counted.list_shards("orders", None).await?;
+//! assert_eq!(counted.layer().0.load(Ordering::Relaxed), 1);
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::{
+    ApiFuture, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordsEntry, PutRecordsOutput,
+    SharedKinesis, StreamSummary,
+};
+use crate::error::Operation;
+use crate::position::StartingPoint;
+
+/// One call of the seam, with what names it, as a layer sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum ApiCall<'a> {
+    /// `ListShards` (one page).
+    ListShards {
+        /// The stream.
+        stream: &'a str,
+    },
+    /// `GetShardIterator`.
+    GetShardIterator {
+        /// The stream.
+        stream: &'a str,
+        /// The shard.
+        shard: &'a str,
+        /// Where the iterator opens.
+        start: &'a StartingPoint,
+    },
+    /// `GetRecords`.
+    GetRecords {
+        /// The stream.
+        stream: &'a str,
+        /// The shard.
+        shard: &'a str,
+        /// The most records asked for.
+        limit: u32,
+    },
+    /// `PutRecords` (see [`KinesisLayer::put_records`] for the entries themselves).
+    PutRecords {
+        /// The stream.
+        stream: &'a str,
+        /// How many entries the call carries.
+        records: usize,
+    },
+    /// `CreateStream`.
+    CreateStream {
+        /// The stream.
+        stream: &'a str,
+        /// Its shard count.
+        shard_count: u32,
+    },
+    /// `DescribeStreamSummary`.
+    DescribeStreamSummary {
+        /// The stream.
+        stream: &'a str,
+    },
+    /// `SplitShard`.
+    SplitShard {
+        /// The stream.
+        stream: &'a str,
+        /// The shard split.
+        shard: &'a str,
+    },
+    /// `MergeShards`.
+    MergeShards {
+        /// The stream.
+        stream: &'a str,
+        /// The first shard.
+        shard: &'a str,
+        /// The shard merged into it.
+        adjacent: &'a str,
+    },
+}
+
+impl ApiCall<'_> {
+    /// The operation.
+    #[must_use]
+    pub fn operation(&self) -> Operation {
+        match self {
+            Self::ListShards { .. } => Operation::ListShards,
+            Self::GetShardIterator { .. } => Operation::GetShardIterator,
+            Self::GetRecords { .. } => Operation::GetRecords,
+            Self::PutRecords { .. } => Operation::PutRecords,
+            Self::CreateStream { .. } => Operation::CreateStream,
+            Self::DescribeStreamSummary { .. } => Operation::DescribeStreamSummary,
+            Self::SplitShard { .. } => Operation::SplitShard,
+            Self::MergeShards { .. } => Operation::MergeShards,
+        }
+    }
+
+    /// The stream the call names.
+    #[must_use]
+    pub fn stream(&self) -> &str {
+        match self {
+            Self::ListShards { stream }
+            | Self::GetShardIterator { stream, .. }
+            | Self::GetRecords { stream, .. }
+            | Self::PutRecords { stream, .. }
+            | Self::CreateStream { stream, .. }
+            | Self::DescribeStreamSummary { stream }
+            | Self::SplitShard { stream, .. }
+            | Self::MergeShards { stream, .. } => stream,
+        }
+    }
+}
+
+/// Wraps every call of a [`KinesisApi`] (see [`Layered`]).
+pub trait KinesisLayer: Send + Sync + 'static {
+    /// Wraps one call. `next` is the wrapped API's answer, not started yet: return it as it
+    /// is, wrapped (timed, delayed, observed), or return something else instead.
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: ApiCall<'a>,
+        next: ApiFuture<'a, T>,
+    ) -> ApiFuture<'a, T> {
+        let _ = call;
+        next
+    }
+
+    /// Wraps a PutRecords call with its entries in hand, to look at them or change them
+    /// before `inner` gets them. By default the call goes through [`around`](Self::around).
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: Vec<PutRecordsEntry>,
+        inner: &'a dyn KinesisApi,
+    ) -> ApiFuture<'a, PutRecordsOutput> {
+        let call = ApiCall::PutRecords {
+            stream,
+            records: entries.len(),
+        };
+        self.around(call, inner.put_records(stream, entries))
+    }
+}
+
+/// A shared layer is a layer: the caller keeps a handle on its state.
+impl<L: KinesisLayer> KinesisLayer for Arc<L> {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: ApiCall<'a>,
+        next: ApiFuture<'a, T>,
+    ) -> ApiFuture<'a, T> {
+        L::around(self, call, next)
+    }
+
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: Vec<PutRecordsEntry>,
+        inner: &'a dyn KinesisApi,
+    ) -> ApiFuture<'a, PutRecordsOutput> {
+        L::put_records(self, stream, entries, inner)
+    }
+}
+
+/// A [`KinesisApi`] whose every call goes through a [`KinesisLayer`].
+pub struct Layered<L> {
+    inner: SharedKinesis,
+    layer: L,
+}
+
+impl<L> fmt::Debug for Layered<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Layered")
+            .field("region", &self.inner.region())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L: KinesisLayer> Layered<L> {
+    /// `inner` behind `layer`.
+    pub fn new(inner: SharedKinesis, layer: L) -> Self {
+        Self { inner, layer }
+    }
+
+    /// The layer.
+    pub fn layer(&self) -> &L {
+        &self.layer
+    }
+
+    /// The API behind the layer.
+    pub fn inner(&self) -> &SharedKinesis {
+        &self.inner
+    }
+
+    /// Shared, ready to hand to a reader, a subscription or a publisher.
+    pub fn shared(self) -> Arc<Self> {
+        Arc::new(self)
+    }
+}
+
+impl<L: KinesisLayer> KinesisApi for Layered<L> {
+    fn region(&self) -> &str {
+        self.inner.region()
+    }
+
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        next_token: Option<String>,
+    ) -> ApiFuture<'a, ListShardsPage> {
+        let call = ApiCall::ListShards { stream };
+        self.layer
+            .around(call, self.inner.list_shards(stream, next_token))
+    }
+
+    fn get_shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        start: &'a StartingPoint,
+    ) -> ApiFuture<'a, String> {
+        let call = ApiCall::GetShardIterator {
+            stream,
+            shard,
+            start,
+        };
+        self.layer
+            .around(call, self.inner.get_shard_iterator(stream, shard, start))
+    }
+
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a Arc<str>,
+        iterator: String,
+        limit: u32,
+    ) -> ApiFuture<'a, GetRecordsOutput> {
+        let call = ApiCall::GetRecords {
+            stream,
+            shard,
+            limit,
+        };
+        let next = self.inner.get_records(stream, shard, iterator, limit);
+        self.layer.around(call, next)
+    }
+
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: Vec<PutRecordsEntry>,
+    ) -> ApiFuture<'a, PutRecordsOutput> {
+        self.layer.put_records(stream, entries, self.inner.as_ref())
+    }
+
+    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
+        let call = ApiCall::CreateStream {
+            stream,
+            shard_count,
+        };
+        self.layer
+            .around(call, self.inner.create_stream(stream, shard_count))
+    }
+
+    fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
+        let call = ApiCall::DescribeStreamSummary { stream };
+        self.layer
+            .around(call, self.inner.describe_stream_summary(stream))
+    }
+
+    fn split_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        new_starting_hash_key: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        let call = ApiCall::SplitShard { stream, shard };
+        let next = self.inner.split_shard(stream, shard, new_starting_hash_key);
+        self.layer.around(call, next)
+    }
+
+    fn merge_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        adjacent: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        let call = ApiCall::MergeShards {
+            stream,
+            shard,
+            adjacent,
+        };
+        self.layer
+            .around(call, self.inner.merge_shards(stream, shard, adjacent))
+    }
+}
