@@ -115,6 +115,54 @@ impl AwsKinesis {
     }
 }
 
+/// What a service error code means, before it becomes a [`KinesisError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    NotFound,
+    Throttled,
+    Expired,
+    InUse,
+    Invalid,
+    Denied,
+    Other,
+}
+
+/// The meaning of a service error `code` answered to `operation`.
+fn kind(code: &str, operation: Operation) -> Kind {
+    match code {
+        "ResourceNotFoundException" => Kind::NotFound,
+        "ProvisionedThroughputExceededException"
+        | "ThrottlingException"
+        | "KMSThrottlingException"
+        | "RequestLimitExceeded" => Kind::Throttled,
+        // The control-plane calls answer their rate limit with LimitExceeded.
+        "LimitExceededException"
+            if matches!(
+                operation,
+                Operation::ListShards | Operation::DescribeStreamSummary
+            ) =>
+        {
+            Kind::Throttled
+        }
+        "ExpiredIteratorException" => Kind::Expired,
+        "ResourceInUseException" => Kind::InUse,
+        "InvalidArgumentException"
+        | "ValidationException"
+        | "LimitExceededException"
+        | "ExpiredNextTokenException" => Kind::Invalid,
+        "AccessDeniedException"
+        | "UnrecognizedClientException"
+        | "InvalidSignatureException"
+        | "IncompleteSignature"
+        | "ExpiredTokenException"
+        | "KMSAccessDeniedException"
+        | "KMSDisabledException"
+        | "KMSNotFoundException"
+        | "KMSInvalidStateException" => Kind::Denied,
+        _ => Kind::Other,
+    }
+}
+
 /// Maps a service error code onto the crate's error, keeping the SDK's error as its source.
 pub(crate) fn classify(
     operation: Operation,
@@ -131,94 +179,27 @@ pub(crate) fn classify(
         Some(shard) if !message.contains(shard) => format!("shard `{shard}`: {message}"),
         _ => message,
     };
-    match code.unwrap_or_default() {
+    #[rustfmt::skip]
+    let error = match kind(code.unwrap_or_default(), operation) {
         // Some emulators answer a sequence number the shard never issued with "not found";
         // the service calls it an invalid argument, and so does this crate.
-        "ResourceNotFoundException" if raw.contains("sequencenumber") => {
-            KinesisError::InvalidArgument {
-                operation,
-                stream,
-                message,
-                source,
-            }
+        Kind::NotFound if raw.contains("sequencenumber") => {
+            KinesisError::InvalidArgument { operation, stream, message, source }
         }
-        "ResourceNotFoundException" => match shard {
+        Kind::NotFound => match shard {
             Some(shard) if raw.contains(&shard.to_lowercase()) || raw.contains("shard") => {
-                KinesisError::ShardNotFound {
-                    operation,
-                    stream,
-                    shard: shard.to_owned(),
-                    source,
-                }
+                KinesisError::ShardNotFound { operation, stream, shard: shard.to_owned(), source }
             }
-            _ => KinesisError::StreamNotFound {
-                operation,
-                stream,
-                region: region.to_owned(),
-                source,
-            },
+            _ => KinesisError::StreamNotFound { operation, stream, region: region.to_owned(), source },
         },
-        "ProvisionedThroughputExceededException"
-        | "ThrottlingException"
-        | "KMSThrottlingException"
-        | "RequestLimitExceeded" => KinesisError::Throttled {
-            operation,
-            stream,
-            source,
-        },
-        "LimitExceededException"
-            if matches!(
-                operation,
-                Operation::ListShards | Operation::DescribeStreamSummary
-            ) =>
-        {
-            KinesisError::Throttled {
-                operation,
-                stream,
-                source,
-            }
-        }
-        "ExpiredIteratorException" => KinesisError::ExpiredIterator {
-            operation,
-            stream,
-            source,
-        },
-        "ResourceInUseException" => KinesisError::ResourceInUse {
-            operation,
-            stream,
-            message,
-            source,
-        },
-        "InvalidArgumentException"
-        | "ValidationException"
-        | "LimitExceededException"
-        | "ExpiredNextTokenException" => KinesisError::InvalidArgument {
-            operation,
-            stream,
-            message,
-            source,
-        },
-        "AccessDeniedException"
-        | "UnrecognizedClientException"
-        | "InvalidSignatureException"
-        | "IncompleteSignature"
-        | "ExpiredTokenException"
-        | "KMSAccessDeniedException"
-        | "KMSDisabledException"
-        | "KMSNotFoundException"
-        | "KMSInvalidStateException" => KinesisError::AccessDenied {
-            operation,
-            stream,
-            message,
-            source,
-        },
-        _ => KinesisError::Service {
-            operation,
-            stream,
-            message,
-            source,
-        },
-    }
+        Kind::Throttled => KinesisError::Throttled { operation, stream, source },
+        Kind::Expired => KinesisError::ExpiredIterator { operation, stream, source },
+        Kind::InUse => KinesisError::ResourceInUse { operation, stream, message, source },
+        Kind::Invalid => KinesisError::InvalidArgument { operation, stream, message, source },
+        Kind::Denied => KinesisError::AccessDenied { operation, stream, message, source },
+        Kind::Other => KinesisError::Service { operation, stream, message, source },
+    };
+    error
 }
 
 fn to_system_time(time: Option<&DateTime>) -> Option<SystemTime> {

@@ -522,39 +522,15 @@ impl KinesisBroker {
             spec.description = Some(description);
             spec
         };
-        let Transport::Aws(AwsTransport {
-            sdk_config,
-            endpoint,
-            kinesis_endpoint,
-            region,
-            ..
-        }) = &self.transport
-        else {
+        let Transport::Aws(aws) = &self.transport else {
             return without_host("the in-memory Kinesis transport, in this process".to_owned());
         };
         let env = |name: &str| env(name).filter(|v| !v.is_empty());
-        // The SDK's order: an endpoint set on the broker (set on the client itself), then the
-        // environment's, then the configuration's. The environment is read when the SDK
-        // configuration is loaded from it (not for a hand-built SdkConfig), and not at all
-        // with `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`.
-        let reads_env = sdk_config
-            .as_ref()
-            .is_none_or(|c| c.service_config().is_some())
-            && !env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
-                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        let from_env = || {
-            reads_env
-                .then(|| env("AWS_ENDPOINT_URL_KINESIS").or_else(|| env("AWS_ENDPOINT_URL")))
-                .flatten()
-        };
-        let url = kinesis_endpoint
+        let url = aws.kinesis_url(&env);
+        let region = aws
+            .region
             .clone()
-            .or_else(|| endpoint.clone())
-            .or_else(from_env)
-            .or_else(|| sdk_config.as_ref()?.endpoint_url().map(str::to_owned));
-        let region = region
-            .clone()
-            .or_else(|| Some(sdk_config.as_ref()?.region()?.to_string()))
+            .or_else(|| Some(aws.sdk_config.as_ref()?.region()?.to_string()))
             .or_else(|| env("AWS_REGION"))
             .or_else(|| env("AWS_DEFAULT_REGION"));
         let description = match &region {
@@ -575,6 +551,31 @@ impl KinesisBroker {
         };
         spec.description = Some(description);
         spec
+    }
+}
+
+impl AwsTransport {
+    /// The Kinesis endpoint in the SDK's order: one set on the broker (set on the client
+    /// itself), then the environment's, then the configuration's. The environment is read
+    /// when the SDK configuration is loaded from it (not for a hand-built SdkConfig), and not
+    /// at all with `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`.
+    fn kinesis_url(&self, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+        let reads_env = self
+            .sdk_config
+            .as_ref()
+            .is_none_or(|c| c.service_config().is_some())
+            && !env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let from_env = || {
+            reads_env
+                .then(|| env("AWS_ENDPOINT_URL_KINESIS").or_else(|| env("AWS_ENDPOINT_URL")))
+                .flatten()
+        };
+        self.kinesis_endpoint
+            .clone()
+            .or_else(|| self.endpoint.clone())
+            .or_else(from_env)
+            .or_else(|| self.sdk_config.as_ref()?.endpoint_url().map(str::to_owned))
     }
 }
 

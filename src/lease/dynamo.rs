@@ -641,46 +641,19 @@ fn is_condition_failure<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>
     err.code() == Some("ConditionalCheckFailedException")
 }
 
-/// Maps a failed call onto the store's error.
-fn classify(
-    table: &str,
-    call: Operation,
-    failure: Failure,
-    source: Option<ErrorSource>,
-) -> LeaseError {
-    let table = table.to_owned();
-    let operation = call;
-    let (code, status, message) = match failure {
-        Failure::Service {
-            code,
-            status,
-            message,
-        } => (code, status, message),
-        Failure::Request(message) => {
-            return LeaseError::Invalid {
-                table,
-                operation,
-                message,
-                source,
-            };
-        }
-        Failure::Transport(message) => {
-            return LeaseError::Unavailable {
-                table,
-                operation,
-                message,
-                source,
-            };
-        }
-    };
-    let code = code.unwrap_or_default();
-    let described = if code.is_empty() {
-        format!("HTTP {status}: {message}")
-    } else {
-        format!("{code}: {message}")
-    };
-    match code.as_str() {
-        "ResourceNotFoundException" => LeaseError::TableNotFound { table, operation },
+/// What a DynamoDB error code means for the lease store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    NoTable,
+    Denied,
+    Transient,
+    Refused,
+}
+
+/// The meaning of an error `code` answered with HTTP `status`.
+fn kind(code: &str, status: u16) -> Kind {
+    match code {
+        "ResourceNotFoundException" => Kind::NoTable,
         "AccessDeniedException"
         | "AccessDenied"
         | "UnrecognizedClientException"
@@ -689,12 +662,7 @@ fn classify(
         | "IncompleteSignatureException"
         | "MissingAuthenticationTokenException"
         | "ExpiredTokenException"
-        | "ExpiredToken" => LeaseError::AccessDenied {
-            table,
-            operation,
-            message: described,
-            source,
-        },
+        | "ExpiredToken" => Kind::Denied,
         "ProvisionedThroughputExceededException"
         | "ThrottlingException"
         | "Throttling"
@@ -707,27 +675,47 @@ fn classify(
         | "TransactionConflictException"
         | "ResourceInUseException"
         | "RequestTimeout"
-        | "RequestTimeoutException" => LeaseError::Unavailable {
-            table,
-            operation,
-            message: described,
-            source,
-        },
-        _ if status >= 500 => LeaseError::Unavailable {
-            table,
-            operation,
-            message: described,
-            source,
-        },
+        | "RequestTimeoutException" => Kind::Transient,
+        _ if status >= 500 => Kind::Transient,
         // ValidationException (a bad table name, a reserved word in an expression), a
         // SerializationException, or anything else the service refused for good.
-        _ => LeaseError::Invalid {
-            table,
-            operation,
-            message: described,
-            source,
-        },
+        _ => Kind::Refused,
     }
+}
+
+/// Maps a failed call onto the store's error.
+fn classify(
+    table: &str,
+    operation: Operation,
+    failure: Failure,
+    source: Option<ErrorSource>,
+) -> LeaseError {
+    let table = table.to_owned();
+    let (kind, message) = match failure {
+        Failure::Service {
+            code,
+            status,
+            message,
+        } => {
+            let code = code.unwrap_or_default();
+            let described = if code.is_empty() {
+                format!("HTTP {status}: {message}")
+            } else {
+                format!("{code}: {message}")
+            };
+            (kind(&code, status), described)
+        }
+        Failure::Request(message) => (Kind::Refused, message),
+        Failure::Transport(message) => (Kind::Transient, message),
+    };
+    #[rustfmt::skip]
+    let error = match kind {
+        Kind::NoTable => LeaseError::TableNotFound { table, operation },
+        Kind::Denied => LeaseError::AccessDenied { table, operation, message, source },
+        Kind::Transient => LeaseError::Unavailable { table, operation, message, source },
+        Kind::Refused => LeaseError::Invalid { table, operation, message, source },
+    };
+    error
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -838,89 +826,118 @@ fn parse_row(
     call: Operation,
     item: &HashMap<String, AttributeValue>,
 ) -> Result<Lease, LeaseError> {
-    let key = match item.get(KEY) {
-        Some(AttributeValue::S(key)) => key.as_str(),
-        _ => "(no leaseKey)",
-    };
-    let bad = |attribute: &str, what: String| LeaseError::Invalid {
-        table: table.to_owned(),
-        operation: call,
-        message: format!("lease row `{key}`: attribute `{attribute}` {what}"),
-        source: None,
-    };
-    let string = |attribute: &str| -> Result<Option<String>, LeaseError> {
-        match item.get(attribute) {
-            None => Ok(None),
-            Some(AttributeValue::S(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(bad(
-                attribute,
-                format!("has type {}, expected S", type_name(other)),
-            )),
-        }
-    };
-    let required =
-        |attribute: &str| string(attribute)?.ok_or_else(|| bad(attribute, "is missing".to_owned()));
-
-    let stream = required(STREAM)?;
-    let shard_id = required(SHARD)?;
-    if item.contains_key(KEY) && key != lease_key(&stream, &shard_id) {
-        return Err(bad(
+    let row = Row::new(table, call, item);
+    let stream = row.required(STREAM)?;
+    let shard_id = row.required(SHARD)?;
+    if item.contains_key(KEY) && row.key != lease_key(&stream, &shard_id) {
+        return Err(row.bad(
             KEY,
             format!("does not match `{STREAM}` `{stream}` and `{SHARD}` `{shard_id}`"),
         ));
     }
-    let counter = match item.get(COUNTER) {
-        Some(AttributeValue::N(n)) => n
-            .parse::<u64>()
-            .map_err(|_| bad(COUNTER, format!("is {n}, not a whole number >= 0")))?,
-        Some(other) => {
-            return Err(bad(
-                COUNTER,
-                format!("has type {}, expected N", type_name(other)),
-            ));
-        }
-        None => return Err(bad(COUNTER, "is missing".to_owned())),
-    };
-    let owner = string(OWNER)?;
-    let checkpoint = match string(CHECKPOINT)? {
-        None => None,
-        Some(cp) => Some(Checkpoint::decode(&cp).ok_or_else(|| {
-            bad(
-                CHECKPOINT,
-                format!("is {cp:?}, not a sequence number, {SHARD_END} or a start position"),
-            )
-        })?),
-    };
-    let parents = match item.get(PARENTS) {
-        None => Vec::new(),
-        Some(AttributeValue::L(list)) => list
-            .iter()
-            .map(|v| match v {
-                AttributeValue::S(s) => Ok(s.clone()),
-                other => Err(bad(
-                    PARENTS,
-                    format!("holds a value of type {}, expected S", type_name(other)),
-                )),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(AttributeValue::Ss(set)) => set.clone(),
-        Some(other) => {
-            return Err(bad(
-                PARENTS,
-                format!("has type {}, expected L", type_name(other)),
-            ));
-        }
-    };
-    let starting_sequence_number = string(STARTING_SEQUENCE)?;
     Ok(Lease {
         stream,
         shard_id,
-        owner,
-        counter,
-        checkpoint,
-        parents,
-        starting_sequence_number,
+        owner: row.string(OWNER)?,
+        counter: row.counter()?,
+        checkpoint: row.checkpoint()?,
+        parents: row.parents()?,
+        starting_sequence_number: row.string(STARTING_SEQUENCE)?,
     })
+}
+
+/// One row read back, with the errors that name it.
+struct Row<'a> {
+    table: &'a str,
+    call: Operation,
+    key: &'a str,
+    item: &'a HashMap<String, AttributeValue>,
+}
+
+impl<'a> Row<'a> {
+    fn new(table: &'a str, call: Operation, item: &'a HashMap<String, AttributeValue>) -> Self {
+        let key = match item.get(KEY) {
+            Some(AttributeValue::S(key)) => key.as_str(),
+            _ => "(no leaseKey)",
+        };
+        Self {
+            table,
+            call,
+            key,
+            item,
+        }
+    }
+
+    fn bad(&self, attribute: &str, what: String) -> LeaseError {
+        LeaseError::Invalid {
+            table: self.table.to_owned(),
+            operation: self.call,
+            message: format!("lease row `{}`: attribute `{attribute}` {what}", self.key),
+            source: None,
+        }
+    }
+
+    fn string(&self, attribute: &str) -> Result<Option<String>, LeaseError> {
+        match self.item.get(attribute) {
+            None => Ok(None),
+            Some(AttributeValue::S(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(self.bad(
+                attribute,
+                format!("has type {}, expected S", type_name(other)),
+            )),
+        }
+    }
+
+    fn required(&self, attribute: &str) -> Result<String, LeaseError> {
+        self.string(attribute)?
+            .ok_or_else(|| self.bad(attribute, "is missing".to_owned()))
+    }
+
+    fn counter(&self) -> Result<u64, LeaseError> {
+        match self.item.get(COUNTER) {
+            Some(AttributeValue::N(n)) => n
+                .parse::<u64>()
+                .map_err(|_| self.bad(COUNTER, format!("is {n}, not a whole number >= 0"))),
+            Some(other) => Err(self.bad(
+                COUNTER,
+                format!("has type {}, expected N", type_name(other)),
+            )),
+            None => Err(self.bad(COUNTER, "is missing".to_owned())),
+        }
+    }
+
+    fn checkpoint(&self) -> Result<Option<Checkpoint>, LeaseError> {
+        let Some(text) = self.string(CHECKPOINT)? else {
+            return Ok(None);
+        };
+        Checkpoint::decode(&text).map(Some).ok_or_else(|| {
+            self.bad(
+                CHECKPOINT,
+                format!("is {text:?}, not a sequence number, {SHARD_END} or a start position"),
+            )
+        })
+    }
+
+    fn parents(&self) -> Result<Vec<String>, LeaseError> {
+        match self.item.get(PARENTS) {
+            None => Ok(Vec::new()),
+            Some(AttributeValue::L(list)) => list
+                .iter()
+                .map(|v| match v {
+                    AttributeValue::S(s) => Ok(s.clone()),
+                    other => Err(self.bad(
+                        PARENTS,
+                        format!("holds a value of type {}, expected S", type_name(other)),
+                    )),
+                })
+                .collect(),
+            Some(AttributeValue::Ss(set)) => Ok(set.clone()),
+            Some(other) => Err(self.bad(
+                PARENTS,
+                format!("has type {}, expected L", type_name(other)),
+            )),
+        }
+    }
 }
 
 #[cfg(test)]

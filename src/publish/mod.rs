@@ -119,7 +119,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use tokio::time::{Duration, Instant};
 
 pub use failure::{EntryError, FailedRecord, PublishFailure};
 pub use record::{OutgoingRecord, Published};
@@ -345,6 +345,19 @@ impl Publisher {
     }
 }
 
+/// What one call's answer did to its records.
+#[derive(Default)]
+struct Tally {
+    /// How many failed.
+    failed: usize,
+    /// The first failure retrying cannot fix, if any.
+    fatal: Option<EntryError>,
+    /// The first record stored ahead of an earlier record of its key that failed.
+    overtaker: Option<usize>,
+    /// How many such records.
+    overtakers: usize,
+}
+
 /// A failure retrying cannot fix, which stops a publish.
 enum Stop {
     /// A whole call failed with this error.
@@ -423,29 +436,34 @@ impl<'p> Run<'p> {
                 Jitter::new(fnv1a(self.stream()) ^ (elapsed as u64)) // truncation is fine here
             });
             let wait = policy.backoff(round, jitter);
-            let last = self.last.clone().unwrap_or_else(|| EntryError {
-                code: "Unknown".into(),
-                message: String::new(),
-            });
-            tracing::warn!(
-                stream = self.stream(),
-                round,
-                max_attempts = policy.max_attempts,
-                stored = before - left,
-                failed,
-                held_back = left.saturating_sub(failed),
-                left,
-                written = self.published.len() - left,
-                total = self.published.len(),
-                last_code = %last.code,
-                last_message = %last.message,
-                retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                "PutRecords: {left} records not written yet ({failed} failed, {} held back \
-                 behind them); retrying",
-                left.saturating_sub(failed),
-            );
+            self.say_retrying(round, before - left, failed, left, wait);
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// Says, before waiting `wait`, that `left` records are not written yet after `round`.
+    fn say_retrying(&self, round: u32, stored: usize, failed: usize, left: usize, wait: Duration) {
+        let last = self.last.clone().unwrap_or_else(|| EntryError {
+            code: "Unknown".into(),
+            message: String::new(),
+        });
+        tracing::warn!(
+            stream = self.stream(),
+            round,
+            max_attempts = self.publisher.retry.max_attempts,
+            stored,
+            failed,
+            held_back = left.saturating_sub(failed),
+            left,
+            written = self.published.len() - left,
+            total = self.published.len(),
+            last_code = %last.code,
+            last_message = %last.message,
+            retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            "PutRecords: {left} records not written yet ({failed} failed, {} held back \
+             behind them); retrying",
+            left.saturating_sub(failed),
+        );
     }
 
     /// Sends one round; returns how many records failed in it.
@@ -473,41 +491,70 @@ impl<'p> Run<'p> {
             .await;
         let out = match answer {
             Ok(out) => out,
-            Err(error) => {
-                let cause = EntryError {
-                    code: error_kind(&error).to_owned(),
-                    message: error.to_string(),
-                };
-                tracing::debug!(
-                    stream = self.stream(),
-                    round,
-                    call = self.calls,
-                    records = call.len(),
-                    bytes,
-                    retryable = error.is_retryable(),
-                    %error,
-                    "PutRecords call failed"
-                );
-                if !error.is_retryable() {
-                    for &i in call {
-                        self.last_error[i] = Some(cause.clone());
-                    }
-                    return Err(Stop::Call(error));
-                }
-                for &i in call {
-                    self.fail(i, cause.clone());
-                }
-                return Ok(call.len());
-            }
+            Err(error) => return self.call_failed(round, call, bytes, error),
         };
-        let mut results = out.results.into_iter();
-        let mut failed = 0;
-        let mut fatal: Option<EntryError> = None;
+        let tally = self.apply(call, out.results);
+        tracing::debug!(
+            stream = self.stream(),
+            round,
+            call = self.calls,
+            records = call.len(),
+            bytes,
+            stored = call.len() - tally.failed,
+            failed = tally.failed,
+            "PutRecords"
+        );
+        if let Some(index) = tally.overtaker {
+            self.warn_overtaken(index, tally.overtakers);
+        }
+        match tally.fatal {
+            Some(cause) => Err(Stop::Entry(cause)),
+            None => Ok(tally.failed),
+        }
+    }
+
+    /// A whole call failed: retried when retrying can help (every record of it failed),
+    /// else the publish stops.
+    fn call_failed(
+        &mut self,
+        round: u32,
+        call: &[usize],
+        bytes: usize,
+        error: KinesisError,
+    ) -> Result<usize, Stop> {
+        let cause = EntryError {
+            code: error_kind(&error).to_owned(),
+            message: error.to_string(),
+        };
+        tracing::debug!(
+            stream = self.stream(),
+            round,
+            call = self.calls,
+            records = call.len(),
+            bytes,
+            retryable = error.is_retryable(),
+            %error,
+            "PutRecords call failed"
+        );
+        if !error.is_retryable() {
+            for &i in call {
+                self.last_error[i] = Some(cause.clone());
+            }
+            return Err(Stop::Call(error));
+        }
+        for &i in call {
+            self.fail(i, cause.clone());
+        }
+        Ok(call.len())
+    }
+
+    /// Records the answer's result for each record of `call`, in order.
+    fn apply(&mut self, call: &[usize], results: Vec<PutRecordResult>) -> Tally {
+        let mut results = results.into_iter();
+        let mut tally = Tally::default();
         // Keys with a failed entry earlier in this call, to spot the service storing a later
         // entry of such a key ahead of it.
         let mut failed_keys: HashSet<usize> = HashSet::new();
-        let mut overtaker: Option<usize> = None;
-        let mut overtakers = 0usize;
         for &i in call {
             let key = self.plan.key_of(i);
             match results.next() {
@@ -516,8 +563,8 @@ impl<'p> Run<'p> {
                     sequence_number,
                 }) => {
                     if failed_keys.contains(&key) {
-                        overtakers += 1;
-                        overtaker.get_or_insert(i);
+                        tally.overtakers += 1;
+                        tally.overtaker.get_or_insert(i);
                     }
                     self.published[i] = Some(Published {
                         shard_id,
@@ -536,40 +583,30 @@ impl<'p> Run<'p> {
                             message: "the PutRecords answer had fewer results than entries".into(),
                         },
                     };
-                    failed += 1;
+                    tally.failed += 1;
                     failed_keys.insert(key);
                     if FATAL_ENTRY_CODES.contains(&cause.code.as_str()) {
-                        fatal.get_or_insert_with(|| cause.clone());
+                        tally.fatal.get_or_insert_with(|| cause.clone());
                     }
                     self.fail(i, cause);
                 }
             }
         }
-        tracing::debug!(
+        tally
+    }
+
+    /// Says that the service stored records of a key ahead of an earlier record of that key
+    /// that failed in the same call.
+    fn warn_overtaken(&self, index: usize, overtakers: usize) {
+        tracing::warn!(
             stream = self.stream(),
-            round,
-            call = self.calls,
-            records = call.len(),
-            bytes,
-            stored = call.len() - failed,
-            failed,
-            "PutRecords"
+            partition_key = %self.records[index].partition_key,
+            record = index,
+            records = overtakers,
+            "PutRecords stored {overtakers} records ahead of an earlier record of the same \
+             partition key that failed in the same call; the failed one is resent and lands \
+             after them (use KeyOrder::Strict to rule this out)"
         );
-        if let Some(index) = overtaker {
-            tracing::warn!(
-                stream = self.stream(),
-                partition_key = %self.records[index].partition_key,
-                record = index,
-                records = overtakers,
-                "PutRecords stored {overtakers} records ahead of an earlier record of the same \
-                 partition key that failed in the same call; the failed one is resent and lands \
-                 after them (use KeyOrder::Strict to rule this out)"
-            );
-        }
-        if let Some(cause) = fatal {
-            return Err(Stop::Entry(cause));
-        }
-        Ok(failed)
     }
 
     /// Notes that record `index` failed with `cause`.

@@ -11,7 +11,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::ShardEnd;
 use super::settings::ReadSettings;
-use crate::api::SharedKinesis;
+use crate::api::{GetRecordsOutput, SharedKinesis};
 use crate::error::KinesisError;
 use crate::position::StartingPoint;
 use crate::record::{Record, cmp_sequence};
@@ -195,17 +195,14 @@ impl Reader {
                 Some(iterator) => iterator,
                 None => match self.fetch_iterator().await {
                     Ok(iterator) => iterator,
-                    Err(step) => match step {
-                        Some(step) => return step,
-                        None => continue,
-                    },
+                    Err(Some(step)) => return step,
+                    Err(None) => continue,
                 },
             };
             if let (Some(gap), Some(last)) = (self.settings.min_gap(), self.last_get_records) {
                 sleep_until(last + gap).await;
             }
-            let started = Instant::now();
-            self.last_get_records = Some(started);
+            self.last_get_records = Some(Instant::now());
             let answer = self
                 .api
                 .get_records(
@@ -215,60 +212,68 @@ impl Reader {
                     self.settings.batch_size,
                 )
                 .await;
-            match answer {
-                Ok(out) => {
-                    if let Some(probe) = &self.probe {
-                        probe.succeeded();
-                    }
-                    self.failures = 0;
-                    self.expiries_in_row = 0;
-                    let answered_empty = out.records.is_empty();
-                    let records = self.take_new(out.records);
-                    let end = match out.next_shard_iterator {
-                        Some(next) => {
-                            self.iterator = Some(next);
-                            None
-                        }
-                        None => Some(ShardEnd {
-                            shard_id: self.shard.to_string(),
-                            child_shards: out.child_shards,
-                            last_sequence_number: self.last_read.clone(),
-                        }),
-                    };
-                    if end.is_none() && answered_empty {
-                        self.not_before = Some(Instant::now() + self.settings.poll_interval);
-                        tracing::trace!(
-                            millis_behind_latest = out.millis_behind_latest,
-                            "empty read, waiting one poll interval"
-                        );
-                    }
-                    if records.is_empty() && end.is_none() {
-                        continue;
-                    }
-                    return Step::Batch(records, end);
-                }
-                Err(e) if e.is_throttle() => {
-                    tracing::debug!(
-                        "read throttled, retrying the same iterator after one poll interval"
-                    );
-                    self.iterator = Some(iterator);
-                    self.not_before = Some(Instant::now() + self.settings.poll_interval);
-                }
-                Err(e) if e.is_expired_iterator() => {
-                    // The iterator is dead: the next step opens a new one. A fresh iterator
-                    // that expires again counts as a failure, so this cannot loop forever.
-                    self.expiries_in_row += 1;
-                    self.reopen_after_expiry();
-                    if self.expiries_in_row > 1 {
-                        return self.failed(e);
-                    }
-                }
-                Err(e) => {
-                    self.iterator = Some(iterator);
-                    return self.failed(e);
-                }
+            let step = match answer {
+                Ok(out) => self.answered(out),
+                Err(e) => self.read_failed(iterator, e),
+            };
+            if let Some(step) = step {
+                return step;
             }
         }
+    }
+
+    /// A GetRecords answer: the records not handed on yet, and the shard's end when it came.
+    /// `None` when there is nothing to hand on (read again).
+    fn answered(&mut self, out: GetRecordsOutput) -> Option<Step> {
+        if let Some(probe) = &self.probe {
+            probe.succeeded();
+        }
+        self.failures = 0;
+        self.expiries_in_row = 0;
+        let answered_empty = out.records.is_empty();
+        let records = self.take_new(out.records);
+        let end = match out.next_shard_iterator {
+            Some(next) => {
+                self.iterator = Some(next);
+                None
+            }
+            None => Some(ShardEnd {
+                shard_id: self.shard.to_string(),
+                child_shards: out.child_shards,
+                last_sequence_number: self.last_read.clone(),
+            }),
+        };
+        if end.is_none() && answered_empty {
+            self.not_before = Some(Instant::now() + self.settings.poll_interval);
+            tracing::trace!(
+                millis_behind_latest = out.millis_behind_latest,
+                "empty read, waiting one poll interval"
+            );
+        }
+        if records.is_empty() && end.is_none() {
+            return None;
+        }
+        Some(Step::Batch(records, end))
+    }
+
+    /// A failed GetRecords with `iterator`: throttled (wait, same iterator), expired (a new
+    /// iterator next), or a failure to report. `None` when the reader just reads again.
+    fn read_failed(&mut self, iterator: String, e: KinesisError) -> Option<Step> {
+        if e.is_throttle() {
+            tracing::debug!("read throttled, retrying the same iterator after one poll interval");
+            self.iterator = Some(iterator);
+            self.not_before = Some(Instant::now() + self.settings.poll_interval);
+            return None;
+        }
+        if e.is_expired_iterator() {
+            // The iterator is dead: the next step opens a new one. A fresh iterator that
+            // expires again counts as a failure, so this cannot loop forever.
+            self.expiries_in_row += 1;
+            self.reopen_after_expiry();
+            return (self.expiries_in_row > 1).then(|| self.failed(e));
+        }
+        self.iterator = Some(iterator);
+        Some(self.failed(e))
     }
 
     /// Fetches an iterator at `reopen_at`. `Err(None)` means "loop again" (throttled),

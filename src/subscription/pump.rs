@@ -2,7 +2,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use futures::Stream;
 use pin_project_lite::pin_project;
@@ -46,6 +46,7 @@ pin_project! {
     ///   read. The gate is checked before every delivery is handed out.
     /// * A KPL-aggregated record is reported as its error and settled as skipped at once.
     #[must_use = "streams do nothing unless polled"]
+    #[project = Projection]
     pub(crate) struct ShardPump {
         #[pin]
         inner: ShardStream,
@@ -103,10 +104,12 @@ fn close(
     None
 }
 
-impl Stream for ShardPump {
-    type Item = Result<Delivery<Record>, KinesisError>;
+type Item = Result<Delivery<Record>, KinesisError>;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+impl Stream for ShardPump {
+    type Item = Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
         let mut this = self.project();
         if *this.done {
             return Poll::Ready(None);
@@ -114,37 +117,10 @@ impl Stream for ShardPump {
         if !this.gate.is_open() {
             return Poll::Ready(close(this.done, this.gate, this.acks, this.events));
         }
-        loop {
-            match this.acks.next_retry(cx.waker()) {
-                RetryPoll::Nothing => {
-                    *this.retry_timer = None;
-                    break;
-                }
-                RetryPoll::Ready(index, record) => {
-                    *this.retry_timer = None;
-                    if !this.gate.is_open() {
-                        // Stays unsettled: whoever reads the shard next delivers it again.
-                        return Poll::Ready(close(this.done, this.gate, this.acks, this.events));
-                    }
-                    let token = AckToken::new(this.acks.clone(), index);
-                    return Poll::Ready(Some(Ok(Delivery::new(record, token))));
-                }
-                RetryPoll::Waiting(at) => {
-                    let timer = this
-                        .retry_timer
-                        .get_or_insert_with(|| Box::pin(sleep_until(at)));
-                    if timer.deadline() != at {
-                        timer.as_mut().reset(at);
-                    }
-                    // Later records of this shard wait for the one sent back.
-                    ready!(timer.as_mut().poll(cx));
-                }
-            }
+        if let Some(retried) = poll_retries(&mut this, cx) {
+            return retried;
         }
-        if *this.drained {
-            return Poll::Pending;
-        }
-        if !this.acks.has_room(*this.max_in_flight, cx.waker()) {
+        if *this.drained || !this.acks.has_room(*this.max_in_flight, cx.waker()) {
             return Poll::Pending;
         }
         match this.inner.as_mut().poll_next(cx) {
@@ -168,33 +144,74 @@ impl Stream for ShardPump {
                 }
                 Poll::Ready(Some(Err(e)))
             }
-            Poll::Ready(None) => {
-                let end = match this.inner.shard_end() {
-                    Some(end) => {
-                        this.acks.mark_ended();
-                        *this.drained = true;
-                        PumpEnd::ShardEnd(end.clone())
-                    }
-                    None => {
-                        *this.done = true;
-                        PumpEnd::Stopped {
-                            gate: this.gate.clone(),
-                            gave_up: *this.gave_up,
-                        }
-                    }
-                };
-                let _ = this.events.send(PumpEvent {
-                    shard: this.acks.shard().clone(),
-                    end,
-                });
-                if *this.drained {
-                    // Stay until the shard is finished: a record may still be sent back. The
-                    // next poll serves the retry queue and registers for it.
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
+            Poll::Ready(None) => reader_ended(&mut this, cx),
+        }
+    }
+}
+
+/// Serves a record sent back for redelivery, when one is due; `None` when the queue lets
+/// the reader's next record through. Later records of the shard wait for one sent back.
+fn poll_retries(this: &mut Projection<'_>, cx: &mut Context<'_>) -> Option<Poll<Option<Item>>> {
+    loop {
+        match this.acks.next_retry(cx.waker()) {
+            RetryPoll::Nothing => {
+                *this.retry_timer = None;
+                return None;
+            }
+            RetryPoll::Ready(index, record) => {
+                *this.retry_timer = None;
+                if !this.gate.is_open() {
+                    // Stays unsettled: whoever reads the shard next delivers it again.
+                    return Some(Poll::Ready(close(
+                        this.done,
+                        this.gate,
+                        this.acks,
+                        this.events,
+                    )));
                 }
-                Poll::Ready(None)
+                let token = AckToken::new(this.acks.clone(), index);
+                return Some(Poll::Ready(Some(Ok(Delivery::new(record, token)))));
+            }
+            RetryPoll::Waiting(at) => {
+                let timer = this
+                    .retry_timer
+                    .get_or_insert_with(|| Box::pin(sleep_until(at)));
+                if timer.deadline() != at {
+                    timer.as_mut().reset(at);
+                }
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Some(Poll::Pending);
+                }
             }
         }
     }
+}
+
+/// The reader's stream ended: at the shard's end (the pump stays, serving records sent back,
+/// until the shard is finished), or because the reader stopped.
+fn reader_ended(this: &mut Projection<'_>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+    let end = match this.inner.shard_end() {
+        Some(end) => {
+            this.acks.mark_ended();
+            *this.drained = true;
+            PumpEnd::ShardEnd(end.clone())
+        }
+        None => {
+            *this.done = true;
+            PumpEnd::Stopped {
+                gate: this.gate.clone(),
+                gave_up: *this.gave_up,
+            }
+        }
+    };
+    let _ = this.events.send(PumpEvent {
+        shard: this.acks.shard().clone(),
+        end,
+    });
+    if *this.drained {
+        // The next poll serves the retry queue and registers for it.
+        cx.waker().wake_by_ref();
+        return Poll::Pending;
+    }
+    Poll::Ready(None)
 }

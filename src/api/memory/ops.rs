@@ -8,7 +8,6 @@ use std::time::SystemTime;
 
 use super::hash;
 use super::sequence;
-use super::shard::unix_millis;
 use super::stream::{Refusal, StreamState, check_stream_name};
 use super::token::{IteratorToken, PageToken};
 use super::{
@@ -146,36 +145,13 @@ impl MemoryKinesis {
     ) -> Result<GetRecordsOutput, KinesisError> {
         let op = Operation::GetRecords;
         if limit == 0 || limit > MAX_GET_RECORDS_LIMIT {
-            return Err(invalid(
-                op,
-                stream,
-                format!(
-                    "Limit {limit} is out of range: GetRecords takes 1 to \
-                     {MAX_GET_RECORDS_LIMIT} records"
-                ),
-            ));
+            let message = format!(
+                "Limit {limit} is out of range: GetRecords takes 1 to {MAX_GET_RECORDS_LIMIT} \
+                 records"
+            );
+            return Err(invalid(op, stream, message));
         }
-        let token = IteratorToken::decode(iterator)
-            .filter(|t| t.instance == self.instance)
-            .ok_or_else(|| {
-                invalid(
-                    op,
-                    stream,
-                    "ShardIterator is malformed: it is not a shard iterator this MemoryKinesis \
-                     issued"
-                        .to_owned(),
-                )
-            })?;
-        if token.stream != stream {
-            return Err(invalid(
-                op,
-                stream,
-                format!(
-                    "ShardIterator belongs to stream {}, not to this stream",
-                    token.stream
-                ),
-            ));
-        }
+        let token = self.own_token(op, stream, iterator)?;
         let mut state = self.lock();
         let ttl = u64::try_from(state.iterator_ttl.as_nanos()).unwrap_or(u64::MAX);
         if self.clock_nanos().saturating_sub(token.issued_nanos) >= ttl {
@@ -186,37 +162,12 @@ impl MemoryKinesis {
             });
         }
         let stream_state = self.stream_mut(&mut state, op, stream)?;
-        let index = usize::try_from(token.shard)
-            .ok()
-            .filter(|&i| i < stream_state.shards.len() && !stream_state.shards[i].expired)
-            .ok_or_else(|| KinesisError::ShardNotFound {
-                operation: op,
-                stream: stream.to_owned(),
-                shard: shard.to_string(),
-                source: None,
-            })?;
+        let index = token_shard(stream_state, op, stream, &token, shard)?;
         let shard_state = &stream_state.shards[index];
-        if *shard_state.id != **shard {
-            return Err(invalid(
-                op,
-                stream,
-                format!(
-                    "ShardIterator belongs to shard {}, not to shard {shard}",
-                    shard_state.id
-                ),
-            ));
-        }
         let span =
             shard_state.read_span(token.position, usize::try_from(limit).unwrap_or(usize::MAX));
         let at_end = span.to == shard_state.end();
-        let millis_behind = if at_end {
-            0
-        } else {
-            let last = shard_state
-                .record_at(span.to.saturating_sub(1).max(span.from))
-                .map_or(0, |r| unix_millis(r.arrival));
-            unix_millis(SystemTime::now()).saturating_sub(last).max(1)
-        };
+        let millis_behind = shard_state.millis_behind(span);
         let records = shard_state
             .span_records(span)
             .map(|r| {
@@ -245,6 +196,37 @@ impl MemoryKinesis {
         })
     }
 
+    /// The iterator `iterator` decoded, when this store issued it for `stream`.
+    fn own_token(
+        &self,
+        op: Operation,
+        stream: &str,
+        iterator: &str,
+    ) -> Result<IteratorToken, KinesisError> {
+        let token = IteratorToken::decode(iterator)
+            .filter(|t| t.instance == self.instance)
+            .ok_or_else(|| {
+                invalid(
+                    op,
+                    stream,
+                    "ShardIterator is malformed: it is not a shard iterator this MemoryKinesis \
+                     issued"
+                        .to_owned(),
+                )
+            })?;
+        if token.stream != stream {
+            return Err(invalid(
+                op,
+                stream,
+                format!(
+                    "ShardIterator belongs to stream {}, not to this stream",
+                    token.stream
+                ),
+            ));
+        }
+        Ok(token)
+    }
+
     /// The ids of the shards `entries` route to (best effort, for matching faults).
     pub(super) fn routed_shards(&self, stream: &str, entries: &[PutRecordsEntry]) -> Vec<String> {
         let state = self.lock();
@@ -270,46 +252,7 @@ impl MemoryKinesis {
         per_entry_fault: Option<&Fault>,
     ) -> Result<PutRecordsOutput, KinesisError> {
         let op = Operation::PutRecords;
-        check_stream_name(stream).map_err(|message| invalid(op, stream, message))?;
-        if entries.is_empty() || entries.len() > MAX_PUT_RECORDS_ENTRIES {
-            return Err(invalid(
-                op,
-                stream,
-                format!(
-                    "Records holds {} entries; PutRecords takes 1 to {MAX_PUT_RECORDS_ENTRIES}",
-                    entries.len()
-                ),
-            ));
-        }
-        let total: usize = entries
-            .iter()
-            .map(|e| e.data.len() + e.partition_key.len())
-            .sum();
-        if total > MAX_PUT_RECORDS_BYTES {
-            return Err(invalid(
-                op,
-                stream,
-                format!(
-                    "the request carries {total} bytes of data and partition keys; PutRecords \
-                     takes at most {MAX_PUT_RECORDS_BYTES} (5 MiB)"
-                ),
-            ));
-        }
-        let hashes = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                entry_hash(
-                    op,
-                    stream,
-                    Some(i),
-                    &e.partition_key,
-                    e.data.len(),
-                    e.explicit_hash_key.as_deref(),
-                )
-            })
-            .collect::<Result<Vec<u128>, KinesisError>>()?;
-
+        let hashes = check_put(op, stream, &entries)?;
         let mut state = self.lock();
         let observer = state.observer.clone();
         let stream_state = self.stream_mut(&mut state, op, stream)?;
@@ -507,4 +450,80 @@ fn entry_failure(fault: &Fault, stream: &str, shard: &str) -> PutRecordResult {
             message: format!("Rate exceeded for shard {shard} in stream {stream}."),
         },
     }
+}
+
+/// The shard a GetRecords iterator names, when it still exists and is `shard`.
+fn token_shard(
+    stream_state: &StreamState,
+    op: Operation,
+    stream: &str,
+    token: &IteratorToken,
+    shard: &Arc<str>,
+) -> Result<usize, KinesisError> {
+    let index = usize::try_from(token.shard)
+        .ok()
+        .filter(|&i| i < stream_state.shards.len() && !stream_state.shards[i].expired)
+        .ok_or_else(|| KinesisError::ShardNotFound {
+            operation: op,
+            stream: stream.to_owned(),
+            shard: shard.to_string(),
+            source: None,
+        })?;
+    let id = &stream_state.shards[index].id;
+    if **id != **shard {
+        return Err(invalid(
+            op,
+            stream,
+            format!("ShardIterator belongs to shard {id}, not to shard {shard}"),
+        ));
+    }
+    Ok(index)
+}
+
+/// Checks a PutRecords request like the service does; returns each entry's hash key.
+fn check_put(
+    op: Operation,
+    stream: &str,
+    entries: &[PutRecordsEntry],
+) -> Result<Vec<u128>, KinesisError> {
+    check_stream_name(stream).map_err(|message| invalid(op, stream, message))?;
+    if entries.is_empty() || entries.len() > MAX_PUT_RECORDS_ENTRIES {
+        return Err(invalid(
+            op,
+            stream,
+            format!(
+                "Records holds {} entries; PutRecords takes 1 to {MAX_PUT_RECORDS_ENTRIES}",
+                entries.len()
+            ),
+        ));
+    }
+    let total: usize = entries
+        .iter()
+        .map(|e| e.data.len() + e.partition_key.len())
+        .sum();
+    if total > MAX_PUT_RECORDS_BYTES {
+        return Err(invalid(
+            op,
+            stream,
+            format!(
+                "the request carries {total} bytes of data and partition keys; PutRecords \
+                 takes at most {MAX_PUT_RECORDS_BYTES} (5 MiB)"
+            ),
+        ));
+    }
+    let hashes = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            entry_hash(
+                op,
+                stream,
+                Some(i),
+                &e.partition_key,
+                e.data.len(),
+                e.explicit_hash_key.as_deref(),
+            )
+        })
+        .collect::<Result<Vec<u128>, KinesisError>>()?;
+    Ok(hashes)
 }

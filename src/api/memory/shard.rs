@@ -184,6 +184,18 @@ impl ShardState {
             .take(count)
     }
 
+    /// How far behind the tip a read of `span` is, in milliseconds (0 when it reaches the
+    /// end, at least 1 otherwise).
+    pub(crate) fn millis_behind(&self, span: ReadSpan) -> u64 {
+        if span.to == self.end() {
+            return 0;
+        }
+        let last = self
+            .record_at(span.to.saturating_sub(1).max(span.from))
+            .map_or(0, |r| unix_millis(r.arrival));
+        unix_millis(SystemTime::now()).saturating_sub(last).max(1)
+    }
+
     /// The kept record at `position`.
     pub(crate) fn record_at(&self, position: u64) -> Option<&StoredRecord> {
         if position < self.offset {

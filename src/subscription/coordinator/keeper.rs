@@ -92,6 +92,9 @@ impl Keeper {
             },
             permits: shared.permits.clone(),
             reports,
+            flush_due: false,
+            finished: false,
+            expired: false,
         };
         Self {
             orders,
@@ -126,6 +129,12 @@ struct KeeperTask {
     timing: Timing,
     permits: Arc<Semaphore>,
     reports: UnboundedSender<Report>,
+    /// A checkpoint write is due (the interval passed, or the shard finished).
+    flush_due: bool,
+    /// The ledger says the shard is finished.
+    finished: bool,
+    /// The coordinator was told the lease ran out.
+    expired: bool,
 }
 
 /// How a write went.
@@ -133,6 +142,12 @@ enum Wrote {
     Yes,
     Lost,
     Failed,
+}
+
+impl Wrote {
+    fn is_lost(&self) -> bool {
+        matches!(self, Self::Lost)
+    }
 }
 
 impl KeeperTask {
@@ -145,60 +160,83 @@ impl KeeperTask {
         );
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         checkpoint.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut flush_due = false;
-        let mut finished = false;
-        let mut expired = false;
         loop {
             let deadline = self.gate.deadline();
             let acks = self.acks.clone();
-            tokio::select! {
+            let stop = tokio::select! {
                 biased;
-                order = inbox.recv() => match order {
-                    None => return,
-                    Some(Order::Release { wait }) => return self.release(wait).await,
-                    Some(Order::Moved { acks, gate, begins, recorded }) => {
-                        self.acks = acks;
-                        self.gate = gate;
-                        flush_due = false;
-                        finished = false;
-                        expired = false;
-                        let wrote = self.write(begins).await;
-                        let _ = recorded.send(matches!(wrote, Wrote::Yes));
-                        if matches!(wrote, Wrote::Lost) {
-                            return self.lost();
-                        }
-                    }
-                },
-                _ = renew.tick() => {
-                    if matches!(self.renew().await, Wrote::Lost) {
-                        return self.lost();
-                    }
-                }
-                _ = sleep_until(deadline), if !expired => {
-                    if self.gate.is_expired() {
-                        expired = true;
-                        let _ = self.reports.send(Report::Expired(self.shard.clone(), self.gate.clone()));
-                    }
-                }
+                order = inbox.recv() => self.on_order(order).await,
+                _ = renew.tick() => self.renew().await.is_lost() && self.lost(),
+                _ = sleep_until(deadline), if !self.expired => self.check_expiry(),
                 // Written at once, then (should that fail) at each checkpoint interval.
-                _ = acks.finished(), if !finished => {
-                    finished = true;
-                    flush_due = true;
+                _ = acks.finished(), if !self.finished => {
+                    self.finished = true;
+                    self.flush_due = true;
+                    false
                 }
-                _ = checkpoint.tick(), if !flush_due => flush_due = true,
-                permit = self.permits.clone().acquire_owned(), if flush_due => {
-                    flush_due = false;
+                _ = checkpoint.tick(), if !self.flush_due => {
+                    self.flush_due = true;
+                    false
+                }
+                permit = self.permits.clone().acquire_owned(), if self.flush_due => {
+                    self.flush_due = false;
                     let wrote = self.flush().await;
                     drop(permit);
-                    match wrote {
-                        Wrote::Lost => return self.lost(),
-                        Wrote::Yes if self.written == Some(Checkpoint::ShardEnd) => {
-                            return self.finish().await;
-                        }
-                        _ => {}
-                    }
+                    self.after_flush(wrote).await
                 }
+            };
+            if stop {
+                return;
             }
+        }
+    }
+
+    /// Carries out an order; true once the keeper is done.
+    async fn on_order(&mut self, order: Option<Order>) -> bool {
+        match order {
+            None => true,
+            Some(Order::Release { wait }) => {
+                self.release(wait).await;
+                true
+            }
+            Some(Order::Moved {
+                acks,
+                gate,
+                begins,
+                recorded,
+            }) => {
+                self.acks = acks;
+                self.gate = gate;
+                self.flush_due = false;
+                self.finished = false;
+                self.expired = false;
+                let wrote = self.write(begins).await;
+                let _ = recorded.send(matches!(wrote, Wrote::Yes));
+                wrote.is_lost() && self.lost()
+            }
+        }
+    }
+
+    /// Tells the coordinator once the lease ran out without a renewal.
+    fn check_expiry(&mut self) -> bool {
+        if self.gate.is_expired() {
+            self.expired = true;
+            let _ = self
+                .reports
+                .send(Report::Expired(self.shard.clone(), self.gate.clone()));
+        }
+        false
+    }
+
+    /// After a checkpoint write: the end of a lost lease, or of a finished shard.
+    async fn after_flush(&mut self, wrote: Wrote) -> bool {
+        match wrote {
+            Wrote::Lost => self.lost(),
+            Wrote::Yes if self.written == Some(Checkpoint::ShardEnd) => {
+                self.finish().await;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -257,26 +295,30 @@ impl KeeperTask {
         }
     }
 
-    fn lost(self) {
-        let _ = self.reports.send(Report::Lost(self.shard, self.gate));
+    /// Tells the coordinator the lease is gone; the keeper is done (true).
+    fn lost(&self) -> bool {
+        let _ = self
+            .reports
+            .send(Report::Lost(self.shard.clone(), self.gate.clone()));
+        true
     }
 
     /// SHARD_END is written: the lease goes back, and the coordinator starts the children.
-    async fn finish(self) {
+    async fn finish(&mut self) {
         tracing::info!(shard = %self.shard, "shard finished (SHARD_END checkpointed)");
-        let (shard, gate, reports) = (self.shard.clone(), self.gate.clone(), self.reports.clone());
         self.give_back().await;
-        let _ = reports.send(Report::Finished(shard, gate));
+        let _ = self
+            .reports
+            .send(Report::Finished(self.shard.clone(), self.gate.clone()));
     }
 
     /// Waits up to `wait` for in-flight deliveries, renewing meanwhile, then writes the
     /// checkpoint and releases the lease.
-    async fn release(mut self, wait: Duration) {
+    async fn release(&mut self, wait: Duration) {
         let deadline = Instant::now() + wait;
         while self.acks.in_flight() > 0 && Instant::now() < deadline {
             sleep(SETTLE_POLL).await;
-            if self.gate.since_renewed() >= self.timing.renew_every
-                && matches!(self.renew().await, Wrote::Lost)
+            if self.gate.since_renewed() >= self.timing.renew_every && self.renew().await.is_lost()
             {
                 return;
             }
@@ -294,7 +336,7 @@ impl KeeperTask {
         }
     }
 
-    async fn give_back(self) {
+    async fn give_back(&self) {
         let counts = self.acks.counts();
         match self.store.release(&self.lease).await {
             Ok(_) => tracing::info!(

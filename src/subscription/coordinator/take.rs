@@ -40,66 +40,34 @@ pub(crate) enum TakeOutcome {
 /// Takes `lease` and opens it as `opening` says.
 pub(crate) async fn take(shared: Arc<Shared>, lease: Lease, opening: Opening) -> TakeOutcome {
     let _permit = shared.permits.acquire().await;
-    let shard = lease.shard_id.clone();
-    let mut sent = Instant::now();
-    let mut taken = match shared.store.take(&lease, &shared.config.owner).await {
+    let sent = Instant::now();
+    let taken = match shared.store.take(&lease, &shared.config.owner).await {
         Ok(taken) => taken,
         Err(e) if e.is_lost() => return TakeOutcome::Lost,
         Err(e) => return TakeOutcome::Failed(e),
     };
-    let checkpoint_seq = match &taken.checkpoint {
-        Some(Checkpoint::Sequence(seq)) if !opening.overridden => Some(seq.as_str()),
-        _ => None,
-    };
-    let acks = ShardAcks::new(
-        shared.stream.clone(),
-        Arc::from(shard.as_str()),
-        checkpoint_seq,
-    );
-    let reader = ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard.as_str())
-        .settings(shared.config.read.clone())
-        .settled(acks.settled_position())
-        .probe(shared.probe.clone())
-        .open(opening.start.clone());
-    let mut reader = match reader {
-        Ok(reader) => reader,
+    let (acks, mut reader) = match open(&shared, &taken, &opening) {
+        Ok(opened) => opened,
         Err(e) => {
             let _ = shared.store.release(&taken).await;
             return TakeOutcome::Unopenable(e);
         }
     };
-    // Fix the position now, so that nothing written after this listing is missed, and record
-    // where this reader begins before it reads anything, so that a takeover after a crash
-    // resumes there (never at the tip, which would skip what arrived meanwhile). Only a
-    // position the service accepted is recorded; a LATEST start is recorded as the time the
-    // request was sent.
+    // Fix the position now, so that nothing written after this listing is missed. A LATEST
+    // start is recorded as the time the request was sent.
     let asked = SystemTime::now();
     let primed = tokio::time::timeout(shared.config.call_timeout(), reader.prime())
         .await
         .unwrap_or(false);
-    if primed && opening.record {
-        let begins = Checkpoint::Start(match &opening.start {
-            StartingPoint::Latest => StartingPoint::since(asked),
-            other => other.clone(),
-        });
-        if taken.checkpoint.as_ref() != Some(&begins) {
-            let at = Instant::now();
-            match shared.store.checkpoint(&taken, &begins).await {
-                Ok(lease) => {
-                    taken = lease;
-                    sent = at;
-                }
-                Err(e) => {
-                    tracing::warn!(shard = %shard, error = %e, "could not record the start position; leaving the shard");
-                    if e.is_lost() {
-                        return TakeOutcome::Lost;
-                    }
-                    let _ = shared.store.release(&taken).await;
-                    return TakeOutcome::Failed(e);
-                }
-            }
+    let (taken, sent) = if primed && opening.record {
+        match record_start(&shared, (taken, sent), &opening.start, asked).await {
+            Ok(Some((lease, at))) => (lease, at),
+            Ok(None) => return TakeOutcome::Lost,
+            Err(outcome) => return outcome,
         }
-    }
+    } else {
+        (taken, sent)
+    };
     let written = if opening.overridden && !primed {
         None
     } else {
@@ -113,4 +81,57 @@ pub(crate) async fn take(shared: Arc<Shared>, lease: Lease, opening: Opening) ->
         written,
         start: opening.start,
     }))
+}
+
+/// The taken shard's ledger and reader, opened where `opening` says. The ledger starts from
+/// the row's sequence number unless `start_at` goes ahead of it.
+fn open(
+    shared: &Shared,
+    taken: &Lease,
+    opening: &Opening,
+) -> Result<(Arc<ShardAcks>, ShardStream), KinesisError> {
+    let shard = taken.shard_id.as_str();
+    let checkpoint_seq = match &taken.checkpoint {
+        Some(Checkpoint::Sequence(seq)) if !opening.overridden => Some(seq.as_str()),
+        _ => None,
+    };
+    let acks = ShardAcks::new(shared.stream.clone(), Arc::from(shard), checkpoint_seq);
+    let reader = ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard)
+        .settings(shared.config.read.clone())
+        .settled(acks.settled_position())
+        .probe(shared.probe.clone())
+        .open(opening.start.clone())?;
+    Ok((acks, reader))
+}
+
+/// Records where the reader begins, before it reads anything, so that a takeover after a
+/// crash resumes there (never at the tip, which would skip what arrived meanwhile). Takes the
+/// row as taken and when that write was sent; returns the row as written last and when that
+/// write was sent; `Ok(None)` when the lease was lost
+/// meanwhile, `Err` when the table failed (the lease is released).
+async fn record_start(
+    shared: &Shared,
+    (taken, sent): (Lease, Instant),
+    start: &StartingPoint,
+    asked: SystemTime,
+) -> Result<Option<(Lease, Instant)>, TakeOutcome> {
+    let begins = Checkpoint::Start(match start {
+        StartingPoint::Latest => StartingPoint::since(asked),
+        other => other.clone(),
+    });
+    if taken.checkpoint.as_ref() == Some(&begins) {
+        return Ok(Some((taken, sent)));
+    }
+    let at = Instant::now();
+    match shared.store.checkpoint(&taken, &begins).await {
+        Ok(lease) => Ok(Some((lease, at))),
+        Err(e) => {
+            tracing::warn!(shard = %taken.shard_id, error = %e, "could not record the start position; leaving the shard");
+            if e.is_lost() {
+                return Ok(None);
+            }
+            let _ = shared.store.release(&taken).await;
+            Err(TakeOutcome::Failed(e))
+        }
+    }
 }
