@@ -83,9 +83,8 @@ impl KinesisStream {
     /// [`KinesisPosition`]). Shards taken later (children, takeovers) resume from their
     /// checkpoints.
     ///
-    /// This is the descriptor's own setting, applied when the subscription starts. The
-    /// framework's mount-site step (`b.include(handler.start_at(..))`) needs a seekable
-    /// subscriber, which this broker does not offer yet.
+    /// This is the descriptor's own setting, applied when the subscription starts. A running
+    /// subscription moves with its [`KinesisSeeker`](super::KinesisSeeker).
     pub fn start_at(mut self, position: KinesisPosition) -> Self {
         self.start_at = Some(position);
         self

@@ -8,7 +8,8 @@
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `broker.rs` | [`KinesisBroker`] (configuration, sync, no I/O; describes its server for `with_broker_labeled` and the AsyncAPI document) and its connected form [`ConnectedKinesis`] |
+//! | `builder.rs` | [`KinesisBroker`] (configuration, sync, no I/O; describes its server for `with_broker_labeled` and the AsyncAPI document), `connect` and `shutdown` |
+//! | `connection.rs` | the live state of a connection, [`ConnectedKinesis`]; every other file imports it |
 //! | `descriptor.rs` | [`KinesisStream`], the subscription descriptor (`#[subscriber(KinesisStream::new(..))]`) |
 //! | `subscriber.rs` | [`KinesisSubscriber`] over a core subscription |
 //! | `message.rs` | [`KinesisMessage`] (settlement) and the per-delivery [`KinesisContext`] with its keys |
@@ -95,8 +96,7 @@
 //! the mount-site step [`KinesisPublishSettings::fixed_partition_key`]), and otherwise a random key
 //! per record (records then spread over the shards and keep no order between them).
 
-#[allow(clippy::module_inception)] // the file plan names it `broker.rs`
-mod broker;
+mod builder;
 mod connection;
 mod descriptor;
 pub mod envelope;
@@ -106,7 +106,7 @@ mod publisher;
 mod seeker;
 mod subscriber;
 
-pub use broker::{CREDENTIALS_TIMEOUT, ClosedKinesis, DEFAULT_SHUTDOWN_GRACE, KinesisBroker};
+pub use builder::{CREDENTIALS_TIMEOUT, ClosedKinesis, DEFAULT_SHUTDOWN_GRACE, KinesisBroker};
 pub use connection::ConnectedKinesis;
 pub use descriptor::KinesisStream;
 pub use message::{

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use ruststream::testing::{Backlog, Coordinator, InProcess, TestableBroker};
 use ruststream::{OutgoingMessage, RawMessage};
 
-use super::super::broker::KinesisBroker;
+use super::super::builder::KinesisBroker;
 use super::super::connection::ConnectedKinesis;
 use super::super::publisher::{PARTITION_KEY_HEADER, random_key};
 use super::Taken;
