@@ -21,14 +21,16 @@ use kinesis_dataflow::{AwsKinesis, KinesisPosition, Publisher, ReadSettings, Sub
 /// (payload, phase the consumer was in when it got it)
 type Log = Arc<Mutex<Vec<(String, &'static str)>>>;
 
+/// Polls `check` every 50 ms; panics after 60 s.
 async fn wait_for(what: &str, check: impl Fn() -> bool) {
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while !check() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
+    super::wait_for(
+        what,
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        check,
+    )
     .await
-    .unwrap_or_else(|_| panic!("HANG: {what} (logs in {})", super::logs_dir().display()));
+    .unwrap_or_else(|e| panic!("HANG: {e} (logs in {})", super::logs_dir().display()));
 }
 
 /// Runs the scenario: `go_down` starts the outage, `come_back` ends it. Prints the figures

@@ -584,12 +584,12 @@ impl FaultProxy {
 /// A Kinesis service config builder pointed at `proxy` (region, credentials as
 /// [`super::sdk_config`]); tweak retries or timeouts before `build()`.
 pub fn kinesis_config_builder(proxy: &FaultProxy) -> aws_sdk_kinesis::config::Builder {
-    aws_sdk_kinesis::config::Builder::from(&super::sdk_config()).endpoint_url(proxy.url())
+    super::kinesis_config_at(&proxy.url())
 }
 
 /// A DynamoDB service config builder pointed at `proxy`.
 pub fn dynamodb_config_builder(proxy: &FaultProxy) -> aws_sdk_dynamodb::config::Builder {
-    aws_sdk_dynamodb::config::Builder::from(&super::sdk_config()).endpoint_url(proxy.url())
+    super::dynamodb_config_at(&proxy.url())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,32 +1,15 @@
-//! Helpers for tests that drive a `Subscription` directly: the fast test settings, and reading
-//! until an expected set of records came.
+//! Helpers for tests that drive a `Subscription` directly: the fast test settings (from the
+//! test-support crate), and reading until an expected set of records came.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kinesis_dataflow::api::SharedKinesis;
-use kinesis_dataflow::lease::SharedLeaseStore;
-use kinesis_dataflow::{MemoryKinesis, ReadSettings, Subscription, SubscriptionBuilder};
+use kinesis_dataflow::{MemoryKinesis, Subscription};
 
-/// Fast listings, short leases, frequent checkpoints, quick polls; the default start position.
-pub fn fast(
-    api: &SharedKinesis,
-    store: SharedLeaseStore,
-    stream: &str,
-    owner: &str,
-) -> SubscriptionBuilder {
-    Subscription::builder(api.clone(), store, stream)
-        .owner(owner)
-        .read_settings(
-            ReadSettings::default()
-                .poll_interval(Duration::from_millis(50))
-                .unlimited_reads(),
-        )
-        .list_interval(Duration::from_millis(200))
-        .lease_duration(Duration::from_millis(900))
-        .checkpoint_interval(Duration::from_millis(100))
-}
+// `support::reading::fast`, as the tests spell it; not every test binary uses it.
+#[allow(unused_imports)]
+pub use kinesis_dataflow_test_support::fast;
 
 /// Writes the records `from..from + count` of `stream` on the in-memory transport, each
 /// `tag:ordinal` under the key `key-<ordinal % keys>`; returns their payloads in order.
