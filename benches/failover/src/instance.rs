@@ -24,7 +24,9 @@ use futures::StreamExt;
 use kinesis_dataflow::{AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{Result, SETTINGS, sdk_config, unix_nanos};
+use kinesis_dataflow_test_support::{dynamodb_client_at, kinesis_client_at};
+
+use crate::{Result, SETTINGS, unix_nanos};
 
 /// What the parent passes to an instance.
 #[derive(Debug, Default)]
@@ -102,17 +104,8 @@ pub fn run(args: &[String]) -> Result<()> {
 
 async fn consume(args: InstanceArgs) -> Result<()> {
     let name = args.name.clone();
-    let sdk = sdk_config();
-    let kinesis = aws_sdk_kinesis::Client::from_conf(
-        aws_sdk_kinesis::config::Builder::from(&sdk)
-            .endpoint_url(&args.kinesis)
-            .build(),
-    );
-    let dynamodb = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&sdk)
-            .endpoint_url(&args.dynamodb)
-            .build(),
-    );
+    let kinesis = kinesis_client_at(&args.kinesis);
+    let dynamodb = dynamodb_client_at(&args.dynamodb);
     let store = DynamoLeaseStore::new(dynamodb, args.table.clone())?;
     // SIGTERM is caught from here on (before `start`, so an early one is not fatal).
     let mut term = signal(SignalKind::terminate())?;

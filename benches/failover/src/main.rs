@@ -5,7 +5,8 @@
 //! ```
 //!
 //! The binary starts kinesis-local and dynalite (the npm packages pinned in `harness/`, through
-//! `harness/launch.js`, installed with `npm ci --prefix harness` when missing). Each trial then
+//! `harness/launch.js`, installed with `npm ci` in `harness/` when missing: the
+//! `kinesis-dataflow-test-support` crate the tests use too). Each trial then
 //! creates a fresh 4-shard stream and lease table and starts instance `a` as a child process
 //! (this binary re-run with `--instance NAME`, see `instance.rs`): a core `Subscription` over
 //! the AWS SDK, leases in the table on dynalite, `start_at(horizon)`. Once it has started, a
@@ -34,7 +35,6 @@
 //! `target/emulator-logs/<pid>/trial-<n>.log` beside the emulators' logs; `RUST_LOG` (e.g.
 //! `kinesis_dataflow=debug`) turns on the instances' tracing, on stderr.
 
-mod emulators;
 mod instance;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -46,12 +46,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use aws_config::{BehaviorVersion, Region, SdkConfig};
-use aws_sdk_kinesis::config::{Credentials, SharedCredentialsProvider};
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, StreamStatus};
-
-use emulators::{Emulator, Kind};
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use kinesis_dataflow_test_support::{
+    Emulator, Kind, create_stream_shards, ensure_npm_packages, kinesis_client_at, wait_for,
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -76,10 +75,12 @@ pub const SETTINGS: Settings = Settings {
     shutdown_timeout: Duration::from_secs(5),
 };
 
-const SHARDS: i32 = 4;
+const SHARDS: usize = 4;
 const INSTANCES: [&str; 2] = ["a", "b"];
 /// How long a step (start, balance, takeover, catching up) may take before the trial fails.
 const PATIENCE: Duration = Duration::from_secs(60);
+/// Pause between two looks at what the instances printed, while waiting for a step.
+const POLL: Duration = Duration::from_millis(10);
 
 const USAGE: &str = "\
 usage: failover [--quick] [--reps N] [--rate R]
@@ -186,17 +187,6 @@ fn main() {
 // ---------------------------------------------------------------------------------------------
 // Shared helpers
 
-/// Region `us-east-1`, static credentials `test`/`test`, no endpoint.
-pub fn sdk_config() -> SdkConfig {
-    SdkConfig::builder()
-        .region(Region::new("us-east-1"))
-        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-            "test", "test", None, None, "failover",
-        )))
-        .behavior_version(BehaviorVersion::latest())
-        .build()
-}
-
 /// Now, in nanoseconds since the Unix epoch (the clock every timestamp of the run uses).
 pub fn unix_nanos() -> u64 {
     SystemTime::now()
@@ -217,21 +207,20 @@ fn secs(nanos: u64) -> String {
 
 async fn bench(options: Options) -> Result<()> {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let repo = manifest.join("../..").canonicalize()?;
-    emulators::ensure_installed(&repo)?;
+    ensure_npm_packages()?;
     let logs = manifest
         .join("target/emulator-logs")
         .join(std::process::id().to_string());
     std::fs::create_dir_all(&logs)?;
     let (kinesis, dynamodb) = tokio::join!(
-        Emulator::start(Kind::Kinesis, &repo, &logs),
-        Emulator::start(Kind::DynamoDb, &repo, &logs)
+        Emulator::start(Kind::Kinesis, &logs),
+        Emulator::start(Kind::DynamoDb, &logs)
     );
-    let (mut kinesis, mut dynamodb) = (kinesis?, dynamodb?);
+    let (kinesis, dynamodb) = (kinesis?, dynamodb?);
     println!(
         "emulators: kinesis-local at {}, dynalite at {} (logs in {})",
-        kinesis.endpoint,
-        dynamodb.endpoint,
+        kinesis.endpoint(),
+        dynamodb.endpoint(),
         logs.display()
     );
     println!(
@@ -249,8 +238,8 @@ async fn bench(options: Options) -> Result<()> {
         options.warm
     );
     let env = Env {
-        kinesis: kinesis.endpoint.clone(),
-        dynamodb: dynamodb.endpoint.clone(),
+        kinesis: kinesis.endpoint().to_owned(),
+        dynamodb: dynamodb.endpoint().to_owned(),
         logs: logs.clone(),
     };
     let mut results = Vec::new();
@@ -466,18 +455,6 @@ fn note(seen: &Shared, line: &str) {
     }
 }
 
-/// Polls `check` every 10 ms until it holds, failing after `patience`.
-async fn wait_for(what: &str, patience: Duration, mut check: impl FnMut() -> bool) -> Result<()> {
-    let deadline = Instant::now() + patience;
-    while !check() {
-        if Instant::now() > deadline {
-            return Err(format!("{what}: not within {patience:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------------
 // The producer
 
@@ -563,11 +540,7 @@ async fn produce(
 // One trial
 
 async fn trial(env: &Env, options: &Options, n: usize, kind: Stop, victim: &str) -> Result<Trial> {
-    let client = aws_sdk_kinesis::Client::from_conf(
-        aws_sdk_kinesis::config::Builder::from(&sdk_config())
-            .endpoint_url(&env.kinesis)
-            .build(),
-    );
+    let client = kinesis_client_at(&env.kinesis);
     let stream = format!("failover-{}-{n}", std::process::id());
     let table = format!("failover-leases-{}-{n}", std::process::id());
     let hash_keys = create_stream(&client, &stream).await?;
@@ -645,7 +618,7 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
         for name in INSTANCES {
             instances.push(Instance::spawn(env, name, stream, table, seen)?);
         }
-        wait_for("both instances started", PATIENCE, || {
+        wait_for("both instances started", PATIENCE, POLL, || {
             lock(seen).started.len() == INSTANCES.len()
         })
         .await
@@ -657,25 +630,30 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
         // hands it half the shards gracefully.
         let (first, second) = (INSTANCES[0], INSTANCES[1]);
         instances.push(Instance::spawn(env, first, stream, table, seen)?);
-        wait_for("the first instance started", PATIENCE, || {
+        wait_for("the first instance started", PATIENCE, POLL, || {
             lock(seen).started.contains(first)
         })
         .await
         .map_err(|e| format!("{e}{}", logs()))?;
         let producer = producing();
-        wait_for("the first instance holding every shard", PATIENCE, || {
-            lock(seen)
-                .shards
-                .get(first)
-                .is_some_and(|s| s.len() == total)
-        })
+        wait_for(
+            "the first instance holding every shard",
+            PATIENCE,
+            POLL,
+            || {
+                lock(seen)
+                    .shards
+                    .get(first)
+                    .is_some_and(|s| s.len() == total)
+            },
+        )
         .await
         .map_err(|e| format!("{e}{}", logs()))?;
         instances.push(Instance::spawn(env, second, stream, table, seen)?);
         producer
     };
 
-    wait_for("two shards each", PATIENCE, || {
+    wait_for("two shards each", PATIENCE, POLL, || {
         let seen = lock(seen);
         let held: Vec<&Vec<String>> = INSTANCES
             .iter()
@@ -760,11 +738,16 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
             seen.log.push(line);
         }
     }
-    wait_for("every record handled", Duration::from_secs(20), || {
-        let seen = lock(seen);
-        let handled: HashSet<u64> = seen.handled.iter().map(|h| h.counter).collect();
-        production.records.keys().all(|c| handled.contains(c))
-    })
+    wait_for(
+        "every record handled",
+        Duration::from_secs(20),
+        POLL,
+        || {
+            let seen = lock(seen);
+            let handled: HashSet<u64> = seen.handled.iter().map(|h| h.counter).collect();
+            production.records.keys().all(|c| handled.contains(c))
+        },
+    )
     .await
     .or_else(|e| {
         // Analysed (and reported as lost) below.
@@ -794,49 +777,12 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
 
 /// Creates the stream, waits for ACTIVE, returns each shard's first hash key (shard order).
 async fn create_stream(client: &aws_sdk_kinesis::Client, stream: &str) -> Result<Vec<String>> {
-    client
-        .create_stream()
-        .stream_name(stream)
-        .shard_count(SHARDS)
-        .send()
-        .await
-        .map_err(aws_sdk_kinesis::error::DisplayErrorContext)
-        .map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let summary = client
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await
-            .map_err(|e| aws_sdk_kinesis::error::DisplayErrorContext(e).to_string())?;
-        if summary
-            .stream_description_summary()
-            .is_some_and(|d| d.stream_status() == &StreamStatus::Active)
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!("stream {stream} not ACTIVE").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let shards = client
-        .list_shards()
-        .stream_name(stream)
-        .send()
-        .await
-        .map_err(|e| aws_sdk_kinesis::error::DisplayErrorContext(e).to_string())?;
-    let mut shards: Vec<(String, String)> = shards
-        .shards()
-        .iter()
+    let mut shards: Vec<(String, String)> = create_stream_shards(client, stream, SHARDS)
+        .await?
+        .into_iter()
         .map(|s| {
-            (
-                s.shard_id().to_owned(),
-                s.hash_key_range()
-                    .map(|r| r.starting_hash_key().to_owned())
-                    .unwrap_or_default(),
-            )
+            let first = s.hash_key_range().map(|r| r.starting_hash_key().to_owned());
+            (s.shard_id, first.unwrap_or_default())
         })
         .collect();
     shards.sort();
