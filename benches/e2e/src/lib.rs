@@ -1,7 +1,8 @@
 //! What the `drain` and `probes` binaries share: the ferrokinesis child process, the CPU and
-//! memory readings from `/proc`, stream creation and loading, counting decorators over the
-//! library's two seams (`KinesisApi`, `LeaseStore`), the byte-lane input the RustStream apps
-//! take, and small statistics.
+//! memory readings from `/proc`, loading records, counting decorators over the library's two
+//! seams (`KinesisApi`, `LeaseStore`), the byte-lane input the RustStream apps take, and small
+//! statistics. The SDK configuration, stream creation and waits come from the
+//! `kinesis-dataflow-test-support` crate the tests use too.
 //!
 //! Every binary of this package serves the emulator when re-run with `--serve-emulator`
 //! ([`SERVE_EMULATOR`]): its `main` must call [`serve_emulator`] first thing when it sees it.
@@ -14,10 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_kinesis::Client;
-use aws_sdk_kinesis::config::Credentials;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, StreamStatus};
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use kinesis_dataflow::api::layer::{ApiCall, KinesisLayer, Layered};
 use kinesis_dataflow::api::{ApiFuture, SharedKinesis};
 use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
@@ -154,17 +153,6 @@ impl Drop for Emulator {
     }
 }
 
-/// The SDK configuration every client of the harness uses: the emulator's endpoint, a fixed
-/// region and dummy credentials.
-pub async fn sdk_config(endpoint: &str) -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new("test", "test", None, None, "e2e-bench"))
-        .load()
-        .await
-}
-
 // ---------------------------------------------------------------------------------------------
 // CPU time and memory
 // ---------------------------------------------------------------------------------------------
@@ -241,65 +229,6 @@ pub fn mib(bytes: u64) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // Streams and records
 // ---------------------------------------------------------------------------------------------
-
-/// Creates `stream` with `shards` shards, waits for it to be ACTIVE and returns its shard ids.
-///
-/// # Errors
-///
-/// A failed call, a stream not ACTIVE within 30 s, or a shard count other than asked.
-pub async fn create_stream(client: &Client, stream: &str, shards: usize) -> Result<Vec<String>> {
-    client
-        .create_stream()
-        .stream_name(stream)
-        .shard_count(i32::try_from(shards)?)
-        .send()
-        .await?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let summary = client
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await?;
-        if summary
-            .stream_description_summary
-            .is_some_and(|s| s.stream_status == StreamStatus::Active)
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!("{stream} did not become ACTIVE within 30 s").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut ids = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let mut call = client.list_shards();
-        call = match token.take() {
-            Some(token) => call.next_token(token),
-            None => call.stream_name(stream),
-        };
-        let listed = call.send().await?;
-        ids.extend(
-            listed
-                .shards
-                .unwrap_or_default()
-                .into_iter()
-                .map(|s| s.shard_id),
-        );
-        match listed.next_token {
-            Some(next) => token = Some(next),
-            None => break,
-        }
-    }
-    if ids.len() != shards {
-        return Err(
-            format!("expected {shards} shards in {stream}, the emulator lists {ids:?}").into(),
-        );
-    }
-    Ok(ids)
-}
 
 /// A record entry: `data` under partition key `key`.
 ///

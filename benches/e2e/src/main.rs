@@ -41,9 +41,10 @@ use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
 use kinesis_dataflow::{AckSink, AwsKinesis, KinesisPosition, MemoryLeaseStore, ReadSettings, ShardStream, StartingPoint, Subscription};
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow_e2e::{
-    BoxError, CpuClock, Emulator, Frame, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR,
-    create_stream, entry, median, put_entries, sdk_config, serve_emulator,
+    BoxError, CpuClock, Emulator, Frame, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR, entry,
+    median, put_entries, serve_emulator,
 };
+use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at};
 use ruststream::runtime::{AppInfo, Context, Handle, HandlerOutcome, RustStream, subscriber};
 
 const STREAM: &str = "e2e-drain";
@@ -272,10 +273,10 @@ async fn run(options: Options) -> Result<()> {
             (Some(emulator), endpoint, pid)
         }
     };
-    let config = sdk_config(&endpoint).await;
+    let config = sdk_config_at(&endpoint);
     let client = Client::new(&config);
 
-    let shards = create_stream(&client, STREAM, SHARDS).await?;
+    let shards = create_stream_shards(&client, STREAM, SHARDS).await?;
     let started = Instant::now();
     let backlog = load(&client, options.records).await?;
     let load_seconds = started.elapsed().as_secs_f64();
@@ -285,7 +286,10 @@ async fn run(options: Options) -> Result<()> {
         options.records as f64 / load_seconds,
         shards
             .iter()
-            .map(|s| format!("{s} {}", backlog.get(s).copied().unwrap_or(0)))
+            .map(|s| {
+                let id = s.shard_id();
+                format!("{id} {}", backlog.get(id).copied().unwrap_or(0))
+            })
             .collect::<Vec<_>>()
             .join(", ")
     );

@@ -40,9 +40,10 @@ use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::lease::LeaseStore;
 use kinesis_dataflow_e2e::{
     ApiCounts, counting_kinesis, counting_lease_store, CpuClock, Emulator, Frame, LeaseCounts,
-    PUT_BATCH, Result, SERVE_EMULATOR, create_stream, entry, mib, now_micros, percentile,
-    put_entries, record_stamp, rss_bytes, sdk_config, serve_emulator, stamped_record,
+    PUT_BATCH, Result, SERVE_EMULATOR, entry, mib, now_micros, percentile, put_entries,
+    record_stamp, rss_bytes, serve_emulator, stamped_record,
 };
+use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at, wait_for};
 use ruststream::runtime::{AppInfo, Context, Handle, HandlerOutcome, RustStream, subscriber};
 
 const USAGE: &str = "\
@@ -64,6 +65,9 @@ options:
   --records N   memory: records arriving during the stall
   --hold        memory: the consumer keeps taking records during the stall but settles none
   --help        this text";
+
+/// Pause between two looks at the handled count while waiting for the last records.
+const HANDLED_POLL: Duration = Duration::from_millis(5);
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -220,7 +224,7 @@ impl Env {
     async fn start() -> Result<Self> {
         let emulator = Emulator::start()?;
         let endpoint = emulator.endpoint();
-        let config = sdk_config(&endpoint).await;
+        let config = sdk_config_at(&endpoint);
         let client = Client::new(&config);
         println!(
             "ferrokinesis 0.7 in a child process (pid {}, port {}); client runtime: tokio \
@@ -283,17 +287,6 @@ async fn produce(client: Client, stream: String, rate: f64, duration: Duration) 
         }
     }
     Ok(sent)
-}
-
-/// Waits until `count()` reaches `want` or `deadline` passes; true when it was reached.
-async fn wait_for(count: impl Fn() -> usize, want: usize, deadline: Instant) -> bool {
-    while count() < want {
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    true
 }
 
 fn ms(micros: u64) -> f64 {
@@ -463,9 +456,13 @@ async fn latency_run(
     let started = Instant::now();
     let warm_until = now_micros() + u64::try_from(WARM_UP.as_micros())?;
     let sent = produce(env.client.clone(), stream.to_owned(), rate, duration).await?;
-    // The last records get one poll interval and a margin to arrive.
-    let deadline = Instant::now() + poll + Duration::from_secs(3);
-    wait_for(|| sink.count(), sent as usize, deadline).await;
+    // The last records get one poll interval and a margin to arrive (missing ones are counted
+    // below).
+    let patience = poll + Duration::from_secs(3);
+    let _ = wait_for("every record handled", patience, HANDLED_POLL, || {
+        sink.count() >= sent as usize
+    })
+    .await;
     let elapsed = started.elapsed().as_secs_f64();
     let reads = (api.layer().counts() - counts).get_records;
     let client_cpu_share = (env.cpu().0 - cpu) / elapsed;
@@ -495,8 +492,8 @@ async fn latency(env: &Env, options: &Options) -> Result<()> {
     let duration = options.phase(30, 3);
     let one = "latency-1";
     let four = "latency-4";
-    create_stream(&env.client, one, 1).await?;
-    create_stream(&env.client, four, 4).await?;
+    create_stream_shards(&env.client, one, 1).await?;
+    create_stream_shards(&env.client, four, 4).await?;
     println!(
         "latency: records stamped with their send time, put at a steady rate for {} s per run; \
          default ReadSettings (batch 1,000, at most 5 GetRecords/s per shard) but for \
@@ -640,7 +637,7 @@ async fn idle(env: &Env, options: &Options) -> Result<()> {
     const SHARDS: usize = 100;
     let window = options.phase(60, 5);
     let stream = "idle-100";
-    create_stream(&env.client, stream, SHARDS).await?;
+    create_stream_shards(&env.client, stream, SHARDS).await?;
     let api = counting_kinesis(env.aws.clone());
     let table = Arc::new(MemoryLeaseStore::new());
     let leases = counting_lease_store(table.clone());
@@ -752,7 +749,7 @@ async fn memory(env: &Env, options: &Options) -> Result<()> {
     } else {
         "memory"
     };
-    create_stream(&env.client, stream, SHARDS).await?;
+    create_stream_shards(&env.client, stream, SHARDS).await?;
     let api = counting_kinesis(env.aws.clone());
     let phase = Arc::new(AtomicU8::new(BEFORE));
     let sampler = RssSampler::start(phase.clone());
@@ -922,7 +919,7 @@ async fn checkpoints(env: &Env, options: &Options) -> Result<()> {
     const SHARDS: usize = 4;
     let duration = options.phase(60, 5);
     let stream = "checkpoints";
-    create_stream(&env.client, stream, SHARDS).await?;
+    create_stream_shards(&env.client, stream, SHARDS).await?;
     println!(
         "checkpoints: a core Subscription (default settings, checkpoint_interval 5 s) on \
          {SHARDS} shards, every delivery acked at once, records put for {} s per rate",
@@ -946,11 +943,11 @@ async fn checkpoints(env: &Env, options: &Options) -> Result<()> {
         let (at_start, per_shard0) = (leases.layer().counts(), leases.layer().checkpoints_per_shard());
         let t0 = Instant::now();
         let sent = produce(env.client.clone(), stream.to_owned(), rate, duration).await?;
-        wait_for(
-            || sink.count(),
-            sent as usize,
-            Instant::now() + Duration::from_secs(5),
-        )
+        // Missing records are counted below.
+        let patience = Duration::from_secs(5);
+        let _ = wait_for("every record handled", patience, HANDLED_POLL, || {
+            sink.count() >= sent as usize
+        })
         .await;
         let seconds = t0.elapsed().as_secs_f64();
         let (in_window, per_shard1) = (leases.layer().counts(), leases.layer().checkpoints_per_shard());
