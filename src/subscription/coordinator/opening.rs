@@ -36,7 +36,13 @@ pub(crate) fn opening(
     at_startup: bool,
     context: &StartContext<'_>,
 ) -> Option<Opening> {
-    let overridden = at_startup && context.start_at.and_then(|p| p.for_shard(shard)).is_some();
+    let named = context.start_at.and_then(|p| p.for_shard(shard));
+    // A shard nobody has read yet begins where the application's first start began, even
+    // under `start_at(latest())`: another instance that started a moment earlier promised
+    // everything written since its own start.
+    let unread_at_tip =
+        named == Some(StartingPoint::Latest) && matches!(checkpoint, Some(Checkpoint::Initial(_)));
+    let overridden = at_startup && named.is_some() && !unread_at_tip;
     let origin = if overridden {
         ShardOrigin::Startup
     } else if checkpoint.is_none() {
@@ -115,6 +121,22 @@ mod tests {
         assert_eq!(
             at(other, false, &context(None, false)),
             Some(StartingPoint::AtTimestamp(500))
+        );
+    }
+
+    #[test]
+    fn latest_does_not_skip_what_an_earlier_start_of_the_application_promised() {
+        let latest = KinesisPosition::latest();
+        let earlier = Some(Checkpoint::Initial(StartingPoint::AtTimestamp(500)));
+        assert_eq!(
+            at(earlier, true, &context(Some(&latest), true)),
+            Some(StartingPoint::AtTimestamp(500))
+        );
+        // Its own rows: exact LATEST while `start` runs.
+        let own = Some(Checkpoint::Initial(STARTED));
+        assert_eq!(
+            at(own, true, &context(Some(&latest), true)),
+            Some(StartingPoint::Latest)
         );
     }
 
