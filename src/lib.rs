@@ -14,7 +14,7 @@
 //! | [`position`] | where a reader opens: positions, checkpoints, and the rule combining them |
 //! | [`record`] | the [`Record`] a reader yields |
 //! | [`error`] | [`KinesisError`], the crate's one error |
-//! | [`broker`] | the RustStream broker face over all of the above (`KinesisBroker`, `KinesisStream`) |
+//! | `broker` | the RustStream broker face over all of the above (`KinesisBroker`, `KinesisStream`); the default feature `broker` |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -44,6 +44,7 @@
 
 pub mod ack;
 pub mod api;
+#[cfg(feature = "broker")]
 pub mod broker;
 pub mod error;
 pub mod lease;
