@@ -1,4 +1,5 @@
-//! Smoke tests of the emulator harness in `tests/support`: if these fail, every
+//! Smoke tests of the emulator harness (the `kinesis-dataflow-test-support` crate, through
+//! `tests/support`): if these fail, every
 //! integration test that talks to Kinesis or DynamoDB will too.
 
 mod support;

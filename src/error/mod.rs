@@ -3,6 +3,11 @@
 //! [`KinesisError`] is the one error of the public API. Each message says what failed, on which
 //! resource, and what to do next. The predicates ([`KinesisError::is_retryable`] and friends) are
 //! how the reader decides between waiting, retrying and stopping.
+//!
+//! Three variants belong to the broker face (`ShutDown`, `AlreadySubscribed`, `Credentials`).
+//! They stay in this one error because the framework's contract makes the broker's error the
+//! error of its publishers, subscribers and seekers alike, and the spec names `KinesisError`
+//! as that error: one type keeps `?` working across the core and the face.
 
 mod operation;
 
