@@ -1,5 +1,6 @@
 // The dataflow core without any framework: a subscription over every shard, composed with
-// `map`, `filter` and `.chunks()`, ending in the ack sink that checkpoints. Runs on the
+// the crate's `DeliveryStreamExt` adaptors (errors aside, filters that skip, per-shard
+// batches with a time limit), ending in the ack sink that checkpoints. Runs on the
 // in-memory transport and lease store:
 //
 // ```text
@@ -14,43 +15,41 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, future};
+use futures::StreamExt;
 use kinesis_dataflow::lease::LeaseStore;
 use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{
-    AckSink, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore, ReadSettings,
-    Subscription,
+    AckSink, DeliveryStreamExt, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore,
+    ReadSettings, Subscription,
 };
 
-/// Payments below this amount are filtered out (settled as dropped).
+/// Payments below this amount are filtered out (settled as skipped).
 pub const LARGE: u32 = 20;
 
-/// Parses `id:amount` payloads, keeps the large payments, hands them on in chunks of 8 to
-/// `on_batch`, and settles every delivery through the ack sink, which checkpoints. Ends when
-/// the subscription stops.
+/// Parses `id:amount` payloads, keeps the large payments, hands them on in per-shard batches
+/// of up to 8 (or what a shard gathered in 300 ms) to `on_batch`, and settles every delivery
+/// through the ack sink. Ends when the subscription stops, once a written checkpoint covers
+/// everything acked.
 pub async fn pipeline(
     subscription: Subscription,
     mut on_batch: impl FnMut(Vec<(String, u32)>) + Send + 'static,
-) {
-    // The ack sink cannot fail (its error type is `Infallible`).
-    let Ok(()) = subscription
-        // Read failures are retried by the reader; here they are only logged.
-        .filter_map(|item| future::ready(item.map_err(|e| eprintln!("read error: {e}")).ok()))
-        // Parse the payload, keeping the delivery's ack token.
-        .map(|delivery| {
-            delivery.map(|record| {
-                let text = String::from_utf8_lossy(record.data()).into_owned();
-                let (id, amount) = text.split_once(':').unwrap_or(("?", "0"));
-                (id.to_owned(), amount.parse::<u32>().unwrap_or(0))
-            })
+) -> Result<(), KinesisError> {
+    subscription
+        // Read failures are retried by the reader and logged with their shard; shown here too.
+        .errors_to(|e| eprintln!("read error: {e}"))
+        // Parse the payload; a malformed one is settled as skipped.
+        .filter_map_or_skip(|record| {
+            let text = std::str::from_utf8(record.data()).ok()?;
+            let (id, amount) = text.split_once(':')?;
+            Some((id.to_owned(), amount.parse::<u32>().ok()?))
         })
-        // Small payments are not interesting: a filtered-out delivery is settled as dropped.
-        .filter(|delivery| future::ready(delivery.1 >= LARGE))
-        .chunks(8)
+        // Small payments are not interesting: settled as skipped, so the checkpoint passes them.
+        .filter_or_skip(|(_, amount)| *amount >= LARGE)
+        .batches_by_shard(8, Duration::from_millis(300))
         .inspect(move |batch| on_batch(batch.iter().map(|d| (**d).clone()).collect()))
         .map(Ok)
         .forward(AckSink::new())
-        .await;
+        .await
 }
 
 #[tokio::main]
@@ -82,7 +81,9 @@ async fn main() -> Result<(), KinesisError> {
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.shutdown().await;
-    let _ = running.await;
+    if let Ok(Err(e)) = running.await {
+        eprintln!("the pipeline's last checkpoints were not written: {e}");
+    }
 
     for lease in leases.list("payments").await? {
         if let Some(Checkpoint::Sequence(seq)) = lease.checkpoint {

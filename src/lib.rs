@@ -56,7 +56,7 @@ pub mod subscription;
 
 // The names a pipeline author touches. What a transport or lease-store implementer needs
 // (the `KinesisApi` and `LeaseStore` traits, rows, checkpoints) lives in its module.
-pub use ack::{AckSink, Delivery, Settlement};
+pub use ack::{AckSink, Delivery, DeliveryStreamExt, Settlement};
 pub use api::{AwsKinesis, MemoryKinesis};
 pub use error::KinesisError;
 pub use lease::{DynamoLeaseStore, MemoryLeaseStore};

@@ -1,7 +1,8 @@
 //! One Kinesis record, as the reader hands it on.
 //!
-//! [`Record`] owns its payload ([`Bytes`], so clones share it) and its metadata. The reader
-//! moves the SDK's buffers into it without copying the payload.
+//! [`Record`] owns its payload ([`Bytes`], so clones share it) and its metadata (shared
+//! strings), so a clone of a record allocates nothing: a delivery keeps one for its
+//! redelivery. The reader moves the SDK's buffers into it without copying the payload.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -13,8 +14,8 @@ use bytes::Bytes;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     data: Bytes,
-    partition_key: String,
-    sequence_number: String,
+    partition_key: Arc<str>,
+    sequence_number: Arc<str>,
     shard_id: Arc<str>,
     approximate_arrival: Option<SystemTime>,
     millis_behind_latest: Option<u64>,
@@ -25,8 +26,8 @@ impl Record {
     #[must_use]
     pub fn new(
         shard_id: Arc<str>,
-        sequence_number: impl Into<String>,
-        partition_key: impl Into<String>,
+        sequence_number: impl Into<Arc<str>>,
+        partition_key: impl Into<Arc<str>>,
         data: impl Into<Bytes>,
         approximate_arrival: Option<SystemTime>,
     ) -> Self {
@@ -68,6 +69,12 @@ impl Record {
     /// The record's sequence number, unique within its stream and increasing within its shard.
     #[must_use]
     pub fn sequence_number(&self) -> &str {
+        &self.sequence_number
+    }
+
+    /// The sequence number as a shared string (no allocation to clone).
+    #[must_use]
+    pub fn sequence_number_shared(&self) -> &Arc<str> {
         &self.sequence_number
     }
 

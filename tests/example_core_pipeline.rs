@@ -1,5 +1,5 @@
-//! The core-pipeline example (`examples/core_pipeline.rs`): `map` / `filter` / `.chunks()` into
-//! the ack sink, on the in-memory transport and live on the emulators. Every large payment is
+//! The core-pipeline example (`examples/core_pipeline.rs`): errors aside, filters that skip,
+//! per-shard batches into the ack sink, on the in-memory transport and live on the emulators. Every large payment is
 //! handed on once, each account's in order, and every record (the filtered-out ones too) is
 //! settled, so each shard's checkpoint reaches its last record.
 
@@ -55,7 +55,10 @@ async fn runs(
     let handed_on = Arc::new(Mutex::new(Vec::new()));
     let sink = handed_on.clone();
     let running = tokio::spawn(example::pipeline(subscription, move |batch| {
-        assert!(!batch.is_empty() && batch.len() <= 8, "chunks of at most 8");
+        assert!(
+            !batch.is_empty() && batch.len() <= 8,
+            "batches of at most 8"
+        );
         sink.lock().unwrap().extend(batch);
     }));
 
@@ -77,7 +80,10 @@ async fn runs(
     .await
     .expect("every shard's checkpoint reaches its last record");
     stop.shutdown().await;
-    running.await.unwrap();
+    running
+        .await
+        .unwrap()
+        .expect("the pipeline ends with its checkpoints written");
 
     let handed_on = handed_on.lock().unwrap().clone();
     let mut by_account: BTreeMap<String, Vec<u32>> = BTreeMap::new();

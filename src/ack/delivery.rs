@@ -3,21 +3,26 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::tracker::{Settlement, ShardAcks};
+use crate::record::Record;
 
 /// The right (and duty) to settle one delivered record.
 ///
-/// Settle it with [`ack`](Self::ack) or [`skip`](Self::skip). A token dropped without being
-/// settled settles the record as [`Settlement::Dropped`]: the checkpoint may pass it, the
-/// shard never stalls on it, and the drop is counted and logged at debug level. This is what
-/// makes `filter` work: a record filtered out of a pipeline is settled by being dropped.
-/// Anything that must be redelivered has to stay unsettled (keep the token) until it is done.
+/// Settle it with [`ack`](Self::ack), [`skip`](Self::skip) or [`retry`](Self::retry). A token
+/// dropped without being settled follows the rules in the [module docs](super): passed as
+/// [`Settlement::Dropped`] in the ordinary course of a running subscription (that is what makes
+/// `filter` work), sent back for redelivery when the subscription says so
+/// ([`redeliver_dropped`](crate::SubscriptionBuilder::redeliver_dropped)), and never passed
+/// when it is dropped by a panic or after the subscription stopped reading its shard.
 #[must_use = "a delivery that is dropped without being settled counts as dropped"]
 pub struct AckToken {
     acks: Arc<ShardAcks>,
     index: u64,
     settled: bool,
+    /// The record as read (a clone shares its buffers): what a redelivery hands out again.
+    record: Option<Record>,
 }
 
 impl fmt::Debug for AckToken {
@@ -31,11 +36,60 @@ impl fmt::Debug for AckToken {
 }
 
 impl AckToken {
-    pub(crate) fn new(acks: Arc<ShardAcks>, index: u64) -> Self {
+    /// The token of the record registered at `index` of `acks`; `record` is kept for its
+    /// redelivery.
+    pub(crate) fn new(acks: Arc<ShardAcks>, index: u64, record: Option<Record>) -> Self {
         Self {
             acks,
             index,
             settled: false,
+            record,
+        }
+    }
+
+    /// Sends the record back to be delivered again at once, still unsettled, before any later
+    /// record of its shard that has not been handed out yet. The checkpoint does not pass it
+    /// meanwhile.
+    pub fn retry(self) {
+        self.retry_after(Duration::ZERO);
+    }
+
+    /// Like [`retry`](Self::retry), after `delay`. Later records of the shard wait for it.
+    pub fn retry_after(mut self, delay: Duration) {
+        self.send_back(delay);
+    }
+
+    /// What identifies the record for a sink that must not apply it twice: its stream,
+    /// shard and sequence number (see [`DedupeKey`]).
+    #[must_use]
+    pub fn dedupe_key(&self) -> DedupeKey {
+        DedupeKey {
+            stream: self.acks.stream().clone(),
+            shard: self.acks.shard().clone(),
+            sequence_number: self
+                .record
+                .as_ref()
+                .map(|r| r.sequence_number_shared().clone()),
+        }
+    }
+
+    /// The ledger and index this token settles (for the ack sink's durability wait).
+    pub(crate) fn receipt(&self) -> (Arc<ShardAcks>, u64) {
+        (self.acks.clone(), self.index)
+    }
+
+    /// Requeues the record; a token without one (never the case for the subscription's)
+    /// abandons it, so it is read again rather than passed.
+    fn send_back(&mut self, delay: Duration) {
+        if self.settled {
+            return;
+        }
+        match self.record.take() {
+            Some(record) if !self.acks.is_closed() => {
+                self.settled = true;
+                self.acks.requeue(self.index, record, delay);
+            }
+            _ => self.settle(Settlement::Abandoned),
         }
     }
 
@@ -77,15 +131,37 @@ impl AckToken {
 
 impl Drop for AckToken {
     fn drop(&mut self) {
-        if !self.settled {
-            tracing::debug!(
-                stream = %self.acks.stream(),
-                shard = %self.acks.shard(),
-                "delivery dropped without being settled; counted as dropped"
-            );
+        if self.settled {
+            return;
+        }
+        let (stream, shard) = (self.acks.stream().clone(), self.acks.shard().clone());
+        if self.acks.is_closed() {
+            tracing::debug!(%stream, %shard, "delivery dropped after its shard was closed; read again by the next reader");
+            self.settle(Settlement::Abandoned);
+        } else if std::thread::panicking() {
+            tracing::warn!(%stream, %shard, "delivery dropped by a panic; sent back for redelivery");
+            self.send_back(Duration::ZERO);
+        } else if self.acks.redelivers_dropped() {
+            tracing::debug!(%stream, %shard, "delivery dropped without being settled; sent back for redelivery");
+            self.send_back(Duration::ZERO);
+        } else {
+            tracing::debug!(%stream, %shard, "delivery dropped without being settled; counted as dropped");
             self.settle(Settlement::Dropped);
         }
     }
+}
+
+/// What identifies a delivered record, for a sink that must apply each record once: the
+/// stream, the shard and the sequence number (unique within the stream). A redelivery of a
+/// record has the same key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DedupeKey {
+    /// The stream.
+    pub stream: Arc<str>,
+    /// The shard the record was read from.
+    pub shard: Arc<str>,
+    /// The record's sequence number (`None` only for a token not made by a reader).
+    pub sequence_number: Option<Arc<str>>,
 }
 
 /// A value delivered from a shard, carrying the token that settles it.
@@ -156,16 +232,57 @@ impl<T> Delivery<T> {
     pub fn is_stale(&self) -> bool {
         self.token.is_stale()
     }
-}
 
-impl Delivery<crate::record::Record> {
-    /// Sends the record back to be delivered again at once, still unsettled, before any later
+    /// Sends the record this value came from back to be delivered again at once (as the
+    /// record it was read as, whatever `map` made of it), still unsettled, before any later
     /// record of its shard that has not been handed out yet. The checkpoint does not pass it
     /// meanwhile.
     pub fn retry(self) {
-        self.retry_after(std::time::Duration::ZERO);
+        self.token.retry();
     }
 
+    /// Like [`retry`](Self::retry), after `delay`. Later records of the shard wait for it.
+    pub fn retry_after(self, delay: Duration) {
+        self.token.retry_after(delay);
+    }
+
+    /// What identifies the record for a sink that must not apply it twice.
+    #[must_use]
+    pub fn dedupe_key(&self) -> DedupeKey {
+        self.token.dedupe_key()
+    }
+
+    /// Transforms the value with `f`, which may fail; on failure the delivery comes back
+    /// (with the value `f` gave back in its error) for the caller to settle.
+    ///
+    /// # Errors
+    ///
+    /// `f`'s error, with the delivery.
+    // The delivery itself comes back on failure: that is the point, not an oversight.
+    #[allow(clippy::result_large_err)]
+    pub fn try_map<U, E>(
+        self,
+        f: impl FnOnce(T) -> Result<U, (E, T)>,
+    ) -> Result<Delivery<U>, (E, Delivery<T>)> {
+        let Self { value, token } = self;
+        match f(value) {
+            Ok(value) => Ok(Delivery { value, token }),
+            Err((error, value)) => Err((error, Delivery { value, token })),
+        }
+    }
+
+    /// The ledger and index that settle this delivery.
+    pub(crate) fn receipt(&self) -> (Arc<ShardAcks>, u64) {
+        self.token.receipt()
+    }
+
+    /// Tells apart the shards (their ledgers) of deliveries held at the same time.
+    pub(crate) fn ledger_key(&self) -> usize {
+        Arc::as_ptr(&self.token.acks) as usize
+    }
+}
+
+impl Delivery<Record> {
     /// Decodes the record's data with `decode` (`serde_json::from_slice`, a protobuf
     /// decoder, ...). A failure is [`KinesisError::Decode`](crate::KinesisError::Decode): one
     /// error naming the stream, the shard, the sequence number and the partition key, with the
@@ -236,11 +353,28 @@ impl Delivery<crate::record::Record> {
         })
     }
 
-    /// Like [`retry`](Self::retry), after `delay`. Later records of the shard wait for it.
-    pub fn retry_after(self, delay: std::time::Duration) {
-        let (record, mut token) = self.into_parts();
-        token.settled = true;
-        token.acks.requeue(token.index, record, delay);
+    /// [`decode`](Self::decode), consuming the delivery: the decoded value keeps the token;
+    /// on failure the delivery comes back with the error, unsettled, for the caller to
+    /// [`skip`](Self::skip) or [`retry`](Self::retry).
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::Decode`](crate::KinesisError::Decode), with the delivery.
+    #[allow(clippy::result_large_err)]
+    pub fn decode_into<U, E>(
+        self,
+        decode: impl FnOnce(&[u8]) -> Result<U, E>,
+    ) -> Result<Delivery<U>, (crate::KinesisError, Self)>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        match self.decode(decode) {
+            Ok(value) => Ok(Delivery {
+                value,
+                token: self.token,
+            }),
+            Err(error) => Err((error, self)),
+        }
     }
 }
 

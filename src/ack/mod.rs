@@ -1,25 +1,64 @@
-//! Settling deliveries: tokens, the ack sink, and the per-shard ledger behind checkpoints.
+//! Settling deliveries: tokens, the ack sink, stream adaptors, and the per-shard ledger behind
+//! checkpoints.
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`Delivery`] | a value and the [`AckToken`] that settles it; keeps it through `map`, `filter`, `.chunks()` |
-//! | [`AckToken`] | settles one record: `ack`, `skip`, or dropped; a `Delivery<Record>` can also be sent back with `retry` / `retry_after` |
-//! | [`AckSink`] | a `Sink` that acknowledges deliveries or batches of them |
+//! | [`Delivery`] | a value and the [`AckToken`] that settles it; keeps it through `map`, `filter`, batching |
+//! | [`AckToken`] | settles one record: `ack`, `skip`, `retry` / `retry_after`, or dropped |
+//! | [`AckSink`] | a `Sink` that acknowledges deliveries or batches of them; its close waits for a written checkpoint |
+//! | [`DeliveryStreamExt`] | `errors_to`, `filter_or_skip`, `filter_map_or_skip`, `batches_by_shard` |
 //! | [`Settle`] | what the sink accepts: a delivery, or a `Vec` of them |
-//! | [`Settlement`] | acked, skipped, or dropped |
+//! | [`Settlement`] | acked, skipped, dropped, or abandoned |
 //! | (the ledger, private) | per shard: settles out of order, checkpoints the contiguous prefix |
 //!
-//! Settlement semantics: acks may arrive in any order (after `buffer_unordered`, say). Per
-//! shard, the checkpoint advances only over the contiguous prefix of settled records, so it
-//! never passes a record still in flight. A delivery dropped without being settled is
-//! settled as *dropped*: counted, logged at debug level, and passed by the checkpoint. Keep the
-//! token for as long as the record may still need to be redelivered.
+//! # The rules
+//!
+//! Acks may arrive in any order (after `buffer_unordered`, say). Per shard, the checkpoint
+//! advances only over the contiguous prefix of settled records, so it never passes a record
+//! still in flight.
+//!
+//! | what happens to a delivery | settled as | the checkpoint | the record |
+//! |---|---|---|---|
+//! | `ack()`, or sent into an [`AckSink`] | acked | passes it | done |
+//! | `skip()`, or left out by `filter_or_skip` / `filter_map_or_skip` | skipped | passes it | done, counted as skipped |
+//! | `retry()` / `retry_after(d)` (on any `Delivery<T>`, after `map` too) | not yet | waits for it | delivered again (the same bytes, no copy) before later records of its shard |
+//! | dropped unsettled while the subscription runs (a `futures` `filter`) | dropped | passes it | counted and logged at debug |
+//! | the same, with [`redeliver_dropped(true)`](crate::SubscriptionBuilder::redeliver_dropped) | not yet | waits for it | delivered again, as by `retry()` |
+//! | dropped while its thread panics | not yet | waits for it | delivered again in this process; after a crash, by the next reader |
+//! | dropped once its subscription was dropped or asked to stop, or its shard was handed off, lost, or moved by a seek | abandoned | never passes it | read again by the shard's next reader (another instance, or a restart) |
+//! | settled after its shard was handed off or moved | (ignored) | — | the next reader's checkpoint decides |
+//!
+//! The [`AckSink`]'s close (so `forward(..)` completing) asks the shards it settled
+//! deliveries of for a checkpoint now and waits until a written one covers them all; its
+//! flush does the same only with [`durable_flush(true)`](AckSink::durable_flush), because
+//! `forward` flushes whenever its source is pending and checkpoints are otherwise written at
+//! most once per shard per checkpoint interval. When that cannot be reached the sink fails:
+//! [`KinesisError::NotCheckpointed`](crate::KinesisError::NotCheckpointed) (the table
+//! unreachable until the lease ran out), the lease lost to another instance (naming stream
+//! and shard), [`Superseded`](crate::KinesisError::Superseded) after a seek, or
+//! [`Stopped`](crate::KinesisError::Stopped).
+//!
+//! # At least once, exactly how
+//!
+//! Every record is handed out until a checkpoint passes it, and a checkpoint passes only acked,
+//! skipped and (ordinary) dropped records. A record is delivered more than once when:
+//! it was sent back (`retry`, a panic, `redeliver_dropped`); or this instance stopped holding
+//! its shard (crash, lost lease, hand-off, shutdown) after handing it out and before a
+//! written checkpoint covered it. Then the next reader starts after the last written
+//! checkpoint, so it redelivers at most what was handed out after that checkpoint: at most
+//! `max_in_flight` records per shard plus what was settled within the last checkpoint interval
+//! (with an [`AckSink`] close or durable flush, only what was not yet settled). A redelivery
+//! has the same [`DedupeKey`] (stream, shard, sequence number), so a sink that records the
+//! keys it applied can drop the repeats.
 
 mod delivery;
+mod durability;
+mod ext;
 mod sink;
 pub(crate) mod tracker;
 
-pub use delivery::{AckToken, Delivery};
-pub use sink::{AckSink, Settle};
+pub use delivery::{AckToken, DedupeKey, Delivery};
+pub use ext::{BatchesByShard, DeliveryStreamExt, ErrorsTo, FilterMapOrSkip, FilterOrSkip};
+pub use sink::{AckSink, Receipts, Settle};
 pub use tracker::Settlement;
-pub(crate) use tracker::ShardAcks;
+pub(crate) use tracker::{AckPolicy, ShardAcks};

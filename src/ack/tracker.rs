@@ -15,6 +15,8 @@ use crate::position::Checkpoint;
 use crate::record::Record;
 use crate::shard::SettledPosition;
 
+use super::durability::Durability;
+
 /// How a delivery was settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -24,8 +26,25 @@ pub enum Settlement {
     /// Deliberately not processed (filtered out, undecodable, aggregated): the checkpoint may
     /// pass it.
     Skipped,
-    /// Dropped without being settled. Counted and logged; the checkpoint may pass it.
+    /// Dropped without being settled, in the ordinary course of a running subscription (a
+    /// `filter`). Counted and logged; the checkpoint may pass it.
     Dropped,
+    /// Dropped when it cannot have been processed: while its thread was panicking, or after
+    /// its subscription stopped reading the shard. The checkpoint never passes it, so the
+    /// next reader of the shard (another instance, or a restart) delivers it again.
+    Abandoned,
+}
+
+/// A subscription's rules for deliveries dropped without being settled, shared by the
+/// ledgers of every shard it reads.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AckPolicy {
+    /// A delivery dropped unsettled in the ordinary course is sent back for redelivery
+    /// instead of being passed.
+    pub(crate) redeliver_dropped: bool,
+    /// Set, synchronously, once the subscription is asked to stop or is dropped: a delivery
+    /// dropped from then on is abandoned.
+    pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A sequence number kept without a heap allocation when it fits (the service's are 56
@@ -63,6 +82,8 @@ impl SeqBuf {
 struct Slot {
     sequence_number: SeqBuf,
     settled: bool,
+    /// Settled as [`Settlement::Abandoned`]: the prefix stops here for good.
+    abandoned: bool,
 }
 
 #[derive(Debug, Default)]
@@ -77,6 +98,7 @@ struct State {
     acked: u64,
     skipped: u64,
     dropped: u64,
+    abandoned: u64,
     /// Woken when in-flight records are settled (back-pressure).
     waiting_reader: Option<Waker>,
     /// Woken when a record is sent back for redelivery.
@@ -116,6 +138,13 @@ pub(crate) struct ShardAcks {
     finished: Notify,
     /// Replaced by a new ledger (the subscription moved): its deliveries are stale.
     retired: std::sync::atomic::AtomicBool,
+    /// The subscription stopped reading the shard (handed off, lost, stopping): a delivery
+    /// dropped from now on is abandoned, not passed.
+    closed: std::sync::atomic::AtomicBool,
+    /// What drops become.
+    policy: AckPolicy,
+    /// How far a written checkpoint covers the ledger.
+    durability: Durability,
 }
 
 /// Counts of settlements on one shard, for logs and tests.
@@ -127,6 +156,8 @@ pub(crate) struct AckCounts {
     pub(crate) skipped: u64,
     /// Deliveries dropped without settlement.
     pub(crate) dropped: u64,
+    /// Deliveries abandoned (dropped while panicking, or after the shard was closed).
+    pub(crate) abandoned: u64,
     /// Deliveries handed out and not settled yet.
     pub(crate) in_flight: u64,
     /// Deliveries sent back for redelivery.
@@ -148,7 +179,51 @@ impl ShardAcks {
             settled,
             finished: Notify::new(),
             retired: std::sync::atomic::AtomicBool::new(false),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            policy: AckPolicy::default(),
+            durability: Durability::default(),
         })
+    }
+
+    /// The same, with the subscription's rules for dropped deliveries.
+    #[must_use]
+    pub(crate) fn with_policy(
+        stream: Arc<str>,
+        shard: Arc<str>,
+        checkpoint: Option<&str>,
+        policy: AckPolicy,
+    ) -> Arc<Self> {
+        let mut acks = Self::new(stream, shard, checkpoint);
+        if let Some(ledger) = Arc::get_mut(&mut acks) {
+            ledger.policy = policy;
+        }
+        acks
+    }
+
+    /// The subscription stopped reading the shard: deliveries dropped from now on are
+    /// abandoned (read again by the next reader), never passed.
+    pub(crate) fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// True once the subscription stopped reading the shard, or was asked to stop.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+            || self
+                .policy
+                .stopping
+                .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// True when deliveries dropped unsettled are sent back rather than passed.
+    pub(crate) fn redelivers_dropped(&self) -> bool {
+        self.policy.redeliver_dropped
+    }
+
+    /// How far a written checkpoint covers this ledger.
+    pub(crate) fn durability(&self) -> &Durability {
+        &self.durability
     }
 
     /// Marks the ledger as replaced (the subscription moved): its deliveries are stale.
@@ -192,6 +267,7 @@ impl ShardAcks {
         state.pending.push_back(Slot {
             sequence_number: SeqBuf::new(sequence_number),
             settled: false,
+            abandoned: false,
         });
         index
     }
@@ -210,13 +286,19 @@ impl ShardAcks {
                 return;
             }
             slot.settled = true;
+            slot.abandoned = how == Settlement::Abandoned;
             match how {
                 Settlement::Acked => state.acked += 1,
                 Settlement::Skipped => state.skipped += 1,
                 Settlement::Dropped => state.dropped += 1,
+                Settlement::Abandoned => state.abandoned += 1,
             }
             let mut advanced = None;
-            while state.pending.front().is_some_and(|s| s.settled) {
+            while state
+                .pending
+                .front()
+                .is_some_and(|s| s.settled && !s.abandoned)
+            {
                 let slot = state.pending.pop_front().expect("front exists");
                 state.base += 1;
                 advanced = Some(slot.sequence_number);
@@ -266,14 +348,21 @@ impl ShardAcks {
     /// Also brings the [`settled_position`](Self::settled_position) up to date; the
     /// subscription asks once per checkpoint interval, which keeps the per-record path free of
     /// allocations.
+    #[cfg(test)]
     pub(crate) fn checkpoint(&self) -> Option<Checkpoint> {
+        self.checkpoint_covering().map(|(checkpoint, _)| checkpoint)
+    }
+
+    /// [`checkpoint`](Self::checkpoint), with the ledger index below which it covers every
+    /// delivery (for [`Durability::written`]).
+    pub(crate) fn checkpoint_covering(&self) -> Option<(Checkpoint, u64)> {
         let state = self.lock();
         if state.ended && state.pending.is_empty() {
-            return Some(Checkpoint::ShardEnd);
+            return Some((Checkpoint::ShardEnd, u64::MAX));
         }
         let seq = state.settled_through.as_ref()?.as_str();
         self.settled.advance(seq);
-        Some(Checkpoint::Sequence(seq.to_owned()))
+        Some((Checkpoint::Sequence(seq.to_owned()), state.base))
     }
 
     /// True once the shard ended and every record of it is settled.
@@ -294,10 +383,10 @@ impl ShardAcks {
         }
     }
 
-    /// How many records are handed out and not settled.
+    /// How many records are handed out and not settled (abandoned ones are not waited for).
     #[must_use]
     pub(crate) fn in_flight(&self) -> usize {
-        self.lock().pending.len()
+        self.lock().pending.iter().filter(|s| !s.settled).count()
     }
 
     /// Returns true when fewer than `limit` records are in flight; otherwise stores `waker`
@@ -369,7 +458,8 @@ impl ShardAcks {
             acked: state.acked,
             skipped: state.skipped,
             dropped: state.dropped,
-            in_flight: state.pending.len() as u64,
+            abandoned: state.abandoned,
+            in_flight: state.pending.iter().filter(|s| !s.settled).count() as u64,
             retried: state.retried,
         }
     }
@@ -411,6 +501,23 @@ mod tests {
             ),
             (4, 1, 1, 0)
         );
+    }
+
+    #[test]
+    fn an_abandoned_delivery_holds_the_checkpoint_back_for_good() {
+        let acks = acks();
+        let ids: Vec<u64> = (1..=3).map(|i| acks.register(&i.to_string())).collect();
+        acks.settle(ids[0], Settlement::Acked);
+        acks.settle(ids[1], Settlement::Abandoned);
+        acks.settle(ids[2], Settlement::Acked);
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("1".into())));
+        assert_eq!(acks.in_flight(), 0, "nothing left to wait for");
+        acks.mark_ended();
+        assert!(
+            !acks.is_finished(),
+            "the shard is not finished: record 2 is read again"
+        );
+        assert_eq!(acks.counts().abandoned, 1);
     }
 
     #[test]

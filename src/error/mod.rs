@@ -286,6 +286,36 @@ pub enum KinesisError {
         reason: String,
     },
 
+    /// Deliveries handed out before a seek moved their shard: settling them no longer moves
+    /// the shard's checkpoint, so waiting for it to cover them cannot succeed.
+    #[error(
+        "deliveries of shard `{shard}` in stream `{stream}` were handed out before a seek moved \
+         the shard; their settlement no longer moves its checkpoint"
+    )]
+    Superseded {
+        /// The stream.
+        stream: String,
+        /// The shard.
+        shard: String,
+    },
+
+    /// A shard's checkpoint could not be written to the lease table before this instance
+    /// stopped holding the shard (the table unreachable or refusing writes until the lease
+    /// ran out, or the subscription stopped). What was settled and not covered is delivered
+    /// again by the shard's next reader.
+    #[error(
+        "the checkpoint of shard `{shard}` in stream `{stream}` could not be written: {source}"
+    )]
+    NotCheckpointed {
+        /// The stream.
+        stream: String,
+        /// The shard.
+        shard: String,
+        /// The last failed write.
+        #[source]
+        source: Box<crate::lease::LeaseError>,
+    },
+
     /// The subscription has stopped (shut down, dropped, or ended on an error).
     #[error("the subscription of stream `{stream}` has stopped; start a new one to read again")]
     Stopped {

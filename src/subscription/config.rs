@@ -34,6 +34,7 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) checkpoint_interval: Duration,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_in_flight: usize,
+    pub(crate) redeliver_dropped: bool,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
@@ -49,6 +50,7 @@ impl SubscriptionConfig {
             checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            redeliver_dropped: false,
             clock: Arc::new(TokioClock),
         }
     }

@@ -39,6 +39,7 @@ mod seeker;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -195,6 +196,18 @@ impl SubscriptionBuilder {
         self
     }
 
+    /// What a delivery dropped unsettled in the ordinary course becomes: passed by the
+    /// checkpoint as dropped (the default: what makes `filter` work), or, with `true`, sent
+    /// back for redelivery like [`Delivery::retry`](crate::Delivery::retry), so nothing is
+    /// ever skipped without an explicit [`skip`](crate::Delivery::skip). With it on, filter
+    /// with [`DeliveryStreamExt`](crate::ack::DeliveryStreamExt), whose adaptors skip what
+    /// they filter out. Drops by a panic or after the subscription stopped are never passed,
+    /// whatever this says (see the [`ack`](crate::ack) module).
+    pub fn redeliver_dropped(mut self, on: bool) -> Self {
+        self.config.redeliver_dropped = on;
+        self
+    }
+
     /// The runtime the background task runs on (default: the runtime `start` is called on).
     /// Give the runtime that outlives the caller when `start` runs on a short-lived one.
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
@@ -237,12 +250,14 @@ impl SubscriptionBuilder {
         let span = tracing::info_span!("subscription", stream = %self.stream, owner = %owner);
         let (first_sync_tx, first_sync) = tokio::sync::oneshot::channel();
         let (seeks_tx, seeks) = mpsc::unbounded_channel();
+        let stopping = Arc::new(AtomicBool::new(false));
         let links = Links {
             commands: commands_tx,
             shutdown: shutdown_rx,
             done: done_tx,
             first_sync: first_sync_tx,
             seeks,
+            stopping: stopping.clone(),
         };
         let store: SharedLeaseStore = Arc::new(LayeredStore::new(
             self.store,
@@ -270,6 +285,7 @@ impl SubscriptionBuilder {
             handle: ShutdownHandle {
                 shutdown: shutdown_tx,
                 done: done_rx,
+                stopping,
             },
             seeker: SubscriptionSeeker::new(seeks_tx, self.stream.clone()),
             stream: self.stream,
@@ -283,16 +299,28 @@ impl SubscriptionBuilder {
 pub struct ShutdownHandle {
     shutdown: Arc<watch::Sender<bool>>,
     done: watch::Receiver<bool>,
+    /// Read by every shard's ledger: drops from now on are abandoned.
+    stopping: Arc<AtomicBool>,
 }
 
 impl ShutdownHandle {
     /// Stops reading, waits (up to the shutdown timeout) for in-flight deliveries to be
     /// settled, flushes checkpoints and releases the leases. Returns when that is done.
     /// Deliveries must keep being settled meanwhile, so run it beside the pipeline.
+    ///
+    /// From the moment it is called, a delivery dropped without being settled is abandoned
+    /// (read again by the shard's next reader), not passed: settle what the pipeline filters
+    /// out explicitly, or the records after it are delivered again after a restart.
     pub async fn shutdown(&self) {
-        let _ = self.shutdown.send(true);
+        self.request();
         let mut done = self.done.clone();
         let _ = done.wait_for(|d| *d).await;
+    }
+
+    /// Asks the subscription to stop, without waiting.
+    fn request(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let _ = self.shutdown.send(true);
     }
 
     /// True once the subscription has stopped (its checkpoints flushed and leases released,
@@ -442,6 +470,8 @@ impl Drop for Subscription {
     /// in-flight deliveries get up to the shutdown timeout, checkpoints are flushed and the
     /// leases released. Await [`ShutdownHandle::shutdown`] to know when that is done.
     fn drop(&mut self) {
+        // Whatever the pipeline still holds is dropped next: abandon it, never pass it.
+        self.handle.stopping.store(true, Ordering::Release);
         if self.task.take().is_some() {
             let _ = self.handle.shutdown.send(true);
         }

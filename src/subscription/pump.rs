@@ -130,7 +130,7 @@ impl Stream for ShardPump {
                     return Poll::Ready(close(this.done, this.gate, this.acks, this.events));
                 }
                 let index = this.acks.register(record.sequence_number());
-                let token = AckToken::new(this.acks.clone(), index);
+                let token = AckToken::new(this.acks.clone(), index, Some(record.clone()));
                 Poll::Ready(Some(Ok(Delivery::new(record, token))))
             }
             Poll::Ready(Some(Err(e))) => {
@@ -169,7 +169,7 @@ fn poll_retries(this: &mut Projection<'_>, cx: &mut Context<'_>) -> Option<Poll<
                         this.events,
                     )));
                 }
-                let token = AckToken::new(this.acks.clone(), index);
+                let token = AckToken::new(this.acks.clone(), index, Some(record.clone()));
                 return Some(Poll::Ready(Some(Ok(Delivery::new(record, token)))));
             }
             RetryPoll::Waiting(at) => {

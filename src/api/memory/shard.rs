@@ -42,9 +42,9 @@ pub(crate) fn unix_millis(time: SystemTime) -> u64 {
 #[derive(Debug, Clone)]
 pub(crate) struct StoredRecord {
     /// Its sequence number.
-    pub(crate) sequence_number: String,
+    pub(crate) sequence_number: Arc<str>,
     /// Its partition key.
-    pub(crate) partition_key: String,
+    pub(crate) partition_key: Arc<str>,
     /// Its payload.
     pub(crate) data: Bytes,
     /// When it was stored, to the millisecond (never decreasing within the shard).
@@ -141,8 +141,8 @@ impl ShardState {
         let sequence_number = sequence::encode(stream_number, self.number, self.end());
         self.last_arrival = Some(arrival);
         self.records.push_back(StoredRecord {
-            sequence_number: sequence_number.clone(),
-            partition_key,
+            sequence_number: Arc::from(sequence_number.as_str()),
+            partition_key: Arc::from(partition_key),
             data,
             arrival,
         });

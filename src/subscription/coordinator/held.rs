@@ -96,6 +96,7 @@ impl Coordinator {
     pub(super) fn detach(&mut self, shard: &str) -> Option<Held> {
         let held = self.held.remove(shard)?;
         held.gate.revoke();
+        held.acks.close();
         let _ = self.commands.send(Command::Remove(shard.to_owned()));
         Some(held)
     }

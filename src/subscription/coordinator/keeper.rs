@@ -17,7 +17,8 @@ use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep, sleep_until};
 
 use super::shared::Shared;
 use crate::ack::ShardAcks;
-use crate::lease::{Lease, SharedLeaseStore};
+use crate::error::KinesisError;
+use crate::lease::{Lease, LeaseError, SharedLeaseStore};
 use crate::position::Checkpoint;
 use crate::subscription::gate::LeaseGate;
 
@@ -95,6 +96,7 @@ impl Keeper {
             flush_due: false,
             finished: false,
             expired: false,
+            last_error: None,
         };
         Self {
             orders,
@@ -135,6 +137,8 @@ struct KeeperTask {
     finished: bool,
     /// The coordinator was told the lease ran out.
     expired: bool,
+    /// The last failure of a write to the row.
+    last_error: Option<LeaseError>,
 }
 
 /// How a write went.
@@ -174,6 +178,11 @@ impl KeeperTask {
                     self.flush_due = true;
                     false
                 }
+                // An ack sink waits for durability: write now rather than at the interval.
+                _ = acks.durability().flush_wanted(), if !self.flush_due => {
+                    self.flush_due = true;
+                    false
+                }
                 _ = checkpoint.tick(), if !self.flush_due => {
                     self.flush_due = true;
                     false
@@ -194,7 +203,10 @@ impl KeeperTask {
     /// Carries out an order; true once the keeper is done.
     async fn on_order(&mut self, order: Option<Order>) -> bool {
         match order {
-            None => true,
+            None => {
+                self.no_more_writes();
+                true
+            }
             Some(Order::Release { wait }) => {
                 self.release(wait).await;
                 true
@@ -221,6 +233,7 @@ impl KeeperTask {
     fn check_expiry(&mut self) -> bool {
         if self.gate.is_expired() {
             self.expired = true;
+            self.no_more_writes();
             let _ = self
                 .reports
                 .send(Report::Expired(self.shard.clone(), self.gate.clone()));
@@ -240,14 +253,21 @@ impl KeeperTask {
         }
     }
 
-    /// Writes the checkpoint when it moved.
+    /// Writes the checkpoint when it moved, and tells the ledger's waiters how far it is
+    /// durable.
     async fn flush(&mut self) -> Wrote {
-        match self.acks.checkpoint() {
-            Some(checkpoint) if self.written.as_ref() != Some(&checkpoint) => {
-                self.write(checkpoint).await
-            }
-            _ => Wrote::Yes,
+        let Some((checkpoint, covers)) = self.acks.checkpoint_covering() else {
+            return Wrote::Yes;
+        };
+        let wrote = if self.written.as_ref() == Some(&checkpoint) {
+            Wrote::Yes
+        } else {
+            self.write(checkpoint).await
+        };
+        if matches!(wrote, Wrote::Yes) {
+            self.acks.durability().written(covers);
         }
+        wrote
     }
 
     /// Writes `checkpoint` into the row.
@@ -267,6 +287,7 @@ impl KeeperTask {
             }
             Err(e) => {
                 tracing::warn!(shard = %self.shard, error = %e, "checkpoint write failed; retried at the next interval");
+                self.last_error = Some(e);
                 Wrote::Failed
             }
         }
@@ -290,6 +311,7 @@ impl KeeperTask {
             }
             Err(e) => {
                 tracing::warn!(shard = %self.shard, error = %e, "lease renewal failed; retrying");
+                self.last_error = Some(e);
                 Wrote::Failed
             }
         }
@@ -297,10 +319,36 @@ impl KeeperTask {
 
     /// Tells the coordinator the lease is gone; the keeper is done (true).
     fn lost(&self) -> bool {
+        self.acks.durability().failed(self.lost_error().into());
         let _ = self
             .reports
             .send(Report::Lost(self.shard.clone(), self.gate.clone()));
         true
+    }
+
+    /// The lease of this shard is another instance's now.
+    fn lost_error(&self) -> LeaseError {
+        LeaseError::Lost {
+            stream: self.lease.stream.clone(),
+            shard: self.lease.shard_id.clone(),
+            owner: self.lease.owner.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Nothing settled from now on will be checkpointed by this keeper: the table could not
+    /// be written (its last error), or the keeper stopped.
+    fn no_more_writes(&self) {
+        let error = match &self.last_error {
+            Some(e) => KinesisError::NotCheckpointed {
+                stream: self.lease.stream.clone(),
+                shard: self.lease.shard_id.clone(),
+                source: Box::new(e.clone()),
+            },
+            None => KinesisError::Stopped {
+                stream: self.lease.stream.clone(),
+            },
+        };
+        self.acks.durability().failed(error);
     }
 
     /// SHARD_END is written: the lease goes back, and the coordinator starts the children.
@@ -329,11 +377,13 @@ impl KeeperTask {
         }
         match self.flush().await {
             Wrote::Yes => self.give_back().await,
-            Wrote::Lost => {}
+            Wrote::Lost => self.acks.durability().failed(self.lost_error().into()),
             Wrote::Failed => {
                 tracing::warn!(shard = %self.shard, "final checkpoint failed; the lease expires instead of being released");
             }
         }
+        // Whatever is settled later (after the lease went back) is not this keeper's to write.
+        self.no_more_writes();
     }
 
     async fn give_back(&self) {

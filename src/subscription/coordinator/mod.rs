@@ -80,6 +80,8 @@ pub(crate) struct Links {
     pub(crate) first_sync: oneshot::Sender<Option<KinesisError>>,
     /// Requests from seekers.
     pub(crate) seeks: UnboundedReceiver<SeekRequest>,
+    /// Set when the subscription is asked to stop (shared with its handle).
+    pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A shard being read.
@@ -154,7 +156,12 @@ impl Coordinator {
             done,
             first_sync,
             seeks,
+            stopping,
         } = links;
+        let policy = crate::ack::AckPolicy {
+            redeliver_dropped: config.redeliver_dropped,
+            stopping,
+        };
         let (events_tx, events) = unbounded_channel();
         let (reports_tx, reports) = unbounded_channel();
         let health = Health::new(config.lease_duration * 3);
@@ -166,6 +173,7 @@ impl Coordinator {
                 config,
                 permits: Arc::new(Semaphore::new(MAX_WORK)),
                 probe: Arc::new(ReadProbe::default()),
+                policy,
             }),
             commands,
             shutdown,

@@ -79,6 +79,11 @@ impl Coordinator {
             };
             held.gate.revoke();
             held.acks.retire();
+            held.acks.close();
+            held.acks.durability().failed(KinesisError::Superseded {
+                stream: self.shared.stream.to_string(),
+                shard: shard.clone(),
+            });
             let gate = Arc::new(LeaseGate::successor(&held.gate));
             let begins = Checkpoint::Start(match &start {
                 StartingPoint::Latest => StartingPoint::since(asked),
@@ -111,7 +116,12 @@ async fn open_at(
     start: StartingPoint,
 ) -> Result<(String, StartingPoint, Arc<ShardAcks>, ShardStream), KinesisError> {
     let _permit = shared.permits.acquire().await;
-    let acks = ShardAcks::new(shared.stream.clone(), Arc::from(shard.as_str()), None);
+    let acks = ShardAcks::with_policy(
+        shared.stream.clone(),
+        Arc::from(shard.as_str()),
+        None,
+        shared.policy.clone(),
+    );
     let mut reader =
         ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard.as_str())
             .settings(shared.config.read.clone())

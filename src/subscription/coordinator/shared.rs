@@ -19,4 +19,6 @@ pub(crate) struct Shared {
     pub(crate) permits: Arc<Semaphore>,
     /// Counts the successful reads of every reader here.
     pub(crate) probe: Arc<ReadProbe>,
+    /// What deliveries dropped unsettled become, for every shard's ledger.
+    pub(crate) policy: crate::ack::AckPolicy,
 }

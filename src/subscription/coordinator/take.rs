@@ -95,7 +95,12 @@ fn open(
         Some(Checkpoint::Sequence(seq)) if !opening.overridden => Some(seq.as_str()),
         _ => None,
     };
-    let acks = ShardAcks::new(shared.stream.clone(), Arc::from(shard), checkpoint_seq);
+    let acks = ShardAcks::with_policy(
+        shared.stream.clone(),
+        Arc::from(shard),
+        checkpoint_seq,
+        shared.policy.clone(),
+    );
     let reader = ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard)
         .settings(shared.config.read.clone())
         .settled(acks.settled_position())
