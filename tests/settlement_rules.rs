@@ -289,3 +289,30 @@ async fn the_ack_sink_fails_when_the_lease_table_cannot_be_written() {
     cut.set_down(false);
     handle.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stop_log_says_when_the_final_checkpoints_failed() {
+    support::events::record_events();
+    let (api, store) = setup(4);
+    let cut = CutOff::new(Arc::new(store.clone()));
+    let mut sub = support::reading::fast(&api, cut.store(), STREAM, "log-check")
+        .initial_position(KinesisPosition::horizon())
+        .start()
+        .await
+        .unwrap();
+    for d in take(&mut sub, 4).await {
+        d.ack();
+    }
+    cut.set_down(true);
+    sub.shutdown().await;
+    let ok =
+        support::events::events("subscription stopped; final checkpoints written, leases released");
+    let failed = support::events::events(
+        "subscription stopped; some shards could not write their final checkpoint or release \
+         their lease (they expire, and their unsettled records are read again)",
+    );
+    assert!(ok.is_empty(), "no claim of success: {ok:?}");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["failed"], "1");
+    cut.set_down(false);
+}

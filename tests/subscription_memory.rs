@@ -360,11 +360,7 @@ async fn a_record_written_right_after_start_is_delivered_from_latest() {
         .start()
         .await
         .unwrap();
-    assert_eq!(
-        sub.shards().len(),
-        0,
-        "shards are added when the stream is first polled"
-    );
+    assert_eq!(sub.shards().len(), 2, "held as soon as `start` returned");
     memory
         .put(STREAM, "key-after-start", "after-start")
         .unwrap();
@@ -794,4 +790,19 @@ async fn a_listed_shard_whose_row_vanished_after_its_children_read_past_it_is_no
     let next = tokio::time::timeout(Duration::from_millis(500), sub.next()).await;
     assert!(next.is_err(), "nothing is read again: {next:?}");
     sub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_lists_what_the_first_listing_took_as_soon_as_start_returns() {
+    let (_memory, api, store) = setup(3, 0);
+    let sub = builder(&api, &store, "a").start().await.unwrap();
+    assert_eq!(
+        sub.shards(),
+        [
+            "shardId-000000000000",
+            "shardId-000000000001",
+            "shardId-000000000002"
+        ]
+    );
+    drop(sub);
 }

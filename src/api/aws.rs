@@ -8,7 +8,6 @@ use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_kinesis::primitives::{Blob, DateTime};
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
-use aws_smithy_types::error::display::DisplayErrorContext;
 use bytes::Bytes;
 
 use super::{
@@ -45,6 +44,25 @@ impl fmt::Debug for AwsKinesis {
         f.debug_struct("AwsKinesis")
             .field("region", &self.region)
             .finish_non_exhaustive()
+    }
+}
+
+/// Refuses an SDK configuration without a region before any call is made: without one every
+/// call fails later with a transport error that does not say why.
+///
+/// # Errors
+///
+/// [`KinesisError::InvalidConfig`] naming `AWS_REGION`.
+pub(crate) fn require_region(config: &aws_config::SdkConfig) -> Result<(), KinesisError> {
+    match config.region() {
+        Some(_) => Ok(()),
+        None => Err(KinesisError::InvalidConfig {
+            setting: "region",
+            value: "(none)".into(),
+            reason: "no AWS region is configured: set AWS_REGION (or `region` in the AWS \
+                     profile, or the region of the SdkConfig)"
+                .into(),
+        }),
     }
 }
 
@@ -98,9 +116,9 @@ impl AwsKinesis {
                 service
                     .err()
                     .message()
-                    .map_or_else(|| DisplayErrorContext(&err).to_string(), str::to_owned),
+                    .map_or_else(|| crate::error::brief(&err), str::to_owned),
             ),
-            _ => (None, DisplayErrorContext(&err).to_string()),
+            _ => (None, crate::error::brief(&err)),
         };
         let source: ErrorSource = std::sync::Arc::new(err);
         classify(
@@ -512,5 +530,22 @@ mod tests {
             let source = std::error::Error::source(&error).map(ToString::to_string);
             assert_eq!(source.as_deref(), Some("the SDK's error"), "{error:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod region_tests {
+    #[test]
+    fn a_configuration_without_a_region_is_refused_naming_aws_region() {
+        let config = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .build();
+        let error = crate::Subscription::aws(&config, "billing", "payments").unwrap_err();
+        assert!(error.to_string().contains("AWS_REGION"), "{error}");
+        let with_region = config
+            .to_builder()
+            .region(aws_config::Region::new("eu-west-1"))
+            .build();
+        assert!(super::require_region(&with_region).is_ok());
     }
 }

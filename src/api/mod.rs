@@ -11,7 +11,7 @@
 //! Everything above the seam (the shard reader, subscriptions, the broker) is written against
 //! [`KinesisApi`] only, so the in-memory transport exercises exactly the code that runs on AWS.
 
-mod aws;
+pub(crate) mod aws;
 pub mod layer;
 pub mod memory;
 

@@ -403,6 +403,7 @@ impl AwsTransport {
         &self,
     ) -> Result<(aws_sdk_kinesis::Client, aws_sdk_dynamodb::Client), KinesisError> {
         let config = self.sdk_config().await;
+        crate::api::aws::require_region(&config)?;
         check_credentials(&config).await?;
         let mut kinesis = aws_sdk_kinesis::config::Builder::from(&config);
         if let Some(url) = self.kinesis_endpoint.as_ref().or(self.endpoint.as_ref()) {
@@ -445,7 +446,7 @@ async fn check_credentials(config: &aws_config::SdkConfig) -> Result<(), Kinesis
                 return Err(KinesisError::Credentials {
                     reason: format!(
                         "the credential provider failed: {}",
-                        aws_smithy_types::error::display::DisplayErrorContext(&e)
+                        crate::error::brief(&e)
                     ),
                 });
             }

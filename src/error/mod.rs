@@ -11,6 +11,7 @@
 
 mod operation;
 
+pub(crate) use operation::brief;
 pub use operation::{ErrorSource, Operation};
 
 use crate::publish::failure::PublishFailure;

@@ -92,3 +92,66 @@ impl fmt::Display for Operation {
         f.write_str(self.as_str())
     }
 }
+
+/// An error and its sources in one short line (`dispatch failure: io error: connection
+/// refused`): each `Display`, repeated ones left out, at most 300 characters. The SDK's
+/// `DisplayErrorContext` prints `Debug` renderings as well, several hundred characters a line;
+/// the whole chain stays reachable through `source()`.
+pub(crate) fn brief(error: &(dyn std::error::Error + 'static)) -> String {
+    const LIMIT: usize = 300;
+    let mut line = String::new();
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        next = e.source();
+    }
+    if line.len() > LIMIT {
+        let cut = (0..=LIMIT)
+            .rev()
+            .find(|i| line.is_char_boundary(*i))
+            .unwrap_or(0);
+        line.truncate(cut);
+        line.push('…');
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::brief;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn brief_joins_the_chain_without_repeats_and_stays_short() {
+        let chain = Layer(
+            "dispatch failure",
+            Some(Box::new(Layer(
+                "io error",
+                Some(Box::new(Layer("io error", None))),
+            ))),
+        );
+        assert_eq!(brief(&chain), "dispatch failure: io error");
+        let long = Layer(Box::leak("x".repeat(1000).into_boxed_str()), None);
+        assert!(brief(&long).chars().count() <= 301);
+    }
+}

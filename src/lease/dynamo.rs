@@ -25,7 +25,6 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
     ScalarAttributeType, TableDescription, TableStatus,
 };
-use aws_smithy_types::error::display::DisplayErrorContext;
 
 use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
 use crate::error::{ErrorSource, Operation};
@@ -553,12 +552,10 @@ impl DynamoLeaseStore {
                     .err()
                     .message()
                     .filter(|m| !m.is_empty())
-                    .map_or_else(|| DisplayErrorContext(&err).to_string(), str::to_owned),
+                    .map_or_else(|| crate::error::brief(&err), str::to_owned),
             },
-            SdkError::ConstructionFailure(_) => {
-                Failure::Request(DisplayErrorContext(&err).to_string())
-            }
-            _ => Failure::Transport(DisplayErrorContext(&err).to_string()),
+            SdkError::ConstructionFailure(_) => Failure::Request(crate::error::brief(&err)),
+            _ => Failure::Transport(crate::error::brief(&err)),
         };
         let source: ErrorSource = Arc::new(err);
         classify(&self.table, call, failure, Some(source))

@@ -36,6 +36,7 @@ mod gate;
 mod pump;
 mod seeker;
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -277,9 +278,10 @@ impl SubscriptionBuilder {
             let _ = shutdown_tx_for_error.send(true);
             return Err(e);
         }
-        Ok(Subscription {
+        let mut subscription = Subscription {
             shards: StreamMap::new(),
             commands,
+            early: VecDeque::new(),
             closing: false,
             task: Some(task),
             handle: ShutdownHandle {
@@ -290,7 +292,11 @@ impl SubscriptionBuilder {
             seeker: SubscriptionSeeker::new(seeks_tx, self.stream.clone()),
             stream: self.stream,
             owner,
-        })
+        };
+        // The shards the first listing took are announced already: hold them now, so
+        // `shards()` lists them as soon as `start` returns.
+        subscription.apply_announced();
+        Ok(subscription)
     }
 }
 
@@ -345,6 +351,8 @@ pub struct Subscription {
     // Keyed by `Arc<str>`: the map hands out a clone of the key with every item.
     shards: StreamMap<Arc<str>, ShardPump>,
     commands: mpsc::UnboundedReceiver<Command>,
+    /// Errors announced before the stream was first polled, yielded first.
+    early: VecDeque<KinesisError>,
     closing: bool,
     task: Option<JoinHandle<()>>,
     handle: ShutdownHandle,
@@ -392,6 +400,7 @@ impl Subscription {
         application: &str,
         stream: impl Into<Arc<str>>,
     ) -> Result<SubscriptionBuilder, KinesisError> {
+        crate::api::aws::require_region(config)?;
         let table = crate::lease::DynamoLeaseStore::default_table_name(application);
         let store = crate::lease::DynamoLeaseStore::from_conf(config, table)?;
         Ok(Self::builder(
@@ -447,6 +456,15 @@ impl Subscription {
         }
     }
 
+    /// Applies the commands already sent, keeping their errors for the stream.
+    fn apply_announced(&mut self) {
+        while let Ok(command) = self.commands.try_recv() {
+            if let Some(e) = self.apply(command) {
+                self.early.push_back(e);
+            }
+        }
+    }
+
     fn apply(&mut self, command: Command) -> Option<KinesisError> {
         match command {
             Command::Add(shard, pump) => {
@@ -483,6 +501,9 @@ impl Stream for Subscription {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        if let Some(e) = this.early.pop_front() {
+            return Poll::Ready(Some(Err(e)));
+        }
         loop {
             match this.commands.poll_recv(cx) {
                 Poll::Ready(Some(command)) => {

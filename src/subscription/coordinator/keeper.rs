@@ -92,6 +92,7 @@ impl Keeper {
                 checkpoint_every: shared.config.checkpoint_interval,
             },
             permits: shared.permits.clone(),
+            tally: shared.releases.clone(),
             reports,
             flush_due: false,
             finished: false,
@@ -130,6 +131,8 @@ struct KeeperTask {
     gate: Arc<LeaseGate>,
     timing: Timing,
     permits: Arc<Semaphore>,
+    /// Counts how hand-backs went (for the subscription's stop log).
+    tally: Arc<ReleaseTally>,
     reports: UnboundedSender<Report>,
     /// A checkpoint write is due (the interval passed, or the shard finished).
     flush_due: bool,
@@ -375,30 +378,69 @@ impl KeeperTask {
         if in_flight > 0 {
             tracing::warn!(shard = %self.shard, in_flight, "in-flight deliveries not settled in time; they will be redelivered");
         }
-        match self.flush().await {
+        let released = match self.flush().await {
             Wrote::Yes => self.give_back().await,
-            Wrote::Lost => self.acks.durability().failed(self.lost_error().into()),
+            Wrote::Lost => {
+                tracing::warn!(shard = %self.shard, "the lease was lost before the final checkpoint; its unsettled records are read again by the new owner");
+                self.acks.durability().failed(self.lost_error().into());
+                false
+            }
             Wrote::Failed => {
                 tracing::warn!(shard = %self.shard, "final checkpoint failed; the lease expires instead of being released");
+                false
             }
-        }
+        };
+        self.tally.count(released);
         // Whatever is settled later (after the lease went back) is not this keeper's to write.
         self.no_more_writes();
     }
 
-    async fn give_back(&self) {
+    /// Releases the lease; true when that worked.
+    async fn give_back(&self) -> bool {
         let counts = self.acks.counts();
         match self.store.release(&self.lease).await {
-            Ok(_) => tracing::info!(
-                shard = %self.shard,
-                acked = counts.acked,
-                skipped = counts.skipped,
-                dropped = counts.dropped,
-                "lease released"
-            ),
+            Ok(_) => {
+                tracing::info!(
+                    shard = %self.shard,
+                    acked = counts.acked,
+                    skipped = counts.skipped,
+                    dropped = counts.dropped,
+                    abandoned = counts.abandoned,
+                    "lease released"
+                );
+                true
+            }
             Err(e) => {
-                tracing::warn!(shard = %self.shard, error = %e, "lease release failed; it expires instead")
+                tracing::warn!(shard = %self.shard, error = %e, "lease release failed; it expires instead");
+                false
             }
         }
+    }
+}
+
+/// How the hand-backs of a subscription went: final checkpoint written and lease released, or
+/// not.
+#[derive(Debug, Default)]
+pub(crate) struct ReleaseTally {
+    released: std::sync::atomic::AtomicUsize,
+    failed: std::sync::atomic::AtomicUsize,
+}
+
+impl ReleaseTally {
+    fn count(&self, released: bool) {
+        let counter = if released {
+            &self.released
+        } else {
+            &self.failed
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// (released, failed) so far.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (
+            self.released.load(std::sync::atomic::Ordering::Relaxed),
+            self.failed.load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 }

@@ -174,6 +174,7 @@ impl Coordinator {
                 permits: Arc::new(Semaphore::new(MAX_WORK)),
                 probe: Arc::new(ReadProbe::default()),
                 policy,
+                releases: Arc::default(),
             }),
             commands,
             shutdown,
@@ -247,6 +248,7 @@ impl Coordinator {
     /// Graceful stop: no more reading, in-flight deliveries get a bounded time, checkpoints
     /// are flushed and leases released; takes still under way are released unread.
     async fn stop(&mut self) {
+        let before = self.shared.releases.counts();
         let _ = self.commands.send(Command::Close);
         let shards: Vec<String> = self.held.keys().cloned().collect();
         for shard in shards {
@@ -265,6 +267,20 @@ impl Coordinator {
             let _ = task.await;
         }
         self.worker.delete_at_stop(&self.shared).await;
-        tracing::info!("subscription stopped; checkpoints flushed, leases released");
+        let (all_released, all_failed) = self.shared.releases.counts();
+        let (released, failed) = (all_released - before.0, all_failed - before.1);
+        if failed == 0 {
+            tracing::info!(
+                released,
+                "subscription stopped; final checkpoints written, leases released"
+            );
+        } else {
+            tracing::warn!(
+                released,
+                failed,
+                "subscription stopped; some shards could not write their final checkpoint or release \
+                 their lease (they expire, and their unsettled records are read again)"
+            );
+        }
     }
 }

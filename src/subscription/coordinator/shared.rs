@@ -21,4 +21,6 @@ pub(crate) struct Shared {
     pub(crate) probe: Arc<ReadProbe>,
     /// What deliveries dropped unsettled become, for every shard's ledger.
     pub(crate) policy: crate::ack::AckPolicy,
+    /// How hand-backs went, for the stop log.
+    pub(crate) releases: Arc<super::keeper::ReleaseTally>,
 }
