@@ -5,7 +5,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::tracker::{Settlement, ShardAcks};
+use super::tracker::{SendBack, Settlement, ShardAcks};
 use crate::record::Record;
 
 /// The right (and duty) to settle one delivered record.
@@ -23,6 +23,8 @@ pub struct AckToken {
     settled: bool,
     /// The record as read (a clone shares its buffers): what a redelivery hands out again.
     record: Option<Record>,
+    /// Which delivery of the record this is (1 for the first).
+    attempt: u32,
 }
 
 impl fmt::Debug for AckToken {
@@ -44,7 +46,43 @@ impl AckToken {
             index,
             settled: false,
             record,
+            attempt: 1,
         }
+    }
+
+    /// The same token, for the record's `attempt`-th delivery.
+    pub(crate) fn with_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    /// Which delivery of the record this is: 1 the first time, 2 after one `retry`, and so
+    /// on. Counted in this process only: a hand-off or a restart starts again at 1.
+    #[must_use]
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Like [`retry`](Self::retry), noting why this attempt failed; past the subscription's
+    /// [`max_attempts`](crate::SubscriptionBuilder::max_attempts) the record is
+    /// dead-lettered with `error` as its last error instead of delivered again.
+    pub fn fail(mut self, error: impl fmt::Display) {
+        self.send_back(SendBack {
+            last_error: Some(error.to_string()),
+            ..SendBack::default()
+        });
+    }
+
+    /// Sends the record to the subscription's dead-letter destination now, whatever its
+    /// attempts, with `reason` as its last error (a record that will never decode, say). The
+    /// shard waits until the dead letter is written; then the checkpoint passes the record.
+    /// Without a destination the record is logged at error level and skipped.
+    pub fn dead_letter(mut self, reason: impl fmt::Display) {
+        self.send_back(SendBack {
+            last_error: Some(reason.to_string()),
+            dead: true,
+            ..SendBack::default()
+        });
     }
 
     /// Sends the record back to be delivered again at once, still unsettled, before any later
@@ -56,7 +94,10 @@ impl AckToken {
 
     /// Like [`retry`](Self::retry), after `delay`. Later records of the shard wait for it.
     pub fn retry_after(mut self, delay: Duration) {
-        self.send_back(delay);
+        self.send_back(SendBack {
+            delay,
+            ..SendBack::default()
+        });
     }
 
     /// What identifies the record for a sink that must not apply it twice: its stream,
@@ -80,14 +121,15 @@ impl AckToken {
 
     /// Requeues the record; a token without one (never the case for the subscription's)
     /// abandons it, so it is read again rather than passed.
-    fn send_back(&mut self, delay: Duration) {
+    fn send_back(&mut self, mut back: SendBack) {
         if self.settled {
             return;
         }
+        back.attempts = self.attempt;
         match self.record.take() {
             Some(record) if !self.acks.is_closed() => {
                 self.settled = true;
-                self.acks.requeue(self.index, record, delay);
+                self.acks.requeue(self.index, record, back);
             }
             _ => self.settle(Settlement::Abandoned),
         }
@@ -140,10 +182,13 @@ impl Drop for AckToken {
             self.settle(Settlement::Abandoned);
         } else if std::thread::panicking() {
             tracing::warn!(%stream, %shard, "delivery dropped by a panic; sent back for redelivery");
-            self.send_back(Duration::ZERO);
+            self.send_back(SendBack {
+                last_error: Some("dropped by a panic".into()),
+                ..SendBack::default()
+            });
         } else if self.acks.redelivers_dropped() {
             tracing::debug!(%stream, %shard, "delivery dropped without being settled; sent back for redelivery");
-            self.send_back(Duration::ZERO);
+            self.send_back(SendBack::default());
         } else {
             tracing::debug!(%stream, %shard, "delivery dropped without being settled; counted as dropped");
             self.settle(Settlement::Dropped);
@@ -274,6 +319,22 @@ impl<T> Delivery<T> {
     /// The ledger and index that settle this delivery.
     pub(crate) fn receipt(&self) -> (Arc<ShardAcks>, u64) {
         self.token.receipt()
+    }
+
+    /// Which delivery of the record this is (see [`AckToken::attempt`]).
+    #[must_use]
+    pub fn attempt(&self) -> u32 {
+        self.token.attempt()
+    }
+
+    /// Sends the record back noting why it failed (see [`AckToken::fail`]).
+    pub fn fail(self, error: impl fmt::Display) {
+        self.token.fail(error);
+    }
+
+    /// Dead-letters the record now (see [`AckToken::dead_letter`]).
+    pub fn dead_letter(self, reason: impl fmt::Display) {
+        self.token.dead_letter(reason);
     }
 
     /// Tells apart the shards (their ledgers) of deliveries held at the same time.

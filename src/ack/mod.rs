@@ -8,7 +8,8 @@
 //! | [`AckSink`] | a `Sink` that acknowledges deliveries or batches of them; its close waits for a written checkpoint |
 //! | [`DeliveryStreamExt`] | `errors_to`, `filter_or_skip`, `filter_map_or_skip`, `batches_by_shard` |
 //! | [`Settle`] | what the sink accepts: a delivery, or a `Vec` of them |
-//! | [`Settlement`] | acked, skipped, dropped, or abandoned |
+//! | [`Settlement`] | acked, skipped, dropped, abandoned, or dead-lettered |
+//! | [`DeadLetter`], [`DeadLetters`] | a record given up on, and where it goes (a [`Publisher`](crate::Publisher), or [`dead_letters_fn`]) |
 //! | (the ledger, private) | per shard: settles out of order, checkpoints the contiguous prefix |
 //!
 //! # The rules
@@ -22,6 +23,8 @@
 //! | `ack()`, or sent into an [`AckSink`] | acked | passes it | done |
 //! | `skip()`, or left out by `filter_or_skip` / `filter_map_or_skip` | skipped | passes it | done, counted as skipped |
 //! | `retry()` / `retry_after(d)` (on any `Delivery<T>`, after `map` too) | not yet | waits for it | delivered again (the same bytes, no copy) before later records of its shard |
+//! | `fail(error)` / a retry on its last attempt, with [`max_attempts(n)`](crate::SubscriptionBuilder::max_attempts) | dead-lettered | passes it once the dead letter is written; the shard waits for that write (retried until it succeeds) | in the [`DeadLetters`] destination, with its origin ([`DeadLetter`]) |
+//! | `dead_letter(reason)` | dead-lettered (skipped, logged at error, without a destination) | as above | as above |
 //! | dropped unsettled while the subscription runs (a `futures` `filter`) | dropped | passes it | counted and logged at debug |
 //! | the same, with [`redeliver_dropped(true)`](crate::SubscriptionBuilder::redeliver_dropped) | not yet | waits for it | delivered again, as by `retry()` |
 //! | dropped while its thread panics | not yet | waits for it | delivered again in this process; after a crash, by the next reader |
@@ -50,13 +53,21 @@
 //! (with an [`AckSink`] close or durable flush, only what was not yet settled). A redelivery
 //! has the same [`DedupeKey`] (stream, shard, sequence number), so a sink that records the
 //! keys it applied can drop the repeats.
+//!
+//! Attempts ([`Delivery::attempt`]) are counted in this process: a record redelivered by a
+//! new owner or after a restart starts again at 1. A dead-letter envelope is larger than
+//! the record (base64), so a record above about 750 KiB cannot be dead-lettered to a stream;
+//! use a [`dead_letters_fn`] destination for such streams.
 
+mod dead_letter;
 mod delivery;
 mod durability;
 mod ext;
 mod sink;
 pub(crate) mod tracker;
 
+pub(crate) use dead_letter::write_until_stored;
+pub use dead_letter::{DeadLetter, DeadLetters, DeadLettersFn, ENVELOPE_FORMAT, dead_letters_fn};
 pub use delivery::{AckToken, DedupeKey, Delivery};
 pub use ext::{BatchesByShard, DeliveryStreamExt, ErrorsTo, FilterMapOrSkip, FilterOrSkip};
 pub use sink::{AckSink, Receipts, Settle};

@@ -33,6 +33,9 @@ pub enum Settlement {
     /// its subscription stopped reading the shard. The checkpoint never passes it, so the
     /// next reader of the shard (another instance, or a restart) delivers it again.
     Abandoned,
+    /// Given up on after its attempts (or sent there explicitly) and written to the dead-letter
+    /// destination: the checkpoint passes it.
+    DeadLettered,
 }
 
 /// A subscription's rules for deliveries dropped without being settled, shared by the
@@ -45,6 +48,10 @@ pub(crate) struct AckPolicy {
     /// Set, synchronously, once the subscription is asked to stop or is dropped: a delivery
     /// dropped from then on is abandoned.
     pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// Deliveries a record gets before it is dead-lettered instead of delivered again.
+    pub(crate) max_attempts: Option<u32>,
+    /// Where dead letters go.
+    pub(crate) dead_letters: Option<Arc<dyn super::dead_letter::DeadLetters>>,
 }
 
 /// A sequence number kept without a heap allocation when it fits (the service's are 56
@@ -99,6 +106,7 @@ struct State {
     skipped: u64,
     dropped: u64,
     abandoned: u64,
+    dead_lettered: u64,
     /// Woken when in-flight records are settled (back-pressure).
     waiting_reader: Option<Waker>,
     /// Woken when a record is sent back for redelivery.
@@ -108,12 +116,31 @@ struct State {
     retried: u64,
 }
 
-/// A record sent back for redelivery.
+/// A record sent back for redelivery, or to be dead-lettered.
 #[derive(Debug)]
 struct Retry {
     ready_at: Instant,
     index: u64,
     record: Record,
+    /// How many times it was delivered so far.
+    attempts: u32,
+    /// What its last failure said.
+    last_error: Option<String>,
+    /// Goes to the dead-letter destination instead of being delivered again.
+    dead: bool,
+}
+
+/// Why a record is sent back (for [`ShardAcks::requeue`]).
+#[derive(Debug, Default)]
+pub(crate) struct SendBack {
+    /// Wait this long before delivering it again.
+    pub(crate) delay: Duration,
+    /// How many times it was delivered so far.
+    pub(crate) attempts: u32,
+    /// What the failure said.
+    pub(crate) last_error: Option<String>,
+    /// Dead-letter it now, whatever its attempts.
+    pub(crate) dead: bool,
 }
 
 /// What [`ShardAcks::next_retry`] found.
@@ -121,8 +148,14 @@ struct Retry {
 pub(crate) enum RetryPoll {
     /// Nothing to redeliver.
     Nothing,
-    /// Redeliver this record now, under its original index.
-    Ready(u64, Record),
+    /// Redeliver this record now, under its original index, as attempt number `.2`.
+    Ready(u64, Record, u32),
+    /// Write this record's dead letter, then settle it as dead-lettered.
+    DeadLetter(
+        u64,
+        super::dead_letter::DeadLetter,
+        Arc<dyn super::dead_letter::DeadLetters>,
+    ),
     /// A record waits for its delay; nothing later of this shard may go first.
     Waiting(Instant),
 }
@@ -158,6 +191,8 @@ pub(crate) struct AckCounts {
     pub(crate) dropped: u64,
     /// Deliveries abandoned (dropped while panicking, or after the shard was closed).
     pub(crate) abandoned: u64,
+    /// Records written to the dead-letter destination.
+    pub(crate) dead_lettered: u64,
     /// Deliveries handed out and not settled yet.
     pub(crate) in_flight: u64,
     /// Deliveries sent back for redelivery.
@@ -292,6 +327,7 @@ impl ShardAcks {
                 Settlement::Skipped => state.skipped += 1,
                 Settlement::Dropped => state.dropped += 1,
                 Settlement::Abandoned => state.abandoned += 1,
+                Settlement::DeadLettered => state.dead_lettered += 1,
             }
             let mut advanced = None;
             while state
@@ -402,8 +438,26 @@ impl ShardAcks {
 
     /// Sends the record at `index` back: it is delivered again (under the same index, still
     /// unsettled) once `delay` has passed, before any later record of this shard that has not
-    /// been handed out yet.
-    pub(crate) fn requeue(&self, index: u64, record: Record, delay: Duration) {
+    /// been handed out yet. Past its attempts, or when asked, it is dead-lettered instead (in
+    /// the same place of the queue); without a destination an explicit dead letter is logged
+    /// and skipped.
+    pub(crate) fn requeue(&self, index: u64, record: Record, back: SendBack) {
+        let dead = back.dead
+            || self
+                .policy
+                .max_attempts
+                .is_some_and(|max| back.attempts >= max);
+        if dead && self.policy.dead_letters.is_none() {
+            tracing::error!(
+                stream = %self.stream,
+                shard = %self.shard,
+                sequence_number = record.sequence_number(),
+                reason = back.last_error.as_deref().unwrap_or(""),
+                "dead letter without a destination (set `dead_letters`); the record is skipped"
+            );
+            self.settle(index, Settlement::Skipped);
+            return;
+        }
         let waker = {
             let mut state = self.lock();
             let at = state
@@ -414,9 +468,12 @@ impl ShardAcks {
             state.retries.insert(
                 at,
                 Retry {
-                    ready_at: Instant::now() + delay,
+                    ready_at: Instant::now() + if dead { Duration::ZERO } else { back.delay },
                     index,
                     record,
+                    attempts: back.attempts,
+                    last_error: back.last_error,
+                    dead,
                 },
             );
             state.retried += 1;
@@ -444,7 +501,19 @@ impl ShardAcks {
             }
             Some(at) if at <= Instant::now() => {
                 let retry = state.retries.pop_front().expect("front exists");
-                RetryPoll::Ready(retry.index, retry.record)
+                match (&self.policy.dead_letters, retry.dead) {
+                    (Some(destination), true) => RetryPoll::DeadLetter(
+                        retry.index,
+                        super::dead_letter::DeadLetter::new(
+                            self.stream.clone(),
+                            &retry.record,
+                            retry.attempts,
+                            retry.last_error,
+                        ),
+                        destination.clone(),
+                    ),
+                    _ => RetryPoll::Ready(retry.index, retry.record, retry.attempts + 1),
+                }
             }
             Some(at) => RetryPoll::Waiting(at),
         }
@@ -459,6 +528,7 @@ impl ShardAcks {
             skipped: state.skipped,
             dropped: state.dropped,
             abandoned: state.abandoned,
+            dead_lettered: state.dead_lettered,
             in_flight: state.pending.iter().filter(|s| !s.settled).count() as u64,
             retried: state.retried,
         }

@@ -110,6 +110,7 @@
 //! idempotent put: consumers must tolerate duplicates, as they must for redelivery anyway.
 
 mod check;
+mod dead_letters;
 pub(crate) mod failure;
 mod plan;
 pub(crate) mod record;

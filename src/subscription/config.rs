@@ -35,6 +35,8 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_in_flight: usize,
     pub(crate) redeliver_dropped: bool,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) dead_letters: Option<Arc<dyn crate::ack::DeadLetters>>,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
@@ -51,6 +53,8 @@ impl SubscriptionConfig {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             redeliver_dropped: false,
+            max_attempts: None,
+            dead_letters: None,
             clock: Arc::new(TokioClock),
         }
     }
@@ -75,6 +79,25 @@ impl SubscriptionConfig {
 
     pub(crate) fn validate(&self) -> Result<(), KinesisError> {
         self.read.validate()?;
+        match (self.max_attempts, &self.dead_letters) {
+            (Some(0), _) => {
+                return Err(KinesisError::InvalidConfig {
+                    setting: "max_attempts",
+                    value: "0".into(),
+                    reason: "a record is delivered at least once: use 1 or more".into(),
+                });
+            }
+            (Some(n), None) => {
+                return Err(KinesisError::InvalidConfig {
+                    setting: "max_attempts",
+                    value: n.to_string(),
+                    reason: "a record past its attempts goes to the dead-letter destination: \
+                             set `dead_letters` too"
+                        .into(),
+                });
+            }
+            _ => {}
+        }
         let positive = [
             ("list_interval", self.list_interval),
             ("lease_duration", self.lease_duration),

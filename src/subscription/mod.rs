@@ -209,6 +209,27 @@ impl SubscriptionBuilder {
         self
     }
 
+    /// How many times a record is delivered before it is dead-lettered: a record sent back
+    /// (`retry`, `fail`, a panic, a redelivered drop) on its `n`-th delivery goes to the
+    /// [`dead_letters`](Self::dead_letters) destination instead of being delivered again. The
+    /// shard waits until the dead letter is written (retried until it is), then the
+    /// checkpoint passes the record, so a key's later records still come after it. Attempts
+    /// are counted in this process: a hand-off or a restart starts over. Needs
+    /// `dead_letters`; unset (the default), records are delivered again without limit.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.config.max_attempts = Some(n);
+        self
+    }
+
+    /// Where dead letters go (see [`max_attempts`](Self::max_attempts) and
+    /// [`Delivery::dead_letter`](crate::Delivery::dead_letter)): another stream through a
+    /// [`Publisher`](crate::Publisher), or your code through
+    /// [`dead_letters_fn`](crate::ack::dead_letters_fn).
+    pub fn dead_letters(mut self, destination: impl crate::ack::DeadLetters + 'static) -> Self {
+        self.config.dead_letters = Some(Arc::new(destination));
+        self
+    }
+
     /// The runtime the background task runs on (default: the runtime `start` is called on).
     /// Give the runtime that outlives the caller when `start` runs on a short-lived one.
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {

@@ -4,14 +4,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::Stream;
+use futures::future::BoxFuture;
+use futures::{Future, Stream};
 use pin_project_lite::pin_project;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{Sleep, sleep_until};
 
 use super::gate::LeaseGate;
 use crate::ack::tracker::RetryPoll;
-use crate::ack::{AckToken, Delivery, Settlement, ShardAcks};
+use crate::ack::{AckToken, Delivery, Settlement, ShardAcks, write_until_stored};
 use crate::error::KinesisError;
 use crate::record::Record;
 use crate::shard::{ShardEnd, ShardStream};
@@ -61,6 +62,8 @@ pin_project! {
         // The last error the reader reported was its giving up after repeated failures.
         gave_up: bool,
         retry_timer: Option<Pin<Box<Sleep>>>,
+        // A dead letter being written (the ledger index it settles): the shard waits for it.
+        dead_letter: Option<(u64, BoxFuture<'static, ()>)>,
     }
 }
 
@@ -82,6 +85,7 @@ impl ShardPump {
             drained: false,
             gave_up: false,
             retry_timer: None,
+            dead_letter: None,
         }
     }
 }
@@ -153,12 +157,30 @@ impl Stream for ShardPump {
 /// the reader's next record through. Later records of the shard wait for one sent back.
 fn poll_retries(this: &mut Projection<'_>, cx: &mut Context<'_>) -> Option<Poll<Option<Item>>> {
     loop {
+        if let Some((index, writing)) = this.dead_letter.as_mut() {
+            if writing.as_mut().poll(cx).is_pending() {
+                return Some(Poll::Pending);
+            }
+            this.acks.settle(*index, Settlement::DeadLettered);
+            *this.dead_letter = None;
+        }
         match this.acks.next_retry(cx.waker()) {
             RetryPoll::Nothing => {
                 *this.retry_timer = None;
                 return None;
             }
-            RetryPoll::Ready(index, record) => {
+            RetryPoll::DeadLetter(index, letter, destination) => {
+                *this.retry_timer = None;
+                tracing::warn!(
+                    shard = %letter.shard,
+                    sequence_number = %letter.sequence_number,
+                    attempts = letter.attempts,
+                    "writing a dead letter; the shard waits for it"
+                );
+                *this.dead_letter =
+                    Some((index, Box::pin(write_until_stored(destination, letter))));
+            }
+            RetryPoll::Ready(index, record, attempt) => {
                 *this.retry_timer = None;
                 if !this.gate.is_open() {
                     // Stays unsettled: whoever reads the shard next delivers it again.
@@ -169,7 +191,8 @@ fn poll_retries(this: &mut Projection<'_>, cx: &mut Context<'_>) -> Option<Poll<
                         this.events,
                     )));
                 }
-                let token = AckToken::new(this.acks.clone(), index, Some(record.clone()));
+                let token = AckToken::new(this.acks.clone(), index, Some(record.clone()))
+                    .with_attempt(attempt);
                 return Some(Poll::Ready(Some(Ok(Delivery::new(record, token)))));
             }
             RetryPoll::Waiting(at) => {

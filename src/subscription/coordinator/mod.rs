@@ -161,6 +161,8 @@ impl Coordinator {
         let policy = crate::ack::AckPolicy {
             redeliver_dropped: config.redeliver_dropped,
             stopping,
+            max_attempts: config.max_attempts,
+            dead_letters: config.dead_letters.clone(),
         };
         let (events_tx, events) = unbounded_channel();
         let (reports_tx, reports) = unbounded_channel();
