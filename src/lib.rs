@@ -61,7 +61,7 @@ pub use api::{AwsKinesis, MemoryKinesis};
 pub use error::KinesisError;
 pub use lease::{DynamoLeaseStore, MemoryLeaseStore};
 pub use position::{KinesisPosition, StartingPoint};
-pub use publish::{OutgoingRecord, Publisher};
+pub use publish::{OutgoingRecord, PublishSink, Publishable, Publisher};
 pub use record::Record;
 pub use shard::{ReadSettings, ShardStream};
 pub use subscription::{Subscription, SubscriptionBuilder};

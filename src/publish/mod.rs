@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`Publisher`] | a cheap, cloneable handle on one stream: [`publish`](Publisher::publish) one record, [`publish_batch`](Publisher::publish_batch) many |
 //! | [`OutgoingRecord`], [`Published`] | a record to send; where one was stored |
+//! | [`PublishSink`], [`Publishable`] | a publisher as a `Sink` ([`sink`](Publisher::sink), [`delivery_sink`](Publisher::delivery_sink)): `stream.forward(publisher.sink())`, acking deliveries once stored |
 //! | [`RetryPolicy`], [`KeyOrder`] | how failures are retried; how a key's records share calls |
 //! | [`PublishFailure`], [`FailedRecord`], [`EntryError`] | what [`KinesisError::PublishFailed`] carries: counts, the records not written, the last error |
 //! | [`MAX_RECORDS_PER_CALL`], [`MAX_BYTES_PER_CALL`], [`MAX_RECORD_BYTES`], [`MAX_PARTITION_KEY_CHARS`] | the service's limits (and the call-size defaults) |
@@ -115,6 +116,7 @@ pub(crate) mod failure;
 mod plan;
 pub(crate) mod record;
 mod settings;
+mod sink;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -129,6 +131,7 @@ pub use settings::{
     MAX_BYTES_PER_CALL, MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, MAX_RECORDS_PER_CALL,
     RetryPolicy,
 };
+pub use sink::{PublishSink, Publishable};
 
 use self::plan::{CallLimits, Plan};
 use self::settings::{Jitter, fnv1a};
