@@ -137,11 +137,11 @@ enum Until {
 ///
 /// **Acks.** A delivery is acked once PutRecords stored its record, never before. When a
 /// batch fails for good, its stored records are acked and the tokens of all others (the
-/// batch's, the buffer's, and any item sent after the failure) are left unsettled for good:
-/// the checkpoint of their shards stays before them, so they are read again after a restart
-/// or a lease hand-over. (A graceful shutdown of the subscription then waits its
-/// `shutdown_timeout` for them.) Dropping the sink does the same with everything it holds
-/// (its buffer is not sent, and a batch in flight is abandoned mid-way).
+/// batch's, the buffer's, and any item sent after the failure) are sent back with
+/// [`AckToken::retry`]: delivered again while their subscription runs, and never passed by
+/// its checkpoint (after the subscription stopped, its next reader reads them again).
+/// Dropping the sink does the same with everything it holds (its buffer is not sent, and a
+/// batch in flight is abandoned mid-way, so some of its records may be stored twice).
 ///
 /// **Failures.** The first failure stops the sink; it takes nothing more. It is reported by
 /// the next `start_send`, `poll_flush` or `poll_close`; `poll_ready` itself never fails, so
@@ -381,16 +381,12 @@ impl<T> Drop for PublishSink<T> {
     }
 }
 
-/// Leaves `token` unsettled for good, so the checkpoint of its shard never passes its record:
-/// the record is read again after a restart or a lease hand-over.
-///
-/// `AckToken` has no way here to send a mapped delivery back for redelivery (`retry` is on
-/// `Delivery<Record>` only), and dropping a token settles it as dropped, which lets the
-/// checkpoint pass the record. So the token is forgotten instead: it stays in its shard's
-/// ledger as in flight. Once `AckToken::retry` exists, call it here.
+/// Sends an unstored record's delivery back (it is delivered again while its subscription
+/// runs, and read again by the shard's next reader once it stopped): never acked, never
+/// passed by the checkpoint.
 fn abandon(token: Option<AckToken>) {
     if let Some(token) = token {
-        mem::forget(token);
+        token.retry();
     }
 }
 
