@@ -1,0 +1,157 @@
+//! The relay example (`examples/relay.rs`, the built binary) live on the emulators, killed
+//! with SIGKILL in the middle of its work and started again: every record of stream A ends up
+//! in stream B, and each key's records come in A's order (counting each record's first
+//! appearance in B; a record may appear twice after the kill).
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_kinesis::primitives::Blob;
+use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::{AwsKinesis, ShardStream, StartingPoint};
+use tokio::process::{Child, Command};
+
+const KEYS: usize = 6;
+const FIRST: usize = 150;
+const SECOND: usize = 150;
+
+fn example_binary() -> PathBuf {
+    let path = support::target_dir()
+        .join("debug")
+        .join("examples")
+        .join("relay");
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples",
+        path.display()
+    );
+    path
+}
+
+fn start(source: &str, destination: &str, application: &str, log: &str) -> Child {
+    let file = std::fs::File::create(support::logs_dir().join(log)).unwrap();
+    Command::new(example_binary())
+        .args([source, destination, application])
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_ENDPOINT_URL_KINESIS", support::kinesis_endpoint())
+        .env("AWS_ENDPOINT_URL_DYNAMODB", support::dynamodb_endpoint())
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the example starts")
+}
+
+async fn publish(client: &aws_sdk_kinesis::Client, stream: &str, from: usize, count: usize) {
+    for i in from..from + count {
+        client
+            .put_record()
+            .stream_name(stream)
+            .partition_key(format!("key-{}", i % KEYS))
+            .data(Blob::new(format!("{}:{i:05}", i % KEYS)))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// Everything in B so far, in order: (partition key, data).
+async fn read_all(api: &SharedKinesis, stream: &str) -> Vec<(String, String)> {
+    let mut reader = ShardStream::builder(api.clone(), stream, "shardId-000000000000")
+        .open(StartingPoint::TrimHorizon)
+        .unwrap();
+    let mut out = Vec::new();
+    while let Ok(Some(Ok(record))) =
+        tokio::time::timeout(Duration::from_millis(1500), reader.next()).await
+    {
+        out.push((
+            record.partition_key().to_owned(),
+            String::from_utf8_lossy(record.data()).into_owned(),
+        ));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_relay_started_again_relays_every_record_in_key_order() {
+    let client = support::kinesis_client();
+    let source = support::unique_name("relay-a");
+    let destination = support::unique_name("relay-b");
+    support::create_stream(&client, &source, 2).await;
+    support::create_stream(&client, &destination, 1).await;
+    let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
+    let application = support::unique_name("relay");
+
+    publish(&client, &source, 0, FIRST).await;
+    let mut first = start(
+        &source,
+        &destination,
+        &application,
+        &format!("{application}-1.log"),
+    );
+    // Killed while it works: once some of A is in B, while more is being written to A.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while read_all(&api, &destination).await.len() < FIRST / 3 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the relay makes progress");
+    let writing = {
+        let client = client.clone();
+        let source = source.clone();
+        tokio::spawn(async move { publish(&client, &source, FIRST, SECOND).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.kill().await.unwrap();
+    writing.await.unwrap();
+
+    let mut second = start(
+        &source,
+        &destination,
+        &application,
+        &format!("{application}-2.log"),
+    );
+    let expected: Vec<String> = (0..FIRST + SECOND)
+        .map(|i| format!("relayed:{}:{i:05}", i % KEYS))
+        .collect();
+    let relayed = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let relayed = read_all(&api, &destination).await;
+            let seen: HashSet<&str> = relayed.iter().map(|(_, d)| d.as_str()).collect();
+            if expected.iter().all(|d| seen.contains(d.as_str())) {
+                return relayed;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .expect("every record of A reaches B after the restart");
+    second.kill().await.unwrap();
+
+    // Each key's records, by first appearance in B, come in A's order.
+    let mut firsts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut seen = HashSet::new();
+    for (key, data) in &relayed {
+        if seen.insert(data.clone()) {
+            firsts.entry(key.clone()).or_default().push(data.clone());
+        }
+    }
+    for (key, datas) in &firsts {
+        let mut sorted = datas.clone();
+        sorted.sort();
+        assert_eq!(datas, &sorted, "{key} in A's order");
+    }
+    assert_eq!(seen.len(), FIRST + SECOND, "nothing else in B");
+}
