@@ -54,7 +54,10 @@ async fn the_core_runs_without_the_broker_face() {
     .await
     .expect("every large payment is handed on");
     stop.shutdown().await;
-    running.await.unwrap();
+    running
+        .await
+        .unwrap()
+        .expect("the pipeline ends with its checkpoints written");
     let mut seen: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     for (id, _) in handed_on.lock().unwrap().iter() {
         let i: u32 = id.parse().unwrap();
