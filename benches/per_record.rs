@@ -1,17 +1,20 @@
 //! Per-record cost of the core on the in-memory transport: allocations per record (counted by a
-//! global allocator) and, under callgrind, instructions per record, for three consumers of the
+//! global allocator) and, under callgrind, instructions per record, for four consumers of the
 //! same records:
 //!
 //! * `iter`: a bare `futures::stream::iter` over the records, already built (the baseline);
 //! * `shard`: one `ShardStream` reading them from a `MemoryKinesis` (GetRecords of 10,000,
 //!   read-rate cap lifted, no background tasks so the count is the reader's alone);
 //! * `subscription`: a `Subscription` (in-memory leases) over the same shard, every delivery
-//!   acked through the `AckSink`.
+//!   acked through the `AckSink`;
+//! * `durable`: the same with `AckSink::durable_flush(true)`, so every flush `forward` makes
+//!   waits for a written checkpoint (the cost of a durable flush; the checkpoint writes are
+//!   printed).
 //!
 //! ```text
-//! cargo bench --bench per_record                      # allocations per record, all three
+//! cargo bench --bench per_record                      # allocations per record, all four
 //! cargo bench --bench per_record -- --mode shard --records 20000   # one mode (for callgrind)
-//! benches/callgrind.sh                                # instructions per record, all three
+//! benches/callgrind.sh                                # instructions per record, all four
 //! ```
 //!
 //! Instructions per record come from two callgrind runs of one mode, with N and 2N records:
@@ -75,10 +78,11 @@ fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
             measured_shard(runtime, api, records);
             region.change().allocations as u64
         }
-        "subscription" => {
+        "subscription" | "durable" => {
             let api: SharedKinesis = Arc::new(memory);
+            let leases = MemoryLeaseStore::new();
             let subscription = runtime.block_on(async {
-                Subscription::builder(api, Arc::new(MemoryLeaseStore::new()), STREAM)
+                Subscription::builder(api, Arc::new(leases.clone()), STREAM)
                     .start_at(KinesisPosition::horizon())
                     .read_settings(settings())
                     .start()
@@ -87,12 +91,16 @@ fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
             });
             let stop = subscription.shutdown_handle();
             let region = Region::new(GLOBAL);
-            measured_subscription(runtime, subscription, records);
+            measured_subscription(runtime, subscription, records, mode == "durable");
             let allocations = region.change().allocations as u64;
             runtime.block_on(stop.shutdown());
+            eprintln!(
+                "{mode}: {} checkpoint writes",
+                leases.checkpoint_writes(STREAM, SHARD)
+            );
             allocations
         }
-        other => panic!("unknown mode {other:?}: iter, shard or subscription"),
+        other => panic!("unknown mode {other:?}: iter, shard, subscription or durable"),
     }
 }
 
@@ -124,14 +132,20 @@ fn measured_shard(runtime: &Runtime, api: SharedKinesis, records: usize) {
 }
 
 #[inline(never)]
-fn measured_subscription(runtime: &Runtime, subscription: Subscription, records: usize) {
+fn measured_subscription(
+    runtime: &Runtime,
+    subscription: Subscription,
+    records: usize,
+    durable_flush: bool,
+) {
     runtime.block_on(async {
-        let _ = subscription
+        subscription
             .filter_map(|item| futures::future::ready(item.ok()))
             .take(records)
             .map(Ok)
-            .forward(AckSink::new())
-            .await;
+            .forward(AckSink::new().durable_flush(durable_flush))
+            .await
+            .expect("the last checkpoint is written");
     });
 }
 
@@ -158,7 +172,7 @@ fn main() {
         "allocations per record (from runs of {records} and {} records):",
         2 * records
     );
-    for mode in ["iter", "shard", "subscription"] {
+    for mode in ["iter", "shard", "subscription", "durable"] {
         let once = consume(&runtime, mode, records);
         let twice = consume(&runtime, mode, 2 * records);
         let per_record = (twice as f64 - once as f64) / records as f64;
