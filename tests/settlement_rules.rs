@@ -316,3 +316,27 @@ async fn the_stop_log_says_when_the_final_checkpoints_failed() {
     assert_eq!(failed[0]["failed"], "1");
     cut.set_down(false);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_flight_bound_counts_bytes_too() {
+    // Ten records of 5 bytes, at most 12 bytes in flight: three go out (15 bytes), then the
+    // reader waits until they are settled.
+    let (api, store) = setup(10);
+    let mut sub = builder(&api, &store, "a")
+        .max_in_flight_bytes(12)
+        .start()
+        .await
+        .unwrap();
+    let first = take(&mut sub, 3).await;
+    let fourth = tokio::time::timeout(Duration::from_millis(500), sub.next()).await;
+    assert!(fourth.is_err(), "15 bytes in flight: the reader waits");
+    for d in first {
+        d.ack();
+    }
+    let more = take(&mut sub, 3).await;
+    assert_eq!(payload(&more[0]), "00003");
+    for d in more {
+        d.ack();
+    }
+    sub.shutdown().await;
+}

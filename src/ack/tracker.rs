@@ -52,6 +52,8 @@ pub(crate) struct AckPolicy {
     pub(crate) max_attempts: Option<u32>,
     /// Where dead letters go.
     pub(crate) dead_letters: Option<Arc<dyn super::dead_letter::DeadLetters>>,
+    /// The reader pauses while this many bytes of the shard's records are unsettled.
+    pub(crate) max_in_flight_bytes: Option<usize>,
 }
 
 /// A sequence number kept without a heap allocation when it fits (the service's are 56
@@ -91,6 +93,8 @@ struct Slot {
     settled: bool,
     /// Settled as [`Settlement::Abandoned`]: the prefix stops here for good.
     abandoned: bool,
+    /// The record's data size, counted in flight until it is settled.
+    bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -107,6 +111,8 @@ struct State {
     dropped: u64,
     abandoned: u64,
     dead_lettered: u64,
+    /// Data bytes of the records handed out and not settled.
+    in_flight_bytes: usize,
     /// Woken when in-flight records are settled (back-pressure).
     waiting_reader: Option<Waker>,
     /// Woken when a record is sent back for redelivery.
@@ -297,13 +303,20 @@ impl ShardAcks {
 
     /// Registers the next record handed out; returns its index for settling.
     pub(crate) fn register(&self, sequence_number: &str) -> u64 {
+        self.register_sized(sequence_number, 0)
+    }
+
+    /// [`register`](Self::register), counting `bytes` of data in flight until it is settled.
+    pub(crate) fn register_sized(&self, sequence_number: &str, bytes: usize) -> u64 {
         let mut state = self.lock();
         let index = state.base + state.pending.len() as u64;
         state.pending.push_back(Slot {
             sequence_number: SeqBuf::new(sequence_number),
             settled: false,
             abandoned: false,
+            bytes,
         });
+        state.in_flight_bytes += bytes;
         index
     }
 
@@ -322,6 +335,8 @@ impl ShardAcks {
             }
             slot.settled = true;
             slot.abandoned = how == Settlement::Abandoned;
+            let bytes = slot.bytes;
+            state.in_flight_bytes = state.in_flight_bytes.saturating_sub(bytes);
             match how {
                 Settlement::Acked => state.acked += 1,
                 Settlement::Skipped => state.skipped += 1,
@@ -425,11 +440,16 @@ impl ShardAcks {
         self.lock().pending.iter().filter(|s| !s.settled).count()
     }
 
-    /// Returns true when fewer than `limit` records are in flight; otherwise stores `waker`
-    /// to be woken by the next settlement and returns false.
+    /// Returns true when fewer than `limit` records, and fewer bytes than the policy's
+    /// byte bound, are in flight (a record always passes when none is); otherwise stores
+    /// `waker` to be woken by the next settlement and returns false.
     pub(crate) fn has_room(&self, limit: usize, waker: &Waker) -> bool {
         let mut state = self.lock();
-        if state.pending.len() < limit {
+        let bytes_ok = self
+            .policy
+            .max_in_flight_bytes
+            .is_none_or(|max| state.in_flight_bytes < max || state.in_flight_bytes == 0);
+        if state.pending.len() < limit && bytes_ok {
             return true;
         }
         state.waiting_reader = Some(waker.clone());

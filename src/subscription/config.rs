@@ -22,6 +22,9 @@ pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 /// How many deliveries of one shard may be unsettled before its reader pauses.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 10_000;
 
+/// Default bound on the data of a shard's unsettled deliveries: 64 MiB.
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: usize = 64 << 20;
+
 /// Every setting of a subscription, with the defaults above.
 #[derive(Debug, Clone)]
 pub(crate) struct SubscriptionConfig {
@@ -34,6 +37,7 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) checkpoint_interval: Duration,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_in_flight: usize,
+    pub(crate) max_in_flight_bytes: usize,
     pub(crate) redeliver_dropped: bool,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) dead_letters: Option<Arc<dyn crate::ack::DeadLetters>>,
@@ -52,6 +56,7 @@ impl SubscriptionConfig {
             checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             redeliver_dropped: false,
             max_attempts: None,
             dead_letters: None,
@@ -134,6 +139,14 @@ impl SubscriptionConfig {
                 setting: "owner",
                 value: format!("{:?}", self.owner),
                 reason: "must be 1 to 256 characters".into(),
+            });
+        }
+        if self.max_in_flight_bytes == 0 {
+            return Err(KinesisError::InvalidConfig {
+                setting: "max_in_flight_bytes",
+                value: "0".into(),
+                reason: "must be at least 1 (a record always passes when nothing is in flight)"
+                    .into(),
             });
         }
         if self.max_in_flight == 0 {

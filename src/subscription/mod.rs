@@ -53,7 +53,7 @@ pub use clock::{Clock, TokioClock};
 pub(crate) use config::SubscriptionConfig;
 pub use config::{
     DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LEASE_DURATION, DEFAULT_LIST_INTERVAL,
-    DEFAULT_MAX_IN_FLIGHT, DEFAULT_SHUTDOWN_TIMEOUT, MAX_DURATION,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_SHUTDOWN_TIMEOUT, MAX_DURATION,
 };
 pub use seeker::SubscriptionSeeker;
 
@@ -194,6 +194,15 @@ impl SubscriptionBuilder {
     /// (default 10,000).
     pub fn max_in_flight(mut self, deliveries: usize) -> Self {
         self.config.max_in_flight = deliveries;
+        self
+    }
+
+    /// How many bytes of record data of one shard may be unsettled before its reader pauses
+    /// (default 64 MiB), beside [`max_in_flight`](Self::max_in_flight). A record always
+    /// passes when nothing of its shard is in flight, so a record larger than the bound is
+    /// still delivered, alone.
+    pub fn max_in_flight_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_in_flight_bytes = bytes;
         self
     }
 

@@ -40,7 +40,8 @@ pub(crate) struct PumpEvent {
 pin_project! {
     /// A shard stream whose records become [`Delivery`]s registered with the shard's ledger.
     ///
-    /// * Back-pressure: while `max_in_flight` deliveries of this shard are unsettled, the pump
+    /// * Back-pressure: while `max_in_flight` deliveries (or `max_in_flight_bytes` of data) of
+    ///   this shard are unsettled, the pump
     ///   yields nothing (and so its reader reads nothing) until one is settled.
     /// * Revocation: once the gate is revoked (the lease is lost or being handed off) or the
     ///   lease runs out without a renewal, the pump ends at once and drops whatever it had
@@ -133,7 +134,9 @@ impl Stream for ShardPump {
                 if !this.gate.is_open() {
                     return Poll::Ready(close(this.done, this.gate, this.acks, this.events));
                 }
-                let index = this.acks.register(record.sequence_number());
+                let index = this
+                    .acks
+                    .register_sized(record.sequence_number(), record.data().len());
                 let token = AckToken::new(this.acks.clone(), index, Some(record.clone()));
                 Poll::Ready(Some(Ok(Delivery::new(record, token))))
             }

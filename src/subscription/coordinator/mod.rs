@@ -163,6 +163,7 @@ impl Coordinator {
             stopping,
             max_attempts: config.max_attempts,
             dead_letters: config.dead_letters.clone(),
+            max_in_flight_bytes: Some(config.max_in_flight_bytes),
         };
         let (events_tx, events) = unbounded_channel();
         let (reports_tx, reports) = unbounded_channel();
