@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep, sleep_until};
 
-use super::shared::Shared;
+use super::shared::{ReleaseTally, Shared};
 use crate::ack::ShardAcks;
 use crate::error::KinesisError;
 use crate::lease::{Lease, LeaseError, SharedLeaseStore};
@@ -415,32 +415,5 @@ impl KeeperTask {
                 false
             }
         }
-    }
-}
-
-/// How the hand-backs of a subscription went: final checkpoint written and lease released, or
-/// not.
-#[derive(Debug, Default)]
-pub(crate) struct ReleaseTally {
-    released: std::sync::atomic::AtomicUsize,
-    failed: std::sync::atomic::AtomicUsize,
-}
-
-impl ReleaseTally {
-    fn count(&self, released: bool) {
-        let counter = if released {
-            &self.released
-        } else {
-            &self.failed
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// (released, failed) so far.
-    pub(crate) fn counts(&self) -> (usize, usize) {
-        (
-            self.released.load(std::sync::atomic::Ordering::Relaxed),
-            self.failed.load(std::sync::atomic::Ordering::Relaxed),
-        )
     }
 }

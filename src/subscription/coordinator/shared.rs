@@ -22,5 +22,32 @@ pub(crate) struct Shared {
     /// What deliveries dropped unsettled become, for every shard's ledger.
     pub(crate) policy: crate::ack::AckPolicy,
     /// How hand-backs went, for the stop log.
-    pub(crate) releases: Arc<super::keeper::ReleaseTally>,
+    pub(crate) releases: Arc<ReleaseTally>,
+}
+
+/// How the hand-backs of a subscription went: final checkpoint written and lease released, or
+/// not.
+#[derive(Debug, Default)]
+pub(crate) struct ReleaseTally {
+    released: std::sync::atomic::AtomicUsize,
+    failed: std::sync::atomic::AtomicUsize,
+}
+
+impl ReleaseTally {
+    pub(crate) fn count(&self, released: bool) {
+        let counter = if released {
+            &self.released
+        } else {
+            &self.failed
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// (released, failed) so far.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (
+            self.released.load(std::sync::atomic::Ordering::Relaxed),
+            self.failed.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
 }
