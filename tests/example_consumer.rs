@@ -5,43 +5,21 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
 use aws_sdk_kinesis::primitives::Blob;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const ORDERS: usize = 130;
 
-fn example_binary() -> PathBuf {
-    let path = support::target_dir()
-        .join("debug")
-        .join("examples")
-        .join("consumer");
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds the examples",
-        path.display()
-    );
-    path
-}
-
 fn start(stream: &str, application: &str) -> Child {
-    Command::new(example_binary())
+    support::examples::command("consumer")
         .args([stream, application])
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_ENDPOINT_URL_KINESIS", support::kinesis_endpoint())
-        .env("AWS_ENDPOINT_URL_DYNAMODB", support::dynamodb_endpoint())
         .env("RUST_LOG", "warn")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .expect("the example starts")
 }

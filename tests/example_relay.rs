@@ -6,8 +6,6 @@
 mod support;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,40 +13,19 @@ use aws_sdk_kinesis::primitives::Blob;
 use futures::StreamExt;
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::{AwsKinesis, ShardStream, StartingPoint};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const KEYS: usize = 6;
 const FIRST: usize = 150;
 const SECOND: usize = 150;
 
-fn example_binary() -> PathBuf {
-    let path = support::target_dir()
-        .join("debug")
-        .join("examples")
-        .join("relay");
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo test` builds the examples",
-        path.display()
-    );
-    path
-}
-
 fn start(source: &str, destination: &str, application: &str, log: &str) -> Child {
     let file = std::fs::File::create(support::logs_dir().join(log)).unwrap();
-    Command::new(example_binary())
+    support::examples::command("relay")
         .args([source, destination, application])
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_ENDPOINT_URL_KINESIS", support::kinesis_endpoint())
-        .env("AWS_ENDPOINT_URL_DYNAMODB", support::dynamodb_endpoint())
         .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
         .stdout(file.try_clone().unwrap())
         .stderr(file)
-        .kill_on_drop(true)
         .spawn()
         .expect("the example starts")
 }

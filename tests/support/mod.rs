@@ -10,6 +10,7 @@
 
 pub mod cutoff;
 pub mod events;
+pub mod examples;
 pub mod outage;
 pub mod proxy;
 pub mod reading;
