@@ -166,7 +166,7 @@ impl AckToken {
     fn settle(&mut self, how: Settlement) {
         if !self.settled {
             self.settled = true;
-            self.acks.settle(self.index, how);
+            self.acks.settle_attempt(self.index, self.attempt, how);
         }
     }
 }

@@ -25,6 +25,7 @@
 //! | `retry()` / `retry_after(d)` (on any `Delivery<T>`, after `map` too) | not yet | waits for it | delivered again (the same bytes, no copy) before later records of its shard |
 //! | `fail(error)` / a retry on its last attempt, with [`max_attempts(n)`](crate::SubscriptionBuilder::max_attempts) | dead-lettered | passes it once the dead letter is written; the shard waits for that write (retried until it succeeds) | in the [`DeadLetters`] destination, with its origin ([`DeadLetter`]) |
 //! | `dead_letter(reason)` | dead-lettered (skipped, logged at error, without a destination) | as above | as above |
+//! | not settled within [`settle_within(d)`](crate::SubscriptionBuilder::settle_within) of being handed out (forgotten in a buffer, a hung handler) | not yet; a failed attempt | waits for it | taken back and delivered again (past `max_attempts`, dead-lettered); what the timed-out delivery does later is ignored |
 //! | dropped unsettled while the subscription runs (a `futures` `filter`) | dropped | passes it | counted and logged at debug |
 //! | the same, with [`redeliver_dropped(true)`](crate::SubscriptionBuilder::redeliver_dropped) | not yet | waits for it | delivered again, as by `retry()` |
 //! | dropped while its thread panics | not yet | waits for it | delivered again in this process; after a crash, by the next reader |

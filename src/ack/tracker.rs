@@ -54,6 +54,9 @@ pub(crate) struct AckPolicy {
     pub(crate) dead_letters: Option<Arc<dyn super::dead_letter::DeadLetters>>,
     /// The reader pauses while this many bytes of the shard's records are unsettled.
     pub(crate) max_in_flight_bytes: Option<usize>,
+    /// A delivery not settled this long after it was handed out is taken back and sent
+    /// back as a failed attempt; what the timed-out delivery does later is ignored.
+    pub(crate) settle_within: Option<Duration>,
 }
 
 /// A sequence number kept without a heap allocation when it fits (the service's are 56
@@ -95,6 +98,20 @@ struct Slot {
     abandoned: bool,
     /// The record's data size, counted in flight until it is settled.
     bytes: usize,
+    /// Which delivery of the record was handed out last (1 for the first).
+    attempt: u32,
+    /// A delivery of it is out (not sent back): only that delivery's settlement counts.
+    out: bool,
+}
+
+/// When a delivery handed out with a settlement deadline is taken back.
+#[derive(Debug)]
+struct Deadline {
+    at: Instant,
+    index: u64,
+    attempt: u32,
+    /// What is delivered again when the deadline passes.
+    record: Record,
 }
 
 #[derive(Debug, Default)]
@@ -120,6 +137,11 @@ struct State {
     /// Records sent back for redelivery, in shard order.
     retries: VecDeque<Retry>,
     retried: u64,
+    /// Settlement deadlines of the deliveries out, in the order they were handed out (so by
+    /// deadline); entries of deliveries settled or sent back since are skipped when met.
+    deadlines: VecDeque<Deadline>,
+    /// Deliveries taken back at their deadline.
+    timed_out: u64,
 }
 
 /// A record sent back for redelivery, or to be dead-lettered.
@@ -152,8 +174,9 @@ pub(crate) struct SendBack {
 /// What [`ShardAcks::next_retry`] found.
 #[derive(Debug)]
 pub(crate) enum RetryPoll {
-    /// Nothing to redeliver.
-    Nothing,
+    /// Nothing to redeliver; poll again at the instant given (the next settlement deadline),
+    /// if any, without holding the shard's later records back meanwhile.
+    Nothing(Option<Instant>),
     /// Redeliver this record now, under its original index, as attempt number `.2`.
     Ready(u64, Record, u32),
     /// Write this record's dead letter, then settle it as dead-lettered.
@@ -203,6 +226,8 @@ pub(crate) struct AckCounts {
     pub(crate) in_flight: u64,
     /// Deliveries sent back for redelivery.
     pub(crate) retried: u64,
+    /// Deliveries taken back because they were not settled within the deadline.
+    pub(crate) timed_out: u64,
 }
 
 impl ShardAcks {
@@ -309,19 +334,53 @@ impl ShardAcks {
     /// [`register`](Self::register), counting `bytes` of data in flight until it is settled.
     pub(crate) fn register_sized(&self, sequence_number: &str, bytes: usize) -> u64 {
         let mut state = self.lock();
+        Self::push_slot(&mut state, sequence_number, bytes)
+    }
+
+    fn push_slot(state: &mut State, sequence_number: &str, bytes: usize) -> u64 {
         let index = state.base + state.pending.len() as u64;
         state.pending.push_back(Slot {
             sequence_number: SeqBuf::new(sequence_number),
             settled: false,
             abandoned: false,
             bytes,
+            attempt: 1,
+            out: true,
         });
         state.in_flight_bytes += bytes;
         index
     }
 
-    /// Settles the record at `index`. Settling twice is harmless.
+    /// Registers `record` as handed out for the first time (its data counted in flight), with
+    /// its settlement deadline when the policy sets one; returns its index for settling.
+    pub(crate) fn register_delivery(&self, record: &Record) -> u64 {
+        let mut state = self.lock();
+        let index = Self::push_slot(&mut state, record.sequence_number(), record.data().len());
+        if let Some(within) = self.policy.settle_within {
+            state.deadlines.push_back(Deadline {
+                at: Instant::now() + within,
+                index,
+                attempt: 1,
+                record: record.clone(),
+            });
+        }
+        index
+    }
+
+    /// Settles the record at `index` (by the ledger itself: a dead letter written, an error
+    /// item). Settling twice is harmless.
     pub(crate) fn settle(&self, index: u64, how: Settlement) {
+        self.settle_slot(index, None, how);
+    }
+
+    /// Settles the record at `index` for its delivery number `attempt`: ignored unless that
+    /// delivery is the one out (a delivery taken back at its deadline, or sent back, no
+    /// longer settles anything).
+    pub(crate) fn settle_attempt(&self, index: u64, attempt: u32, how: Settlement) {
+        self.settle_slot(index, Some(attempt), how);
+    }
+
+    fn settle_slot(&self, index: u64, attempt: Option<u32>, how: Settlement) {
         let (waker, finished) = {
             let mut state = self.lock();
             let Some(offset) = index.checked_sub(state.base) else {
@@ -330,7 +389,7 @@ impl ShardAcks {
             let Some(slot) = state.pending.get_mut(offset as usize) else {
                 return;
             };
-            if slot.settled {
+            if slot.settled || attempt.is_some_and(|a| !slot.out || slot.attempt != a) {
                 return;
             }
             slot.settled = true;
@@ -461,7 +520,31 @@ impl ShardAcks {
     /// been handed out yet. Past its attempts, or when asked, it is dead-lettered instead (in
     /// the same place of the queue); without a destination an explicit dead letter is logged
     /// and skipped.
+    ///
+    /// Ignored unless the delivery sending it back (number `back.attempts`) is the one out.
     pub(crate) fn requeue(&self, index: u64, record: Record, back: SendBack) {
+        if self.take_back(index, back.attempts) {
+            self.enqueue(index, record, back);
+        }
+    }
+
+    /// Marks the delivery number `attempt` of the record at `index` as back in the ledger's
+    /// hands; false when it is not the delivery out (settled, taken back, or superseded).
+    fn take_back(&self, index: u64, attempt: u32) -> bool {
+        let mut state = self.lock();
+        let Some(offset) = index.checked_sub(state.base) else {
+            return false;
+        };
+        match state.pending.get_mut(offset as usize) {
+            Some(slot) if !slot.settled && slot.out && slot.attempt == attempt => {
+                slot.out = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn enqueue(&self, index: u64, record: Record, back: SendBack) {
         let dead = back.dead
             || self
                 .policy
@@ -505,7 +588,28 @@ impl ShardAcks {
     }
 
     /// The next record to redeliver, if any; registers `waker` for records sent back later.
+    /// Deliveries past their settlement deadline are taken back first.
     pub(crate) fn next_retry(&self, waker: &Waker) -> RetryPoll {
+        if let Some(within) = self.policy.settle_within {
+            for (index, record, attempt) in self.overdue() {
+                tracing::warn!(
+                    stream = %self.stream,
+                    shard = %self.shard,
+                    sequence_number = record.sequence_number(),
+                    attempt,
+                    "delivery not settled within {within:?}; taken back and sent back"
+                );
+                self.enqueue(
+                    index,
+                    record,
+                    SendBack {
+                        attempts: attempt,
+                        last_error: Some(format!("not settled within {within:?}")),
+                        ..SendBack::default()
+                    },
+                );
+            }
+        }
         let mut state = self.lock();
         let front = state.retries.front().map(|r| r.ready_at);
         match front {
@@ -517,10 +621,13 @@ impl ShardAcks {
                 {
                     state.retry_waker = Some(waker.clone());
                 }
-                RetryPoll::Nothing
+                RetryPoll::Nothing(state.deadlines.front().map(|d| d.at))
             }
             Some(at) if at <= Instant::now() => {
                 let retry = state.retries.pop_front().expect("front exists");
+                if !retry.dead {
+                    self.hand_out_again(&mut state, &retry);
+                }
                 match (&self.policy.dead_letters, retry.dead) {
                     (Some(destination), true) => RetryPoll::DeadLetter(
                         retry.index,
@@ -539,6 +646,54 @@ impl ShardAcks {
         }
     }
 
+    /// Takes back the deliveries whose settlement deadline passed (their later settlements
+    /// are ignored) and drops the deadlines of deliveries settled or sent back since, so the
+    /// front deadline is a live one.
+    fn overdue(&self) -> Vec<(u64, Record, u32)> {
+        let mut state = self.lock();
+        let now = Instant::now();
+        let mut taken = Vec::new();
+        while let Some(front) = state.deadlines.front() {
+            let (index, attempt, at) = (front.index, front.attempt, front.at);
+            let live = index
+                .checked_sub(state.base)
+                .and_then(|offset| state.pending.get(offset as usize))
+                .is_some_and(|s| !s.settled && s.out && s.attempt == attempt);
+            if live && at > now {
+                break;
+            }
+            let deadline = state.deadlines.pop_front().expect("front exists");
+            if live {
+                let offset = (index - state.base) as usize;
+                state.pending[offset].out = false;
+                state.timed_out += 1;
+                taken.push((index, deadline.record, attempt));
+            }
+        }
+        taken
+    }
+
+    /// Marks a record sent back as out again, for its next delivery, with a new deadline.
+    fn hand_out_again(&self, state: &mut State, retry: &Retry) {
+        let attempt = retry.attempts + 1;
+        if let Some(slot) = retry
+            .index
+            .checked_sub(state.base)
+            .and_then(|offset| state.pending.get_mut(offset as usize))
+        {
+            slot.out = true;
+            slot.attempt = attempt;
+        }
+        if let Some(within) = self.policy.settle_within {
+            state.deadlines.push_back(Deadline {
+                at: Instant::now() + within,
+                index: retry.index,
+                attempt,
+                record: retry.record.clone(),
+            });
+        }
+    }
+
     /// Settlement counts so far.
     #[must_use]
     pub(crate) fn counts(&self) -> AckCounts {
@@ -551,6 +706,7 @@ impl ShardAcks {
             dead_lettered: state.dead_lettered,
             in_flight: state.pending.iter().filter(|s| !s.settled).count() as u64,
             retried: state.retried,
+            timed_out: state.timed_out,
         }
     }
 }
@@ -620,6 +776,101 @@ mod tests {
         acks.settle(a, Settlement::Acked);
         assert!(acks.is_finished());
         assert_eq!(acks.checkpoint(), Some(Checkpoint::ShardEnd));
+    }
+
+    fn record(seq: &str) -> Record {
+        Record::new("shardId-0".into(), seq, "k", &b"x"[..], None)
+    }
+
+    fn timed(within: Duration, max_attempts: Option<u32>) -> Arc<ShardAcks> {
+        let letters: Arc<dyn super::super::dead_letter::DeadLetters> =
+            Arc::new(super::super::dead_letter::dead_letters_fn(|_| async {
+                Ok(())
+            }));
+        ShardAcks::with_policy(
+            "s".into(),
+            "shardId-0".into(),
+            None,
+            AckPolicy {
+                settle_within: Some(within),
+                max_attempts,
+                dead_letters: Some(letters),
+                ..AckPolicy::default()
+            },
+        )
+    }
+
+    fn poll(acks: &ShardAcks) -> RetryPoll {
+        acks.next_retry(futures::task::noop_waker_ref())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivery_past_its_deadline_is_taken_back_and_its_late_settlement_ignored() {
+        let acks = timed(Duration::from_secs(30), None);
+        let first = acks.register_delivery(&record("1"));
+        let second = acks.register_delivery(&record("2"));
+        acks.settle_attempt(second, 1, Settlement::Acked);
+        let RetryPoll::Nothing(Some(at)) = poll(&acks) else {
+            panic!("the first delivery's deadline is next");
+        };
+        assert_eq!(at, Instant::now() + Duration::from_secs(30));
+        tokio::time::advance(Duration::from_secs(31)).await;
+        let RetryPoll::Ready(index, again, attempt) = poll(&acks) else {
+            panic!("taken back and delivered again");
+        };
+        assert_eq!((index, again.sequence_number(), attempt), (first, "1", 2));
+        acks.settle_attempt(first, 1, Settlement::Acked);
+        assert_eq!(
+            acks.checkpoint(),
+            None,
+            "the timed-out delivery settles nothing"
+        );
+        acks.requeue(
+            first,
+            record("1"),
+            SendBack {
+                attempts: 1,
+                ..SendBack::default()
+            },
+        );
+        assert!(
+            matches!(poll(&acks), RetryPoll::Nothing(Some(_))),
+            "nor sends it back"
+        );
+        acks.settle_attempt(first, 2, Settlement::Acked);
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("2".into())));
+        assert!(
+            matches!(poll(&acks), RetryPoll::Nothing(None)),
+            "no deadline left"
+        );
+        assert_eq!(acks.counts().timed_out, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivery_timing_out_on_its_last_attempt_is_dead_lettered() {
+        let acks = timed(Duration::from_secs(5), Some(2));
+        let only = acks.register_delivery(&record("1"));
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert!(matches!(poll(&acks), RetryPoll::Ready(i, _, 2) if i == only));
+        tokio::time::advance(Duration::from_secs(6)).await;
+        let RetryPoll::DeadLetter(index, letter, _) = poll(&acks) else {
+            panic!("dead-lettered after its second attempt timed out");
+        };
+        assert_eq!((index, letter.attempts), (only, 2));
+        assert_eq!(letter.last_error.as_deref(), Some("not settled within 5s"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settled_deliveries_leave_no_deadline_behind() {
+        let acks = timed(Duration::from_secs(5), None);
+        for i in 1..=3 {
+            let index = acks.register_delivery(&record(&i.to_string()));
+            acks.settle_attempt(index, 1, Settlement::Acked);
+        }
+        assert!(matches!(poll(&acks), RetryPoll::Nothing(None)));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(matches!(poll(&acks), RetryPoll::Nothing(None)));
+        assert_eq!(acks.counts().timed_out, 0);
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) max_in_flight_bytes: usize,
     pub(crate) redeliver_dropped: bool,
     pub(crate) max_attempts: Option<u32>,
+    pub(crate) settle_within: Option<Duration>,
     pub(crate) dead_letters: Option<Arc<dyn crate::ack::DeadLetters>>,
     pub(crate) clock: Arc<dyn Clock>,
 }
@@ -59,6 +60,7 @@ impl SubscriptionConfig {
             max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             redeliver_dropped: false,
             max_attempts: None,
+            settle_within: None,
             dead_letters: None,
             clock: Arc::new(TokioClock),
         }
@@ -108,8 +110,10 @@ impl SubscriptionConfig {
             ("lease_duration", self.lease_duration),
             ("checkpoint_interval", self.checkpoint_interval),
         ];
+        let optional = self.settle_within.map(|d| ("settle_within", d));
         for (setting, value) in positive
             .into_iter()
+            .chain(optional)
             .chain([("shutdown_timeout", self.shutdown_timeout)])
         {
             if value.is_zero() && setting != "shutdown_timeout" {

@@ -219,7 +219,8 @@ impl SubscriptionBuilder {
     }
 
     /// How many times a record is delivered before it is dead-lettered: a record sent back
-    /// (`retry`, `fail`, a panic, a redelivered drop) on its `n`-th delivery goes to the
+    /// (`retry`, `fail`, a panic, a redelivered drop, a [`settle_within`](Self::settle_within)
+    /// deadline) on its `n`-th delivery goes to the
     /// [`dead_letters`](Self::dead_letters) destination instead of being delivered again. The
     /// shard waits until the dead letter is written (retried until it is), then the
     /// checkpoint passes the record, so a key's later records still come after it. Attempts
@@ -227,6 +228,20 @@ impl SubscriptionBuilder {
     /// `dead_letters`; unset (the default), records are delivered again without limit.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.config.max_attempts = Some(n);
+        self
+    }
+
+    /// A deadline for settling each delivery (unset by default: a delivery may stay out as
+    /// long as it likes). A delivery not settled `within` of being handed out is taken back:
+    /// it counts as a failed attempt ("not settled within ..") and is delivered again before
+    /// any later record of its shard, or past [`max_attempts`](Self::max_attempts)
+    /// dead-lettered. Whatever the timed-out delivery does afterwards (an `ack`, a `retry`, a
+    /// drop) is ignored, so a record forgotten in a buffer cannot stall its shard for good,
+    /// and one whose handler hangs cannot settle it after it was taken back. Choose it well
+    /// above the slowest normal processing time: a delivery taken back while its work is
+    /// still running is processed twice.
+    pub fn settle_within(mut self, within: Duration) -> Self {
+        self.config.settle_within = Some(within);
         self
     }
 

@@ -134,9 +134,7 @@ impl Stream for ShardPump {
                 if !this.gate.is_open() {
                     return Poll::Ready(close(this.done, this.gate, this.acks, this.events));
                 }
-                let index = this
-                    .acks
-                    .register_sized(record.sequence_number(), record.data().len());
+                let index = this.acks.register_delivery(&record);
                 let token = AckToken::new(this.acks.clone(), index, Some(record.clone()));
                 Poll::Ready(Some(Ok(Delivery::new(record, token))))
             }
@@ -168,9 +166,15 @@ fn poll_retries(this: &mut Projection<'_>, cx: &mut Context<'_>) -> Option<Poll<
             *this.dead_letter = None;
         }
         match this.acks.next_retry(cx.waker()) {
-            RetryPoll::Nothing => {
+            RetryPoll::Nothing(None) => {
                 *this.retry_timer = None;
                 return None;
+            }
+            RetryPoll::Nothing(Some(deadline)) => {
+                // A settlement deadline: wake then, and let the reader's records through now.
+                if poll_timer(this.retry_timer, deadline, cx).is_pending() {
+                    return None;
+                }
             }
             RetryPoll::DeadLetter(index, letter, destination) => {
                 *this.retry_timer = None;
@@ -199,18 +203,25 @@ fn poll_retries(this: &mut Projection<'_>, cx: &mut Context<'_>) -> Option<Poll<
                 return Some(Poll::Ready(Some(Ok(Delivery::new(record, token)))));
             }
             RetryPoll::Waiting(at) => {
-                let timer = this
-                    .retry_timer
-                    .get_or_insert_with(|| Box::pin(sleep_until(at)));
-                if timer.deadline() != at {
-                    timer.as_mut().reset(at);
-                }
-                if timer.as_mut().poll(cx).is_pending() {
+                if poll_timer(this.retry_timer, at, cx).is_pending() {
                     return Some(Poll::Pending);
                 }
             }
         }
     }
+}
+
+/// Polls the pump's one timer, set to fire at `at`.
+fn poll_timer(
+    timer: &mut Option<Pin<Box<Sleep>>>,
+    at: tokio::time::Instant,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    let timer = timer.get_or_insert_with(|| Box::pin(sleep_until(at)));
+    if timer.deadline() != at {
+        timer.as_mut().reset(at);
+    }
+    timer.as_mut().poll(cx)
 }
 
 /// The reader's stream ended: at the shard's end (the pump stays, serving records sent back,

@@ -164,6 +164,7 @@ impl Coordinator {
             max_attempts: config.max_attempts,
             dead_letters: config.dead_letters.clone(),
             max_in_flight_bytes: Some(config.max_in_flight_bytes),
+            settle_within: config.settle_within,
         };
         let (events_tx, events) = unbounded_channel();
         let (reports_tx, reports) = unbounded_channel();
