@@ -32,8 +32,8 @@ async fn settlement_in_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redelivery_address_in_memory() {
-    suites::redelivery_address(broker()).await;
+async fn broker_moves_in_memory() {
+    suites::broker_moves(broker(), broker().create_missing_streams(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -124,6 +124,65 @@ async fn a_delayed_retry_waits_for_the_clock_and_holds_back_the_records_after_it
     tb.shutdown().await.unwrap();
 }
 
+/// Never handles shipment 1 (a poison record); acks the others.
+#[subscriber(KinesisStream::new("poisoned").create_if_missing(1))]
+async fn poisoned(shipment: &Shipment) -> HandlerOutcome {
+    if shipment.seq == 1 {
+        HandlerOutcome::retry()
+    } else {
+        HandlerOutcome::ack()
+    }
+}
+
+/// Reads the dead letters of `poisoned`.
+#[subscriber(KinesisStream::new("poisoned-dead").create_if_missing(1))]
+async fn undeliverable(shipment: &Shipment) -> HandlerOutcome {
+    let _ = shipment;
+    HandlerOutcome::ack()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_poison_record_goes_to_the_dead_letter_stream_after_its_attempts_and_its_key_goes_on() {
+    let app =
+        RustStream::new(AppInfo::new("poison", "0.1.0")).with_broker(KinesisBroker::new(), |b| {
+            b.include(undeliverable);
+            b.include(poisoned)
+                .max_attempts(ruststream::nonzero!(3u32))
+                .dead_letter("poisoned-dead");
+        });
+    let tb = TestApp::start(app).await.expect("starts");
+    let broker = tb.broker::<KinesisBroker>();
+    broker
+        .publish("poisoned", &shipment("ada", 1))
+        .await
+        .unwrap();
+    broker
+        .publish("poisoned", &shipment("ada", 2))
+        .await
+        .unwrap();
+    let seqs = |name: &str| -> Vec<u64> {
+        broker
+            .subscriber(name)
+            .received::<Shipment>()
+            .iter()
+            .map(|s| s.seq)
+            .collect()
+    };
+    for _ in 0..100 {
+        if seqs("poisoned-dead") == [1] && seqs("poisoned").len() == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        seqs("poisoned"),
+        [1, 1, 1, 2],
+        "three attempts, then the key's next record"
+    );
+    assert_eq!(seqs("poisoned-dead"), [1], "the spent record, once");
+    tb.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_subscription_of_a_stream_on_one_connection_is_refused() {
     use ruststream::Subscribe;
@@ -174,8 +233,12 @@ async fn settlement_in_process() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redelivery_address_in_process() {
-    suites::redelivery_address(in_process()).await;
+async fn broker_moves_in_process() {
+    suites::broker_moves(
+        in_process(),
+        InProcessBroker::new(KinesisBroker::new().create_missing_streams(1)),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

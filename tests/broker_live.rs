@@ -95,8 +95,13 @@ async fn settlement_live() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redelivery_address_live() {
-    suites::redelivery_address(support::live_broker(&support::unique_name("redelivery"))).await;
+async fn broker_moves_live() {
+    let application = support::unique_name("moves");
+    suites::broker_moves(
+        support::live_broker(&application),
+        support::live_broker(&application).create_missing_streams(1),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

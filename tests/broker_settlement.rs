@@ -262,3 +262,114 @@ async fn by_name_subscriptions_use_the_broker_defaults() {
     drop(sub);
     c.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_spent_on_its_attempts_goes_to_the_dead_letter_stream_as_it_was() {
+    use kinesis_dataflow::broker::dead_letters::{
+        ATTEMPTS_HEADER, LAST_ERROR_HEADER, ORIGIN_SEQUENCE_HEADER, ORIGIN_SHARD_HEADER,
+        ORIGIN_STREAM_HEADER,
+    };
+    let kinesis = MemoryKinesis::new();
+    kinesis.add_stream("dead", 1).unwrap();
+    let c = KinesisBroker::in_memory(kinesis.clone())
+        .connect()
+        .await
+        .unwrap();
+    let declared = ruststream::RetryDeclaration::new()
+        .with_max_attempts(std::num::NonZeroU32::new(2).unwrap())
+        .with_dead_letter("dead");
+    let mut sub = stream("payments")
+        .create_if_missing(1)
+        .declare_retry(&declared)
+        .subscribe(&c)
+        .await
+        .unwrap();
+    let mut dead = stream("dead").subscribe(&c).await.unwrap();
+    let mut headers = HeaderMap::new();
+    headers.insert("x-trace", "abc");
+    c.publisher()
+        .publish(
+            OutgoingMessage::new("payments", &b"poison"[..]).with_headers(headers),
+            Some(&KinesisOptions::partition_key("acct-1")),
+        )
+        .await
+        .unwrap();
+    publish(&c, "payments", "acct-1", "after").await;
+
+    let first = next(&mut sub).await;
+    let sequence_number = first.record().unwrap().sequence_number().to_owned();
+    first.nack(true).await.unwrap();
+    let second = next(&mut sub).await;
+    assert_eq!(
+        (second.payload(), second.redelivery_count()),
+        (&b"poison"[..], Some(2))
+    );
+    second.nack(true).await.unwrap();
+    let after = next(&mut sub).await;
+    assert_eq!(
+        after.payload(),
+        b"after",
+        "the key's next record comes after it"
+    );
+    after.ack().await.unwrap();
+
+    let letter = next(&mut dead).await;
+    assert_eq!(letter.payload(), b"poison");
+    assert_eq!(letter.partition_key(), Some(&b"acct-1"[..]));
+    let header = |name: &str| {
+        letter
+            .headers()
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(
+        header("x-trace").as_deref(),
+        Some("abc"),
+        "its own headers kept"
+    );
+    assert_eq!(header(ORIGIN_STREAM_HEADER).as_deref(), Some("payments"));
+    assert_eq!(
+        header(ORIGIN_SHARD_HEADER).as_deref(),
+        Some("shardId-000000000000")
+    );
+    assert_eq!(header(ORIGIN_SEQUENCE_HEADER), Some(sequence_number));
+    assert_eq!(header(ATTEMPTS_HEADER).as_deref(), Some("2"));
+    assert_eq!(
+        header(LAST_ERROR_HEADER),
+        None,
+        "a plain retry says nothing"
+    );
+    letter.ack().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_declaration_is_refused_when_half_or_its_stream_is_missing() {
+    let kinesis = MemoryKinesis::new();
+    kinesis.add_stream("payments", 1).unwrap();
+    let c = KinesisBroker::in_memory(kinesis).connect().await.unwrap();
+    let two = std::num::NonZeroU32::new(2).unwrap();
+    let cases = [
+        (
+            ruststream::RetryDeclaration::new().with_max_attempts(two),
+            "max_attempts",
+        ),
+        (
+            ruststream::RetryDeclaration::new().with_dead_letter("dead"),
+            "dead_letter",
+        ),
+        (
+            ruststream::RetryDeclaration::new()
+                .with_max_attempts(two)
+                .with_dead_letter("no-such-stream"),
+            "no-such-stream",
+        ),
+    ];
+    for (declared, named) in cases {
+        let err = stream("payments")
+            .declare_retry(&declared)
+            .subscribe(&c)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(named), "{named}: {err}");
+    }
+}

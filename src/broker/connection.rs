@@ -37,6 +37,8 @@ pub(crate) struct Connection {
     pub(crate) owner: Option<String>,
     pub(crate) create_missing_streams: Option<u32>,
     pub(crate) shutdown_grace: Duration,
+    /// What registrations mounted by a bare stream name declared about their retries.
+    pub(crate) declared: Mutex<HashMap<String, super::dead_letters::Spent>>,
 }
 
 impl Connection {
@@ -61,6 +63,7 @@ impl Connection {
             owner,
             create_missing_streams,
             shutdown_grace,
+            declared: Mutex::default(),
         }
     }
 

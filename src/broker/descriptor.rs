@@ -1,14 +1,15 @@
 //! [`KinesisStream`]: the descriptor a subscriber is mounted on.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ruststream::{
-    AddressedCopies, FromName, RedeliveryAddress, RedeliveryAddressed, Subscribe,
-    SubscriptionSource,
+    BrokerMoves, DeclareRetryError, FromName, RetryDeclaration, Subscribe, SubscriptionSource,
 };
 
 use super::connection::{ConnectedKinesis, Connection};
+use super::dead_letters::{Spent, StreamDeadLetters};
 use super::subscriber::KinesisSubscriber;
 use crate::error::KinesisError;
 use crate::position::KinesisPosition;
@@ -53,6 +54,9 @@ pub struct KinesisStream {
     checkpoint_interval: Option<Duration>,
     max_in_flight: Option<usize>,
     max_wait: Duration,
+    settle_within: Option<Duration>,
+    /// The mount site's `max_attempts` and `dead_letter`; refused at startup when half of it.
+    retry: RetryDeclaration,
 }
 
 impl KinesisStream {
@@ -69,6 +73,8 @@ impl KinesisStream {
             checkpoint_interval: None,
             max_in_flight: None,
             max_wait: DEFAULT_MAX_WAIT,
+            settle_within: None,
+            retry: RetryDeclaration::new(),
         }
     }
 
@@ -148,6 +154,15 @@ impl KinesisStream {
         self
     }
 
+    /// A deadline for settling each message (unset by default): one whose handler has not
+    /// settled it `within` of its delivery is taken back and delivered again, counted as a
+    /// failed attempt against the mount site's `max_attempts`. See
+    /// [`SubscriptionBuilder::settle_within`](crate::SubscriptionBuilder::settle_within).
+    pub fn settle_within(mut self, within: Duration) -> Self {
+        self.settle_within = Some(within);
+        self
+    }
+
     /// The stream name.
     #[must_use]
     pub fn stream_name(&self) -> &str {
@@ -198,6 +213,14 @@ impl KinesisStream {
         inner.check_open()?;
         let create = self.create_if_missing.or(inner.create_missing_streams);
         self.validate(create)?;
+        let declared = inner
+            .declared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&self.name)
+            .cloned();
+        let spent = Spent::from_declaration(&self.retry)?.or(declared);
+        let max_attempts = spent.as_ref().map(|s| s.max_attempts);
         let claim = inner.claim(&self.name)?;
         inner.wait_stopped(&self.name).await;
         let task_inner = inner.clone();
@@ -207,7 +230,7 @@ impl KinesisStream {
         // runtime: the caller's may be a short-lived one.
         let subscription = inner
             .runtime
-            .spawn(async move { self.start(&task_inner, create).await })
+            .spawn(async move { self.start(&task_inner, create, spent).await })
             .await
             .map_err(|_| KinesisError::ShutDown)??;
         inner.register(subscription.shutdown_handle())?;
@@ -217,16 +240,21 @@ impl KinesisStream {
             inner,
             max_wait,
             claim,
+            max_attempts,
         ))
     }
 
     async fn start(
         self,
-        inner: &Connection,
+        inner: &Arc<Connection>,
         create: Option<u32>,
+        spent: Option<Spent>,
     ) -> Result<Subscription, KinesisError> {
         if let Some(shards) = create {
             inner.ensure_stream(&self.name, shards).await?;
+        }
+        if let Some(spent) = &spent {
+            dead_letter_stream(inner, &spent.destination, create).await?;
         }
         let mut builder = Subscription::builder(inner.api.clone(), inner.store.clone(), self.name)
             .read_settings(self.read)
@@ -259,7 +287,38 @@ impl KinesisStream {
         if let Some(n) = self.max_in_flight {
             builder = builder.max_in_flight(n);
         }
+        if let Some(within) = self.settle_within {
+            builder = builder.settle_within(within);
+        }
+        if let Some(spent) = spent {
+            builder = builder
+                .max_attempts(spent.max_attempts)
+                .dead_letters(StreamDeadLetters::new(inner.clone(), spent.destination));
+        }
         builder.start().await
+    }
+}
+
+/// Makes sure the dead-letter stream is there before the first record may need it: created
+/// like the subscription's own stream when that is created, else it must exist.
+async fn dead_letter_stream(
+    inner: &Connection,
+    destination: &str,
+    create: Option<u32>,
+) -> Result<(), KinesisError> {
+    if let Some(shards) = create {
+        return inner.ensure_stream(destination, shards).await;
+    }
+    match inner.api.describe_stream_summary(destination).await {
+        Err(KinesisError::StreamNotFound { .. }) => Err(KinesisError::InvalidConfig {
+            setting: "dead_letter",
+            value: destination.to_owned(),
+            reason: "the dead-letter stream does not exist: create it, or let the subscription \
+                     create it (`create_if_missing`, `create_missing_streams`)"
+                .into(),
+        }),
+        Err(e) => Err(e),
+        Ok(_) => Ok(()),
     }
 }
 
@@ -282,10 +341,20 @@ impl ruststream::runtime::IntoSource for KinesisStream {
 
 impl SubscriptionSource<ConnectedKinesis> for KinesisStream {
     type Subscriber = KinesisSubscriber;
-    type Copies = AddressedCopies;
+    /// The core applies the mount site's `max_attempts` and `dead_letter` itself (see
+    /// [`declare_retry`](Self::declare_retry)) and redelivers in process.
+    type Copies = BrokerMoves;
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Takes the mount site's `max_attempts(n)` and `dead_letter(stream)`: both or neither
+    /// (half is refused when the subscription opens). A record sent back on its `n`-th
+    /// delivery is written to the dead-letter stream, and only then passed by the checkpoint.
+    fn declare_retry(mut self, declaration: &RetryDeclaration) -> Self {
+        self.retry = declaration.clone();
+        self
     }
 
     async fn subscribe(
@@ -296,18 +365,29 @@ impl SubscriptionSource<ConnectedKinesis> for KinesisStream {
     }
 }
 
-impl RedeliveryAddressed<ConnectedKinesis> for KinesisStream {
-    async fn redelivery_address(
-        &self,
-        _connected: &ConnectedKinesis,
-    ) -> Result<RedeliveryAddress, KinesisError> {
-        Ok(RedeliveryAddress::new(self.name.clone()))
-    }
-}
-
 impl Subscribe for ConnectedKinesis {
     type Subscriber = KinesisSubscriber;
-    type Copies = AddressedCopies;
+    type Copies = BrokerMoves;
+
+    /// Takes what a registration by bare stream name declared, as
+    /// [`KinesisStream::declare_retry`](SubscriptionSource::declare_retry) does: both halves
+    /// or none; half is refused here, at startup.
+    fn declare_retry(
+        &self,
+        name: &str,
+        declaration: &RetryDeclaration,
+    ) -> Result<(), DeclareRetryError> {
+        let mut declared = self
+            .inner
+            .declared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match Spent::declared(declaration)? {
+            Some(spent) => declared.insert(name.to_owned(), spent),
+            None => declared.remove(name),
+        };
+        Ok(())
+    }
 
     /// Subscribes by name with the broker's defaults (a missing stream is created only with
     /// [`create_missing_streams`](super::KinesisBroker::create_missing_streams)).

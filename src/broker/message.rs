@@ -1,8 +1,7 @@
 //! [`KinesisMessage`]: one delivered record and its settlement; [`KinesisContext`] and its keys.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ruststream::{
@@ -21,20 +20,25 @@ use crate::record::Record;
 /// What every message of one subscription shares (one reference per message).
 pub(crate) struct Shared {
     pub(crate) stream: Arc<str>,
-    /// Deliveries so far of the records sent back for another try, by (shard, sequence
-    /// number).
-    attempts: Mutex<HashMap<(Arc<str>, String), u64>>,
     pub(crate) inner: Arc<Connection>,
     pub(crate) seeker: KinesisSeeker,
+    /// The mount site's `max_attempts`: a record sent back on that delivery is dead-lettered
+    /// by the core, not delivered again.
+    max_attempts: Option<u32>,
 }
 
 impl Shared {
-    pub(crate) fn new(stream: Arc<str>, inner: Arc<Connection>, seeker: KinesisSeeker) -> Self {
+    pub(crate) fn new(
+        stream: Arc<str>,
+        inner: Arc<Connection>,
+        seeker: KinesisSeeker,
+        max_attempts: Option<u32>,
+    ) -> Self {
         Self {
             stream,
-            attempts: Mutex::default(),
             inner,
             seeker,
+            max_attempts,
         }
     }
 }
@@ -72,14 +76,7 @@ impl KinesisMessage {
         shared: Arc<Shared>,
         counted: Option<Counted>,
     ) -> Self {
-        let attempt = shared
-            .attempts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key(&delivery))
-            .copied()
-            .unwrap_or(0)
-            + 1;
+        let attempt = u64::from(delivery.attempt());
         let (headers, offset) = super::envelope::decode(delivery.data());
         Self {
             delivery: Some(delivery),
@@ -115,33 +112,25 @@ impl KinesisMessage {
             Redelivery::After(delay) => delay,
         };
         if let Some(delivery) = self.delivery.take() {
-            self.shared
-                .attempts
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(key(&delivery), self.attempt);
-            // In process, the harness counts the redelivery before it can be read.
+            // In process, the harness counts the redelivery before it can be read (a record
+            // on its last attempt goes to the dead letters instead).
             let after = match when {
                 Redelivery::Backoff => None,
                 Redelivery::After(_) => Some(delay),
             };
-            self.shared.inner.harness.requeued(
-                &self.shared.stream,
-                delivery.shard_id_shared(),
-                delivery.sequence_number(),
-                after,
-            );
+            let spent = self
+                .shared
+                .max_attempts
+                .is_some_and(|max| self.attempt >= u64::from(max));
+            if !spent {
+                self.shared.inner.harness.requeued(
+                    &self.shared.stream,
+                    delivery.shard_id_shared(),
+                    delivery.sequence_number(),
+                    after,
+                );
+            }
             delivery.retry_after(delay);
-        }
-    }
-
-    fn forget(&self, delivery: &Delivery<Record>) {
-        if self.attempt > 1 {
-            self.shared
-                .attempts
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&key(delivery));
         }
     }
 
@@ -176,13 +165,6 @@ fn retry_backoff(attempt: u64) -> Duration {
     RETRY_BACKOFF_FIRST
         .saturating_mul(1 << doublings)
         .min(RETRY_BACKOFF_MAX)
-}
-
-fn key(delivery: &Delivery<Record>) -> (Arc<str>, String) {
-    (
-        delivery.shard_id_shared().clone(),
-        delivery.sequence_number().to_owned(),
-    )
 }
 
 impl Drop for KinesisMessage {
@@ -220,7 +202,6 @@ impl IncomingMessage for KinesisMessage {
             return self.refuse_closed();
         }
         if let Some(delivery) = self.delivery.take() {
-            self.forget(&delivery);
             delivery.ack();
         }
         Ok(())
@@ -233,7 +214,6 @@ impl IncomingMessage for KinesisMessage {
         if requeue {
             self.send_back(Redelivery::Backoff);
         } else if let Some(delivery) = self.delivery.take() {
-            self.forget(&delivery);
             // The framework logged why just before (a handler's drop, or a body that did not
             // decode, with the decode error); this names the record.
             tracing::warn!(

@@ -54,6 +54,8 @@
 //! | the handler panics, with `on_failure(panic = retry / retry_after(d) / drop / skip)` | the matching row above | the shard goes on after the redelivery or the skip |
 //! | the handler panics, under the framework's default (fail fast) | none: the app shuts down gracefully | the record is unsettled, so the checkpoint stops before it and the restarted service reads it again; nothing is lost and nothing is wedged |
 //! | the body does not decode (framework default: drop; `on_failure(decode = ...)` chooses retry or fail-fast instead) | `nack(false)` | settled as skipped; the shard goes on |
+//! | `retry()` / `retry_after(d)` / a drop on the `n`-th delivery, under the mount site's `max_attempts(n)` and `dead_letter("stream")` | `nack(true)` | written to the dead-letter stream as the message it was (payload, headers, partition key) plus its origin in [`dead_letters`] headers; the shard waits for that write (retried until it succeeds), then the checkpoint passes it |
+//! | not settled within [`KinesisStream::settle_within`] of its delivery | none | taken back and delivered again, counted as an attempt |
 //!
 //! A body that does not decode is decoded, and its failure logged, by the framework, which
 //! knows the handler's type but not the record: its warning names the stream (as the
@@ -63,6 +65,15 @@
 //! itself; in the core, [`Delivery::decode`](crate::Delivery::decode) returns
 //! [`KinesisError::Decode`](crate::KinesisError::Decode), which names the record and carries the
 //! decoder's error.
+//!
+//! Kinesis has no delivery limit or dead-letter queue of its own, so this broker is one that
+//! "moves spent deliveries itself" (`Copies = BrokerMoves`): the framework hands the mount
+//! site's `max_attempts(n)` and `dead_letter(stream)` to the subscription, by descriptor or by
+//! bare name, and the core applies them, keeping the shard's order and losing nothing (the
+//! framework's own copy path would pass the record before its copy was stored). Both halves
+//! are needed: half a declaration, or a dead-letter stream that does not exist (and is not
+//! created with `create_if_missing` / `create_missing_streams`), fails the startup naming it.
+//! `.out(Retry, ..)` does not apply to this broker: a retry is redelivered in process.
 //!
 //! The redelivery count (`redelivery_count()`, 1 on the first delivery) is kept by the
 //! subscriber in memory: it starts over after a restart or a lease hand-over, where the record
@@ -98,6 +109,7 @@
 
 mod builder;
 mod connection;
+pub mod dead_letters;
 mod descriptor;
 pub mod envelope;
 pub mod in_process;

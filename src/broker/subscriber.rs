@@ -55,13 +55,14 @@ impl KinesisSubscriber {
         inner: Arc<Connection>,
         max_wait: Duration,
         claim: StreamClaim,
+        max_attempts: Option<u32>,
     ) -> Self {
         inner.harness.opened(&stream);
         let seeker = KinesisSeeker::new(subscription.seeker(), inner.clone());
         Self {
             messages: std::sync::Mutex::new(MessageStream {
                 subscription,
-                shared: Arc::new(Shared::new(stream, inner, seeker.clone())),
+                shared: Arc::new(Shared::new(stream, inner, seeker.clone(), max_attempts)),
                 parked: None,
                 _claim: claim,
             }),

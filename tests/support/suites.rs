@@ -11,7 +11,7 @@ use ruststream::IncomingMessage;
 use ruststream::conformance::harness;
 use ruststream::conformance::helpers::unique_subject;
 use ruststream::conformance::message_shape::{self, OptionCases};
-use ruststream::conformance::{capabilities, lifecycle, settlement};
+use ruststream::conformance::{capabilities, lifecycle, retry, settlement};
 
 /// A broker the suites can run: [`KinesisBroker`](kinesis_dataflow::broker::KinesisBroker)
 /// itself, or wrapped in the framework's `InProcessBroker`.
@@ -64,9 +64,19 @@ pub async fn settlement_suite<B: SuiteBroker>(broker: B) {
     .await;
 }
 
-/// `harness::redelivery_address`.
-pub async fn redelivery_address<B: SuiteBroker>(broker: B) {
-    harness::redelivery_address(move || broker.clone(), stream, |c| c.publisher()).await;
+/// `retry::broker_moves` with the broker's descriptor, then with a bare stream name (the
+/// attribute form `#[subscriber("name")]`): the core applies `max_attempts` and `dead_letter`.
+/// `by_name` is the same broker with `create_missing_streams` (a name carries no settings).
+pub async fn broker_moves<B: SuiteBroker>(broker: B, by_name: B) {
+    let attempts = std::num::NonZeroU32::new(2).expect("two");
+    retry::broker_moves(move || broker.clone(), stream, |c| c.publisher(), attempts).await;
+    retry::broker_moves(
+        move || by_name.clone(),
+        |name| ruststream::Name::new(name.to_owned()),
+        |c| c.publisher(),
+        attempts,
+    )
+    .await;
 }
 
 /// `message_shape::keyed_order` on a two-shard stream.
