@@ -9,12 +9,14 @@
 //!   acked through the `AckSink`;
 //! * `durable`: the same with `AckSink::durable_flush(true)`, so every flush `forward` makes
 //!   waits for a written checkpoint (the cost of a durable flush; the checkpoint writes are
-//!   printed).
+//!   printed);
+//! * `deadline`: `subscription` with a settlement deadline per delivery (`settle_within`), which
+//!   keeps a clone of each record handed out and a deadline queue.
 //!
 //! ```text
-//! cargo bench --bench per_record                      # allocations per record, all four
+//! cargo bench --bench per_record                      # allocations per record, all five
 //! cargo bench --bench per_record -- --mode shard --records 20000   # one mode (for callgrind)
-//! benches/callgrind.sh                                # instructions per record, all four
+//! benches/callgrind.sh                                # instructions per record, all five
 //! ```
 //!
 //! Instructions per record come from two callgrind runs of one mode, with N and 2N records:
@@ -78,16 +80,19 @@ fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
             measured_shard(runtime, api, records);
             region.change().allocations as u64
         }
-        "subscription" | "durable" => {
+        "subscription" | "durable" | "deadline" => {
             let api: SharedKinesis = Arc::new(memory);
             let leases = MemoryLeaseStore::new();
             let subscription = runtime.block_on(async {
-                Subscription::builder(api, Arc::new(leases.clone()), STREAM)
+                let builder = Subscription::builder(api, Arc::new(leases.clone()), STREAM)
                     .start_at(KinesisPosition::horizon())
-                    .read_settings(settings())
-                    .start()
-                    .await
-                    .expect("starts")
+                    .read_settings(settings());
+                let builder = if mode == "deadline" {
+                    builder.settle_within(Duration::from_secs(600))
+                } else {
+                    builder
+                };
+                builder.start().await.expect("starts")
             });
             let stop = subscription.shutdown_handle();
             let region = Region::new(GLOBAL);
@@ -100,7 +105,7 @@ fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
             );
             allocations
         }
-        other => panic!("unknown mode {other:?}: iter, shard, subscription or durable"),
+        other => panic!("unknown mode {other:?}: iter, shard, subscription, durable or deadline"),
     }
 }
 
@@ -172,7 +177,7 @@ fn main() {
         "allocations per record (from runs of {records} and {} records):",
         2 * records
     );
-    for mode in ["iter", "shard", "subscription", "durable"] {
+    for mode in ["iter", "shard", "subscription", "durable", "deadline"] {
         let once = consume(&runtime, mode, records);
         let twice = consume(&runtime, mode, 2 * records);
         let per_record = (twice as f64 - once as f64) / records as f64;
