@@ -46,7 +46,8 @@
 //!
 //! Every record is handed out until a checkpoint passes it, and a checkpoint passes only acked,
 //! skipped and (ordinary) dropped records. A record is delivered more than once when:
-//! it was sent back (`retry`, a panic, `redeliver_dropped`); or this instance stopped holding
+//! it was sent back (`retry`, a panic, `redeliver_dropped`, or taken back at its
+//! `settle_within` deadline while its work still ran); or this instance stopped holding
 //! its shard (crash, lost lease, hand-off, shutdown) after handing it out and before a
 //! written checkpoint covered it. Then the next reader starts after the last written
 //! checkpoint, so it redelivers at most what was handed out after that checkpoint: at most
