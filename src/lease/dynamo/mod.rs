@@ -1,0 +1,236 @@
+//! The DynamoDB lease table.
+//!
+//! One table serves several streams. Each row is one shard of one stream:
+//!
+//! | attribute | type | what it holds |
+//! |---|---|---|
+//! | `leaseKey` | S, partition key | `<stream>#<shard>` |
+//! | `streamName` | S | the stream name |
+//! | `shardId` | S | the shard id |
+//! | `leaseOwner` | S | the holder; absent while nobody holds the lease |
+//! | `leaseCounter` | N | bumped by every write |
+//! | `checkpoint` | S | a sequence number, `SHARD_END`, where a reader began (`TRIM_HORIZON`, `AT_TIMESTAMP:<ms>`, ...), or where a shard nobody has read yet starts (`INITIAL:<start>`); see [`Checkpoint::encode`]; absent when none |
+//! | `parentShardIds` | L of S | the shard's parents; absent when none |
+//! | `lastWrittenAt` | N | wall-clock milliseconds of the last write (informational only) |
+
+use std::fmt;
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::Client;
+
+use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
+use crate::position::Checkpoint;
+use row::{CHECKPOINT, checkpoint_value};
+use table::{DEFAULT_TABLE_PREFIX, is_table_name_char, validate_table_name};
+
+mod errors;
+mod row;
+mod table;
+mod writes;
+
+/// The lease table in DynamoDB (AWS itself, DynamoDB Local, or an emulator).
+///
+/// Every write is a conditional `PutItem` / `UpdateItem` / `DeleteItem` on the owner and
+/// counter the caller last saw, so a stale view fails with [`LeaseError::Lost`].
+/// [`prepare`](LeaseStore::prepare) creates the table (on-demand billing, string partition key
+/// `leaseKey`) when it is missing.
+///
+/// The IAM actions it needs on the table: `dynamodb:DescribeTable`, `dynamodb:CreateTable`
+/// (unless the table already exists), `dynamodb:Scan`, `dynamodb:PutItem`,
+/// `dynamodb:UpdateItem` and `dynamodb:DeleteItem`.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), kinesis_dataflow::lease::LeaseError> {
+/// use kinesis_dataflow::DynamoLeaseStore;
+/// use kinesis_dataflow::lease::{Lease, LeaseStore};
+///
+/// let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+/// let table = DynamoLeaseStore::default_table_name("billing");
+/// let store = DynamoLeaseStore::from_conf(&config, table)?;
+/// store.prepare().await?;
+/// store.create(&Lease::new("events", "shardId-000000000000", vec![])).await?;
+/// for lease in store.list("events").await? {
+///     println!("{} held by {:?}", lease.shard_id, lease.owner);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct DynamoLeaseStore {
+    client: Client,
+    table: Arc<str>,
+    scan_page_size: Option<i32>,
+}
+
+impl fmt::Debug for DynamoLeaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The SDK client's configuration is long and holds the credentials provider.
+        f.debug_struct("DynamoLeaseStore")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DynamoLeaseStore {
+    /// A store on table `table` through a ready SDK client.
+    ///
+    /// # Errors
+    ///
+    /// [`LeaseError::InvalidConfig`] (setting `lease_table`) when `table` is not a valid
+    /// DynamoDB table name: 3 to 255 characters of `a-z`, `A-Z`, `0-9`, `_`, `-` and `.`.
+    ///
+    /// ```no_run
+    /// # fn demo(client: aws_sdk_dynamodb::Client) -> Result<(), kinesis_dataflow::lease::LeaseError> {
+    /// use kinesis_dataflow::DynamoLeaseStore;
+    ///
+    /// let store = DynamoLeaseStore::new(client.clone(), "my-app-leases")?;
+    /// assert_eq!(store.table(), "my-app-leases");
+    /// assert!(DynamoLeaseStore::new(client, "no spaces").is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn new(client: Client, table: impl Into<String>) -> Result<Self, LeaseError> {
+        let table = table.into();
+        validate_table_name(&table)?;
+        Ok(Self {
+            client,
+            table: table.into(),
+            scan_page_size: None,
+        })
+    }
+
+    /// A store on table `table` with a client built from a shared SDK configuration (region,
+    /// credentials, endpoint overrides such as `AWS_ENDPOINT_URL_DYNAMODB`).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn from_conf(
+        conf: &aws_config::SdkConfig,
+        table: impl Into<String>,
+    ) -> Result<Self, LeaseError> {
+        Self::new(Client::new(conf), table)
+    }
+
+    /// The table name used when none is configured: `kinesis-dataflow-<application>`, with
+    /// every character DynamoDB does not allow in a table name replaced by `-`, cut to 255
+    /// characters.
+    ///
+    /// ```
+    /// use kinesis_dataflow::DynamoLeaseStore;
+    ///
+    /// assert_eq!(DynamoLeaseStore::default_table_name("billing"), "kinesis-dataflow-billing");
+    /// assert_eq!(DynamoLeaseStore::default_table_name("my app/v2"), "kinesis-dataflow-my-app-v2");
+    /// assert_eq!(DynamoLeaseStore::default_table_name(""), "kinesis-dataflow");
+    /// ```
+    #[must_use]
+    pub fn default_table_name(application: &str) -> String {
+        let mut name = DEFAULT_TABLE_PREFIX.to_owned();
+        if !application.is_empty() {
+            name.push('-');
+            name.extend(
+                application
+                    .chars()
+                    .map(|c| if is_table_name_char(c) { c } else { '-' }),
+            );
+        }
+        // Every character is ASCII now, so any byte index is a character boundary.
+        name.truncate(255);
+        name
+    }
+
+    /// The table name.
+    #[must_use]
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The SDK client underneath.
+    #[must_use]
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Reads [`list`](LeaseStore::list)'s Scan in pages of at most `items` rows (the Scan
+    /// `Limit`) instead of the service's pages of up to 1 MB. Mostly a test knob for the
+    /// pagination; `0` restores the default.
+    #[must_use]
+    pub fn with_scan_page_size(mut self, items: u32) -> Self {
+        self.scan_page_size = match items {
+            0 => None,
+            n => Some(i32::try_from(n).unwrap_or(i32::MAX)),
+        };
+        self
+    }
+}
+
+impl LeaseStore for DynamoLeaseStore {
+    fn prepare(&self) -> LeaseFuture<'_, ()> {
+        Box::pin(self.do_prepare())
+    }
+
+    fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
+        Box::pin(self.do_list(stream))
+    }
+
+    fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
+        Box::pin(self.do_create(lease))
+    }
+
+    fn take<'a>(&'a self, lease: &'a Lease, owner: &'a str) -> LeaseFuture<'a, Lease> {
+        Box::pin(self.do_take(lease, owner))
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
+        Box::pin(self.update_held(
+            lease,
+            "SET #counter = :counter, #written = :now",
+            None,
+            None,
+        ))
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        lease: &'a Lease,
+        checkpoint: &'a Checkpoint,
+    ) -> LeaseFuture<'a, Lease> {
+        Box::pin(self.update_held(
+            lease,
+            "SET #counter = :counter, #written = :now, #checkpoint = :checkpoint",
+            Some(("#checkpoint", CHECKPOINT)),
+            Some((":checkpoint", checkpoint_value(checkpoint))),
+        ))
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {
+        Box::pin(self.update_held(
+            lease,
+            "SET #counter = :counter, #written = :now REMOVE #owner",
+            None,
+            None,
+        ))
+    }
+
+    fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
+        Box::pin(self.do_delete(lease))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_the_table_only() {
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .build();
+        let store = DynamoLeaseStore::new(Client::from_conf(conf), "leases")
+            .unwrap()
+            .with_scan_page_size(5);
+        assert_eq!(
+            format!("{store:?}"),
+            r#"DynamoLeaseStore { table: "leases", .. }"#
+        );
+        assert_eq!(store.table(), "leases");
+    }
+}

@@ -1,0 +1,224 @@
+//! The Scan behind `list`, and the writes fenced on the owner and counter the caller last saw.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+
+use super::DynamoLeaseStore;
+use super::errors::is_condition_failure;
+use super::row::{
+    COUNTER, KEY, OWNER, STREAM, WRITTEN, key_value, now_ms, number, parse_row, to_item,
+};
+use crate::error::Operation;
+use crate::lease::{Lease, LeaseError};
+
+/// The owner named in [`LeaseError::Lost`] when the caller's lease had no owner at all.
+const NO_OWNER: &str = "(no owner)";
+
+impl DynamoLeaseStore {
+    pub(super) async fn do_list(&self, stream: &str) -> Result<Vec<Lease>, LeaseError> {
+        let call = Operation::Scan;
+        let mut leases = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&*self.table)
+                .filter_expression("#stream = :stream")
+                .expression_attribute_names("#stream", STREAM)
+                .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()))
+                .consistent_read(true)
+                .set_limit(self.scan_page_size)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|err| self.error(call, err))?;
+            for item in page.items() {
+                leases.push(parse_row(&self.table, call, item)?);
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => break,
+            }
+        }
+        leases.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        Ok(leases)
+    }
+
+    pub(super) async fn do_create(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let call = Operation::PutItem;
+        let put = self
+            .client
+            .put_item()
+            .table_name(&*self.table)
+            .set_item(Some(to_item(lease)))
+            .condition_expression("attribute_not_exists(#key)")
+            .expression_attribute_names("#key", KEY)
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(true),
+            Err(err) if is_condition_failure(&err) => Ok(false),
+            Err(err) => Err(self.error(call, err)),
+        }
+    }
+
+    pub(super) async fn do_take(&self, lease: &Lease, owner: &str) -> Result<Lease, LeaseError> {
+        let mut values = self.counter_values(lease, owner)?;
+        values.push((":owner", AttributeValue::S(owner.to_owned())));
+        let condition = match &lease.owner {
+            None => "#counter = :expected AND attribute_not_exists(#owner)",
+            Some(old) => {
+                values.push((":old_owner", AttributeValue::S(old.clone())));
+                "#counter = :expected AND #owner = :old_owner"
+            }
+        };
+        self.update(
+            lease,
+            owner,
+            "SET #owner = :owner, #counter = :counter, #written = :now",
+            condition,
+            &[
+                ("#owner", OWNER),
+                ("#counter", COUNTER),
+                ("#written", WRITTEN),
+            ],
+            values,
+        )
+        .await
+    }
+
+    pub(super) async fn do_delete(&self, lease: &Lease) -> Result<(), LeaseError> {
+        let call = Operation::DeleteItem;
+        let mut delete = self
+            .client
+            .delete_item()
+            .table_name(&*self.table)
+            .key(KEY, key_value(lease))
+            .expression_attribute_names("#counter", COUNTER)
+            .expression_attribute_names("#owner", OWNER)
+            .expression_attribute_values(":expected", number(lease.counter));
+        delete = match &lease.owner {
+            None => {
+                delete.condition_expression("#counter = :expected AND attribute_not_exists(#owner)")
+            }
+            Some(owner) => delete
+                .condition_expression("#counter = :expected AND #owner = :owner")
+                .expression_attribute_values(":owner", AttributeValue::S(owner.clone())),
+        };
+        match delete.send().await {
+            Ok(_) => Ok(()),
+            Err(err) if is_condition_failure(&err) => Err(LeaseError::Lost {
+                stream: lease.stream.clone(),
+                shard: lease.shard_id.clone(),
+                owner: lease.owner.clone().unwrap_or_else(|| NO_OWNER.to_owned()),
+            }),
+            Err(err) => Err(self.error(call, err)),
+        }
+    }
+
+    /// A write by the holder: conditional on `lease.owner` (which must be set) and the counter.
+    pub(super) async fn update_held(
+        &self,
+        lease: &Lease,
+        expression: &str,
+        extra_name: Option<(&'static str, &'static str)>,
+        extra_value: Option<(&'static str, AttributeValue)>,
+    ) -> Result<Lease, LeaseError> {
+        let Some(me) = lease.owner.as_deref() else {
+            return Err(LeaseError::Lost {
+                stream: lease.stream.clone(),
+                shard: lease.shard_id.clone(),
+                owner: NO_OWNER.to_owned(),
+            });
+        };
+        let mut values = self.counter_values(lease, me)?;
+        values.push((":me", AttributeValue::S(me.to_owned())));
+        values.extend(extra_value);
+        let mut names = vec![
+            ("#owner", OWNER),
+            ("#counter", COUNTER),
+            ("#written", WRITTEN),
+        ];
+        names.extend(extra_name);
+        self.update(
+            lease,
+            me,
+            expression,
+            "#owner = :me AND #counter = :expected",
+            &names,
+            values,
+        )
+        .await
+    }
+
+    /// `:expected` (the caller's counter), `:counter` (the next one) and `:now`.
+    fn counter_values(
+        &self,
+        lease: &Lease,
+        writer: &str,
+    ) -> Result<Vec<(&'static str, AttributeValue)>, LeaseError> {
+        let Some(next) = lease.counter.checked_add(1) else {
+            return Err(self.invalid(
+                Operation::UpdateItem,
+                &format!(
+                    "the counter of shard `{}` of stream `{}` cannot grow past u64::MAX (writer \
+                     `{writer}`)",
+                    lease.shard_id, lease.stream
+                ),
+            ));
+        };
+        Ok(vec![
+            (":expected", number(lease.counter)),
+            (":counter", number(next)),
+            (":now", number(now_ms())),
+        ])
+    }
+
+    /// One conditional UpdateItem returning the row as written; a failed condition is
+    /// [`LeaseError::Lost`] naming `writer`.
+    async fn update(
+        &self,
+        lease: &Lease,
+        writer: &str,
+        expression: &str,
+        condition: &str,
+        names: &[(&'static str, &'static str)],
+        values: Vec<(&'static str, AttributeValue)>,
+    ) -> Result<Lease, LeaseError> {
+        let call = Operation::UpdateItem;
+        let names = names
+            .iter()
+            .map(|(alias, name)| ((*alias).to_owned(), (*name).to_owned()))
+            .collect();
+        let values = values
+            .into_iter()
+            .map(|(alias, value)| (alias.to_owned(), value))
+            .collect();
+        let updated = self
+            .client
+            .update_item()
+            .table_name(&*self.table)
+            .key(KEY, key_value(lease))
+            .update_expression(expression)
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        match updated {
+            Ok(out) => match out.attributes() {
+                Some(row) => parse_row(&self.table, call, row),
+                None => Err(self.invalid(call, "the answer holds no attributes (ALL_NEW)")),
+            },
+            Err(err) if is_condition_failure(&err) => Err(LeaseError::Lost {
+                stream: lease.stream.clone(),
+                shard: lease.shard_id.clone(),
+                owner: writer.to_owned(),
+            }),
+            Err(err) => Err(self.error(call, err)),
+        }
+    }
+}
