@@ -116,6 +116,10 @@ pub enum StartingPoint {
     AtSequence(String),
     /// `AFTER_SEQUENCE_NUMBER`.
     AfterSequence(String),
+    /// After the user record with this sub-sequence number of the KPL aggregate at this
+    /// sequence number: the shard opens `AT_SEQUENCE_NUMBER` and the aggregate's user records up
+    /// to and including that one are left out (see [`crate::kpl`]).
+    AfterSubSequence(String, u64),
 }
 
 impl StartingPoint {
@@ -126,7 +130,7 @@ impl StartingPoint {
             Self::TrimHorizon => "TRIM_HORIZON",
             Self::Latest => "LATEST",
             Self::AtTimestamp(_) => "AT_TIMESTAMP",
-            Self::AtSequence(_) => "AT_SEQUENCE_NUMBER",
+            Self::AtSequence(_) | Self::AfterSubSequence(..) => "AT_SEQUENCE_NUMBER",
             Self::AfterSequence(_) => "AFTER_SEQUENCE_NUMBER",
         }
     }
@@ -172,12 +176,17 @@ pub enum Checkpoint {
     Initial(StartingPoint),
     /// Every record up to and including this sequence number is settled.
     Sequence(String),
+    /// Every record before this sequence number is settled, and of the KPL aggregate at it,
+    /// the user records up to and including this sub-sequence number: a reader resumes with
+    /// the aggregate's next user record.
+    SubSequence(String, u64),
     /// The shard is closed and every record of it is settled (SHARD_END).
     ShardEnd,
 }
 
 impl Checkpoint {
-    /// The text form a lease store keeps: a sequence number, `SHARD_END`, `TRIM_HORIZON`,
+    /// The text form a lease store keeps: a sequence number, `<sequence>:<sub-sequence>`,
+    /// `SHARD_END`, `TRIM_HORIZON`,
     /// `AT_TIMESTAMP:<ms>`, `AT_SEQUENCE_NUMBER:<seq>` or `AFTER_SEQUENCE_NUMBER:<seq>`, and
     /// for [`Initial`](Self::Initial) the start's form after `INITIAL:`.
     ///
@@ -192,6 +201,8 @@ impl Checkpoint {
     ///     Checkpoint::Start(StartingPoint::AtTimestamp(1_700_000_000_000)),
     ///     Checkpoint::Initial(StartingPoint::AtTimestamp(1_700_000_000_000)),
     ///     Checkpoint::Initial(StartingPoint::TrimHorizon),
+    ///     Checkpoint::SubSequence("4959".into(), 3),
+    ///     Checkpoint::Start(StartingPoint::AfterSubSequence("4959".into(), 3)),
     /// ] {
     ///     assert_eq!(Checkpoint::decode(&cp.encode()), Some(cp));
     /// }
@@ -201,6 +212,7 @@ impl Checkpoint {
         match self {
             Self::Initial(point) => format!("INITIAL:{}", Self::Start(point.clone()).encode()),
             Self::Sequence(seq) => seq.clone(),
+            Self::SubSequence(seq, sub) => format!("{seq}:{sub}"),
             Self::ShardEnd => "SHARD_END".to_owned(),
             Self::Start(StartingPoint::TrimHorizon) => "TRIM_HORIZON".to_owned(),
             Self::Start(StartingPoint::Latest) => "LATEST".to_owned(),
@@ -208,6 +220,9 @@ impl Checkpoint {
             Self::Start(StartingPoint::AtSequence(seq)) => format!("AT_SEQUENCE_NUMBER:{seq}"),
             Self::Start(StartingPoint::AfterSequence(seq)) => {
                 format!("AFTER_SEQUENCE_NUMBER:{seq}")
+            }
+            Self::Start(StartingPoint::AfterSubSequence(seq, sub)) => {
+                format!("AFTER_SUB_SEQUENCE_NUMBER:{seq}:{sub}")
             }
         }
     }
@@ -229,8 +244,22 @@ impl Checkpoint {
             seq if digits(seq) => Self::Sequence(seq.to_owned()),
             other => {
                 let (kind, value) = other.split_once(':')?;
+                if let Some((seq, sub)) = value.split_once(':') {
+                    return (kind == "AFTER_SUB_SEQUENCE_NUMBER" && digits(seq) && digits(sub))
+                        .then(|| {
+                            let sub = sub.parse().ok()?;
+                            Some(Self::Start(StartingPoint::AfterSubSequence(
+                                seq.to_owned(),
+                                sub,
+                            )))
+                        })
+                        .flatten();
+                }
                 if !digits(value) {
                     return None;
+                }
+                if digits(kind) {
+                    return Some(Self::SubSequence(kind.to_owned(), value.parse().ok()?));
                 }
                 Self::Start(match kind {
                     "AT_TIMESTAMP" => StartingPoint::AtTimestamp(value.parse().ok()?),
@@ -272,6 +301,9 @@ pub(crate) fn starting_point(
         Some(Checkpoint::Initial(point)) => Some(point.clone()),
         Some(Checkpoint::ShardEnd) => None,
         Some(Checkpoint::Sequence(seq)) => Some(StartingPoint::AfterSequence(seq.clone())),
+        Some(Checkpoint::SubSequence(seq, sub)) => {
+            Some(StartingPoint::AfterSubSequence(seq.clone(), *sub))
+        }
         Some(Checkpoint::Start(point)) => Some(point.clone()),
         None if origin == ShardOrigin::Child => Some(StartingPoint::TrimHorizon),
         None => Some(StartingPoint::Latest),

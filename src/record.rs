@@ -19,6 +19,19 @@ pub struct Record {
     shard_id: Arc<str>,
     approximate_arrival: Option<SystemTime>,
     millis_behind_latest: Option<u64>,
+    /// Set on a user record taken out of a KPL aggregate.
+    aggregate: Option<InAggregate>,
+    /// A user record's explicit hash key, when its producer gave one.
+    explicit_hash_key: Option<Arc<str>>,
+}
+
+/// Where a user record sits in the aggregate it was taken out of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InAggregate {
+    /// Its sub-sequence number: its index in the aggregate.
+    pub(crate) sub: u64,
+    /// It is the aggregate's last user record.
+    pub(crate) last: bool,
 }
 
 impl Record {
@@ -38,6 +51,29 @@ impl Record {
             shard_id,
             approximate_arrival,
             millis_behind_latest: None,
+            aggregate: None,
+            explicit_hash_key: None,
+        }
+    }
+
+    /// A user record of the aggregate `self`: its own key, hash key, data and place, and the
+    /// aggregate's sequence number, shard, arrival and lag.
+    pub(crate) fn user_record(
+        &self,
+        partition_key: Arc<str>,
+        explicit_hash_key: Option<Arc<str>>,
+        data: Bytes,
+        place: InAggregate,
+    ) -> Self {
+        Self {
+            data,
+            partition_key,
+            sequence_number: self.sequence_number.clone(),
+            shard_id: self.shard_id.clone(),
+            approximate_arrival: self.approximate_arrival,
+            millis_behind_latest: self.millis_behind_latest,
+            aggregate: Some(place),
+            explicit_hash_key,
         }
     }
 
@@ -101,6 +137,38 @@ impl Record {
     #[must_use]
     pub fn millis_behind_latest(&self) -> Option<u64> {
         self.millis_behind_latest
+    }
+
+    /// For a user record taken out of a KPL aggregate (see
+    /// [`ReadSettings::deaggregate`](crate::ReadSettings::deaggregate)), its sub-sequence
+    /// number: its place in the aggregate, from 0. The aggregate's sequence number is
+    /// [`sequence_number`](Self::sequence_number); together they order every user record of
+    /// the shard. `None` for a record that was not aggregated.
+    #[must_use]
+    pub fn sub_sequence_number(&self) -> Option<u64> {
+        self.aggregate.map(|a| a.sub)
+    }
+
+    /// Makes a user record the last of its aggregate (the user records after it cannot be read).
+    pub(crate) fn mark_last_of_aggregate(&mut self) {
+        if let Some(place) = &mut self.aggregate {
+            place.last = true;
+        }
+    }
+
+    /// True for the last user record of its aggregate, and for a record that was not
+    /// aggregated.
+    #[must_use]
+    pub fn is_last_of_aggregate(&self) -> bool {
+        self.aggregate.is_none_or(|a| a.last)
+    }
+
+    /// The explicit hash key a user record's producer gave it (it then chose the shard
+    /// instead of the partition key's MD5). `None` when none was given, and for records read
+    /// without de-aggregation (GetRecords does not return it).
+    #[must_use]
+    pub fn explicit_hash_key(&self) -> Option<&str> {
+        self.explicit_hash_key.as_deref()
     }
 }
 

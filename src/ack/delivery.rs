@@ -111,6 +111,7 @@ impl AckToken {
                 .record
                 .as_ref()
                 .map(|r| r.sequence_number_shared().clone()),
+            sub_sequence_number: self.record.as_ref().and_then(Record::sub_sequence_number),
         }
     }
 
@@ -197,8 +198,9 @@ impl Drop for AckToken {
 }
 
 /// What identifies a delivered record, for a sink that must apply each record once: the
-/// stream, the shard and the sequence number (unique within the stream). A redelivery of a
-/// record has the same key.
+/// stream, the shard, the sequence number (unique within the stream) and, for a user record
+/// taken out of a KPL aggregate, its sub-sequence number. A redelivery of a record has the
+/// same key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DedupeKey {
     /// The stream.
@@ -207,6 +209,8 @@ pub struct DedupeKey {
     pub shard: Arc<str>,
     /// The record's sequence number (`None` only for a token not made by a reader).
     pub sequence_number: Option<Arc<str>>,
+    /// A user record's place in its KPL aggregate (`None` for a record not aggregated).
+    pub sub_sequence_number: Option<u64>,
 }
 
 /// A value delivered from a shard, carrying the token that settles it.

@@ -100,6 +100,9 @@ struct Slot {
     bytes: usize,
     /// Which delivery of the record was handed out last (1 for the first).
     attempt: u32,
+    /// For a user record of a KPL aggregate other than its last: its sub-sequence number (a
+    /// checkpoint ending here names it; one ending on the last names the whole aggregate).
+    open_sub: Option<u64>,
     /// A delivery of it is out (not sent back): only that delivery's settlement counts.
     out: bool,
 }
@@ -119,8 +122,9 @@ struct State {
     /// Index of `pending[0]`.
     base: u64,
     pending: VecDeque<Slot>,
-    /// The last record of the contiguous settled prefix.
-    settled_through: Option<SeqBuf>,
+    /// The last record of the contiguous settled prefix, with its sub-sequence number when it
+    /// is a user record that does not close its aggregate.
+    settled_through: Option<(SeqBuf, Option<u64>)>,
     /// The shard's reader reached the shard's end.
     ended: bool,
     acked: u64,
@@ -233,13 +237,26 @@ pub(crate) struct AckCounts {
 impl ShardAcks {
     /// A ledger for `shard`, starting at the stored checkpoint (if any).
     #[must_use]
-    pub(crate) fn new(stream: Arc<str>, shard: Arc<str>, checkpoint: Option<&str>) -> Arc<Self> {
-        let settled = checkpoint.map_or_else(SettledPosition::new, SettledPosition::at);
+    pub(crate) fn new(
+        stream: Arc<str>,
+        shard: Arc<str>,
+        checkpoint: Option<&Checkpoint>,
+    ) -> Arc<Self> {
+        let (settled, settled_through) = match checkpoint {
+            Some(Checkpoint::Sequence(seq)) => (
+                SettledPosition::at(seq.as_str()),
+                Some((SeqBuf::new(seq), None)),
+            ),
+            Some(Checkpoint::SubSequence(seq, sub)) => {
+                (SettledPosition::new(), Some((SeqBuf::new(seq), Some(*sub))))
+            }
+            _ => (SettledPosition::new(), None),
+        };
         Arc::new(Self {
             stream,
             shard,
             state: Mutex::new(State {
-                settled_through: checkpoint.map(SeqBuf::new),
+                settled_through,
                 ..State::default()
             }),
             settled,
@@ -256,7 +273,7 @@ impl ShardAcks {
     pub(crate) fn with_policy(
         stream: Arc<str>,
         shard: Arc<str>,
-        checkpoint: Option<&str>,
+        checkpoint: Option<&Checkpoint>,
         policy: AckPolicy,
     ) -> Arc<Self> {
         let mut acks = Self::new(stream, shard, checkpoint);
@@ -334,10 +351,15 @@ impl ShardAcks {
     /// [`register`](Self::register), counting `bytes` of data in flight until it is settled.
     pub(crate) fn register_sized(&self, sequence_number: &str, bytes: usize) -> u64 {
         let mut state = self.lock();
-        Self::push_slot(&mut state, sequence_number, bytes)
+        Self::push_slot(&mut state, sequence_number, bytes, None)
     }
 
-    fn push_slot(state: &mut State, sequence_number: &str, bytes: usize) -> u64 {
+    fn push_slot(
+        state: &mut State,
+        sequence_number: &str,
+        bytes: usize,
+        open_sub: Option<u64>,
+    ) -> u64 {
         let index = state.base + state.pending.len() as u64;
         state.pending.push_back(Slot {
             sequence_number: SeqBuf::new(sequence_number),
@@ -346,6 +368,7 @@ impl ShardAcks {
             bytes,
             attempt: 1,
             out: true,
+            open_sub,
         });
         state.in_flight_bytes += bytes;
         index
@@ -355,7 +378,17 @@ impl ShardAcks {
     /// its settlement deadline when the policy sets one; returns its index for settling.
     pub(crate) fn register_delivery(&self, record: &Record) -> u64 {
         let mut state = self.lock();
-        let index = Self::push_slot(&mut state, record.sequence_number(), record.data().len());
+        let open_sub = if record.is_last_of_aggregate() {
+            None
+        } else {
+            record.sub_sequence_number()
+        };
+        let index = Self::push_slot(
+            &mut state,
+            record.sequence_number(),
+            record.data().len(),
+            open_sub,
+        );
         if let Some(within) = self.policy.settle_within {
             state.deadlines.push_back(Deadline {
                 at: Instant::now() + within,
@@ -411,7 +444,7 @@ impl ShardAcks {
             {
                 let slot = state.pending.pop_front().expect("front exists");
                 state.base += 1;
-                advanced = Some(slot.sequence_number);
+                advanced = Some((slot.sequence_number, slot.open_sub));
             }
             if advanced.is_some() {
                 state.settled_through = advanced;
@@ -470,9 +503,17 @@ impl ShardAcks {
         if state.ended && state.pending.is_empty() {
             return Some((Checkpoint::ShardEnd, u64::MAX));
         }
-        let seq = state.settled_through.as_ref()?.as_str();
-        self.settled.advance(seq);
-        Some((Checkpoint::Sequence(seq.to_owned()), state.base))
+        let (seq, open_sub) = state.settled_through.as_ref()?;
+        let checkpoint = match open_sub {
+            // The rest of the aggregate is not settled: the reader's renewal point stays at
+            // the last whole record.
+            Some(sub) => Checkpoint::SubSequence(seq.as_str().to_owned(), *sub),
+            None => {
+                self.settled.advance(seq.as_str());
+                Checkpoint::Sequence(seq.as_str().to_owned())
+            }
+        };
+        Some((checkpoint, state.base))
     }
 
     /// True once the shard ended and every record of it is settled.
@@ -874,8 +915,49 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_inside_an_aggregate_names_the_last_settled_user_record() {
+        let acks = ShardAcks::new(
+            "s".into(),
+            "shardId-0".into(),
+            Some(&Checkpoint::SubSequence("7".into(), 0)),
+        );
+        assert_eq!(
+            acks.checkpoint(),
+            Some(Checkpoint::SubSequence("7".into(), 0))
+        );
+        let data =
+            crate::kpl::aggregate([("a", None, &b"1"[..]), ("a", None, b"2"), ("a", None, b"3")]);
+        let aggregate = Record::new("shardId-0".into(), "9", "k", data, None);
+        let crate::kpl::Unpacked::Users(users) = crate::kpl::unpack(&aggregate) else {
+            panic!("an aggregate");
+        };
+        let ids: Vec<u64> = users
+            .iter()
+            .map(|u| acks.register_delivery(u.as_ref().unwrap()))
+            .collect();
+        acks.settle(ids[0], Settlement::Acked);
+        acks.settle(ids[1], Settlement::Acked);
+        assert_eq!(
+            acks.checkpoint(),
+            Some(Checkpoint::SubSequence("9".into(), 1))
+        );
+        assert_eq!(
+            acks.settled_position().get(),
+            None,
+            "the renewal point stays at the last whole record"
+        );
+        acks.settle(ids[2], Settlement::Acked);
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("9".into())));
+        assert_eq!(acks.settled_position().get().as_deref(), Some("9"));
+    }
+
+    #[test]
     fn settling_twice_or_unknown_indexes_is_harmless() {
-        let acks = ShardAcks::new("s".into(), "x".into(), Some("7"));
+        let acks = ShardAcks::new(
+            "s".into(),
+            "x".into(),
+            Some(&Checkpoint::Sequence("7".into())),
+        );
         assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("7".into())));
         let a = acks.register("8");
         acks.settle(a, Settlement::Acked);

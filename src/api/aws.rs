@@ -301,7 +301,9 @@ impl KinesisApi for AwsKinesis {
                     .timestamp(DateTime::from_millis(
                         i64::try_from(*ms).unwrap_or(i64::MAX),
                     )),
-                StartingPoint::AtSequence(seq) => request
+                // The user records of the aggregate up to the sub-sequence number are left
+                // out by the reader.
+                StartingPoint::AtSequence(seq) | StartingPoint::AfterSubSequence(seq, _) => request
                     .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
                     .starting_sequence_number(seq),
                 StartingPoint::AfterSequence(seq) => request

@@ -117,7 +117,14 @@ impl KinesisStream {
         self
     }
 
-    /// Every read setting at once (replaces `poll_interval` and `batch_size`).
+    /// Takes KPL aggregates apart into their user records (default: off; an aggregate is then
+    /// an error item and skipped). See [`ReadSettings::deaggregate`].
+    pub fn deaggregate(mut self, on: bool) -> Self {
+        self.read = self.read.deaggregate(on);
+        self
+    }
+
+    /// Every read setting at once (replaces `poll_interval`, `batch_size` and `deaggregate`).
     pub fn read_settings(mut self, settings: ReadSettings) -> Self {
         self.read = settings;
         self

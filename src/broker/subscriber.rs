@@ -114,7 +114,7 @@ impl BatchSubscriber for KinesisSubscriber {
 enum Carry {
     Nothing,
     /// The first record of another shard: it opens the next batch.
-    Message(KinesisMessage),
+    Message(Box<KinesisMessage>),
     /// An error met while filling: yielded after the batch.
     Error(KinesisError),
     /// The stream ended while filling.
@@ -134,7 +134,7 @@ where
     let first = match carry {
         Carry::Error(e) => return Some((Err(e), (messages, Carry::Nothing))),
         Carry::Ended => return None,
-        Carry::Message(first) => first,
+        Carry::Message(first) => *first,
         Carry::Nothing => match messages.next().await? {
             Ok(first) => first,
             Err(e) => return Some((Err(e), (messages, Carry::Nothing))),
@@ -153,7 +153,7 @@ where
                 next = messages.next() => match next {
                     Some(Ok(message)) if message.shard() == shard.as_ref() => batch.push(message),
                     Some(Ok(message)) => {
-                        carry = Carry::Message(message);
+                        carry = Carry::Message(Box::new(message));
                         break;
                     }
                     Some(Err(e)) => {

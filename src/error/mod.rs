@@ -167,13 +167,14 @@ pub enum KinesisError {
         last: Box<KinesisError>,
     },
 
-    /// A record aggregated by the Kinesis Producer Library. It is reported instead of being
-    /// handed on as a [`Record`](crate::Record); settle it like any failed record so the
-    /// checkpoint moves past it.
+    /// A record aggregated by the Kinesis Producer Library, read with de-aggregation off (the
+    /// default). It is reported instead of being handed on as a [`Record`](crate::Record), and
+    /// the checkpoint passes it.
     #[error(
         "record {sequence_number} of shard `{shard}` in stream `{stream}` is a KPL-aggregated \
-         record; this crate does not de-aggregate, so publish without KPL aggregation (or \
-         de-aggregate upstream). The record is skipped once settled"
+         record and de-aggregation is off: turn it on with `ReadSettings::deaggregate(true)` \
+         (`KinesisStream::deaggregate(true)` on the broker face) to read its user records. \
+         The record is skipped"
     )]
     AggregatedRecord {
         /// The stream name.
@@ -182,6 +183,26 @@ pub enum KinesisError {
         shard: String,
         /// The record's sequence number.
         sequence_number: String,
+    },
+
+    /// A user record of a KPL aggregate that cannot be read (it names a key its aggregate's
+    /// tables do not have). The aggregate's other user records are handed on; this one is
+    /// skipped (see [`crate::kpl`]).
+    #[error(
+        "user record {sub_sequence_number} of the KPL aggregate {sequence_number} of shard \
+         `{shard}` in stream `{stream}` cannot be read: {reason}. It is skipped"
+    )]
+    InvalidUserRecord {
+        /// The stream name.
+        stream: String,
+        /// The shard id.
+        shard: String,
+        /// The aggregate's sequence number.
+        sequence_number: String,
+        /// The user record's place in the aggregate.
+        sub_sequence_number: u64,
+        /// What is wrong with it.
+        reason: String,
     },
 
     /// A record's data did not decode (see [`Delivery::decode`](crate::Delivery::decode)).
@@ -358,7 +379,12 @@ impl KinesisError {
     pub fn is_terminal(&self) -> bool {
         matches!(self, Self::ReaderStopped { .. })
             || !(self.is_retryable()
-                || matches!(self, Self::AggregatedRecord { .. } | Self::Decode { .. }))
+                || matches!(
+                    self,
+                    Self::AggregatedRecord { .. }
+                        | Self::InvalidUserRecord { .. }
+                        | Self::Decode { .. }
+                ))
     }
 }
 

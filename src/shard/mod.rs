@@ -9,6 +9,7 @@
 //! | [`ShardEnd`] | what a closed shard reports when it is fully read |
 //! | [`KPL_MAGIC`] | the bytes that mark a KPL-aggregated record |
 
+mod deaggregate;
 mod reader;
 mod settings;
 mod stream;

@@ -82,8 +82,9 @@ impl ReadProbe {
 
 /// What one step of the reader produced.
 pub(crate) enum Step {
-    /// Records to hand on (possibly none), and the shard's end when this read reached it.
-    Batch(Vec<Record>, Option<ShardEnd>),
+    /// Records to hand on (possibly none), errors about single user records (each with the
+    /// number of records handed on before it), and the shard's end when this read reached it.
+    Batch(Vec<Record>, Vec<(usize, KinesisError)>, Option<ShardEnd>),
     /// A failed call; the reader retries after the failure backoff.
     Failed(KinesisError),
     /// The reader gave up; the stream ends after reporting this.
@@ -110,6 +111,9 @@ pub(crate) struct Reader {
     last_read: Option<String>,
     /// After a re-open, records up to this one were already handed on and are dropped.
     skip_through: Option<String>,
+    /// Opened in the middle of an aggregate: its user records up to this sub-sequence number
+    /// are dropped.
+    skip_users: Option<(String, u64)>,
     failures: u32,
     expiries_in_row: u32,
     /// No call before this instant (poll interval after an empty read, failure backoff).
@@ -132,6 +136,10 @@ impl Reader {
             shard,
             settings,
             reopen_at: start.clone(),
+            skip_users: match &start {
+                StartingPoint::AfterSubSequence(seq, sub) => Some((seq.clone(), *sub)),
+                _ => None,
+            },
             start,
             settled,
             probe: None,
@@ -232,6 +240,11 @@ impl Reader {
         self.expiries_in_row = 0;
         let answered_empty = out.records.is_empty();
         let records = self.take_new(out.records);
+        let (records, errors) = if self.settings.deaggregate {
+            self.unpack_all(records)
+        } else {
+            (records, Vec::new())
+        };
         let end = match out.next_shard_iterator {
             Some(next) => {
                 self.iterator = Some(next);
@@ -250,10 +263,10 @@ impl Reader {
                 "empty read, waiting one poll interval"
             );
         }
-        if records.is_empty() && end.is_none() {
+        if records.is_empty() && errors.is_empty() && end.is_none() {
             return None;
         }
-        Some(Step::Batch(records, end))
+        Some(Step::Batch(records, errors, end))
     }
 
     /// A failed GetRecords with `iterator`: throttled (wait, same iterator), expired (a new
@@ -331,6 +344,11 @@ impl Reader {
             reopen_at = ?self.reopen_at,
             "shard iterator expired, fetching a new one"
         );
+    }
+
+    /// Takes KPL aggregates apart (see [`super::deaggregate`]).
+    fn unpack_all(&mut self, records: Vec<Record>) -> (Vec<Record>, Vec<(usize, KinesisError)>) {
+        super::deaggregate::unpack_all(records, &mut self.skip_users, &self.stream, &self.shard)
     }
 
     /// Drops records already handed on before a re-open, and tracks the first and last read.

@@ -39,6 +39,7 @@ pub struct ReadSettings {
     pub(crate) failure_backoff: Duration,
     pub(crate) max_failures: u32,
     pub(crate) background_reads: bool,
+    pub(crate) deaggregate: bool,
 }
 
 impl Default for ReadSettings {
@@ -50,6 +51,7 @@ impl Default for ReadSettings {
             failure_backoff: DEFAULT_FAILURE_BACKOFF,
             max_failures: DEFAULT_MAX_FAILURES,
             background_reads: true,
+            deaggregate: false,
         }
     }
 }
@@ -109,6 +111,20 @@ impl ReadSettings {
     #[must_use]
     pub fn background_reads(mut self, on: bool) -> Self {
         self.background_reads = on;
+        self
+    }
+
+    /// Whether KPL-aggregated records are taken apart into their user records (default: off,
+    /// and an aggregate is reported as [`KinesisError::AggregatedRecord`] and skipped). On,
+    /// each user record is a [`Record`](crate::Record) of its own, with its partition key,
+    /// explicit hash key, data (a slice of the aggregate's buffer), the aggregate's sequence
+    /// number and its [sub-sequence number](crate::Record::sub_sequence_number); other records
+    /// pass unchanged. A subscription then checkpoints user by user record, so a restart in
+    /// the middle of an aggregate resumes after its last settled user record. See
+    /// [`crate::kpl`] for what happens to broken aggregates.
+    #[must_use]
+    pub fn deaggregate(mut self, on: bool) -> Self {
+        self.deaggregate = on;
         self
     }
 

@@ -118,6 +118,8 @@ impl ShardStreamBuilder {
         Ok(ShardStream {
             state: State::Idle(Box::new(reader)),
             buffer: VecDeque::new(),
+            errors: VecDeque::new(),
+            taken: 0,
             pending_end: None,
             end: None,
             stream: self.stream,
@@ -194,13 +196,20 @@ enum State {
 ///   [`KinesisError::ReaderStopped`] and ends. A shard that cannot be opened at all (unknown
 ///   stream or shard, a sequence number the shard refuses) yields that error and ends.
 /// * A KPL-aggregated record is yielded as [`KinesisError::AggregatedRecord`], in its place in
-///   the order, and the stream goes on.
+///   the order, and the stream goes on; with [`ReadSettings::deaggregate`] its user records
+///   are yielded instead (a user record that cannot be read as
+///   [`KinesisError::InvalidUserRecord`], in its place).
 /// * At the end of a closed shard the stream ends; [`ShardStream::shard_end`] then names the
 ///   child shards.
 #[must_use = "streams do nothing unless polled"]
 pub struct ShardStream {
     state: State,
     buffer: VecDeque<Record>,
+    /// Errors about single user records of the buffered answer, each with the number of its
+    /// records to hand on before it.
+    errors: VecDeque<(usize, KinesisError)>,
+    /// Records of the buffered answer handed on so far.
+    taken: usize,
     pending_end: Option<ShardEnd>,
     end: Option<ShardEnd>,
     stream: Arc<str>,
@@ -302,7 +311,16 @@ impl Stream for ShardStream {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
+            if this
+                .errors
+                .front()
+                .is_some_and(|(before, _)| *before <= this.taken)
+            {
+                let (_, error) = this.errors.pop_front().expect("front exists");
+                return Poll::Ready(Some(Err(error)));
+            }
             if let Some(record) = this.buffer.pop_front() {
+                this.taken += 1;
                 return Poll::Ready(Some(this.pass_or_refuse_aggregated(record)));
             }
             if let Some(end) = this.pending_end.take() {
@@ -329,9 +347,11 @@ impl Stream for ShardStream {
                 State::Reading(future) => {
                     let (reader, step) = ready!(future.poll(cx));
                     match step {
-                        Step::Batch(records, end) => {
+                        Step::Batch(records, errors, end) => {
                             this.state = State::Idle(reader);
                             this.buffer.extend(records);
+                            this.errors.extend(errors);
+                            this.taken = 0;
                             this.pending_end = end;
                         }
                         Step::Failed(e) => {

@@ -109,7 +109,9 @@ impl StreamState {
             StartingPoint::TrimHorizon => Ok(shard.trim_horizon()),
             StartingPoint::Latest => Ok(shard.end()),
             StartingPoint::AtTimestamp(millis) => Ok(shard.position_at_timestamp(*millis)),
-            StartingPoint::AtSequence(seq) => self.sequence_position(index, seq),
+            StartingPoint::AtSequence(seq) | StartingPoint::AfterSubSequence(seq, _) => {
+                self.sequence_position(index, seq)
+            }
             StartingPoint::AfterSequence(seq) => self
                 .sequence_position(index, seq)
                 .map(|p| p.saturating_add(1).min(shard.end())),

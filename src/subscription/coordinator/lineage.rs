@@ -114,7 +114,12 @@ impl<'a> Tree<'a> {
                 rows.get(*child).is_some_and(|row| {
                     matches!(
                         row.checkpoint,
-                        Some(Checkpoint::Start(_) | Checkpoint::Sequence(_) | Checkpoint::ShardEnd)
+                        Some(
+                            Checkpoint::Start(_)
+                                | Checkpoint::Sequence(_)
+                                | Checkpoint::SubSequence(..)
+                                | Checkpoint::ShardEnd
+                        )
                     )
                 })
             })

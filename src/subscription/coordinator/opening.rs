@@ -59,7 +59,11 @@ pub(crate) fn opening(
         // The tip this instance recorded for the rows it created is exact while `start` runs.
         start = StartingPoint::Latest;
     }
-    let record = overridden || !matches!(checkpoint, Some(Checkpoint::Sequence(_)));
+    let record = overridden
+        || !matches!(
+            checkpoint,
+            Some(Checkpoint::Sequence(_) | Checkpoint::SubSequence(..))
+        );
     Some(Opening {
         start,
         overridden,

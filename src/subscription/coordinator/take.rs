@@ -92,7 +92,11 @@ fn open(
 ) -> Result<(Arc<ShardAcks>, ShardStream), KinesisError> {
     let shard = taken.shard_id.as_str();
     let checkpoint_seq = match &taken.checkpoint {
-        Some(Checkpoint::Sequence(seq)) if !opening.overridden => Some(seq.as_str()),
+        Some(cp @ (Checkpoint::Sequence(_) | Checkpoint::SubSequence(..)))
+            if !opening.overridden =>
+        {
+            Some(cp)
+        }
         _ => None,
     };
     let acks = ShardAcks::with_policy(

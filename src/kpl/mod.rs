@@ -1,0 +1,26 @@
+//! The KPL aggregation format: many user records packed into one Kinesis record.
+//!
+//! An aggregate's data is the magic bytes `F3 89 9A C2`, a protobuf `AggregatedRecord` (a
+//! table of partition keys, a table of explicit hash keys, and the user records, each naming
+//! its keys by index), and the MD5 of that protobuf (16 bytes). The KPL, the Kinesis Agent
+//! and AWS's `aws-kinesis-agg` libraries write it; the KCL reads it.
+//!
+//! How a reader with de-aggregation on treats what it meets, decided against what the KCL
+//! does (its `AggregatorUtil`):
+//!
+//! | record | the KCL | this crate |
+//! |---|---|---|
+//! | no magic bytes | handed on as it is | the same |
+//! | an aggregate | its user records, each with the aggregate's sequence number and a sub-sequence number | the same; a user record's data is a slice of the aggregate's buffer (no copy) |
+//! | the magic bytes, but too short, a wrong MD5, or a protobuf that does not decode | handed on as it is, silently | handed on as it is, with a warning naming the shard, the sequence number and what was wrong |
+//! | a user record whose key index is out of its table's range | an error logged; that user record and the rest of the aggregate are lost | that user record is an error item naming the shard, sequence and sub-sequence number (settled as skipped); the aggregate's other user records are delivered |
+//! | an aggregate of no user records | nothing (with an empty message, magic and MD5 only: handed on as a record) | nothing; the checkpoint passes it with the next record |
+
+mod message;
+mod unpack;
+
+pub use unpack::aggregate;
+pub(crate) use unpack::{Unpacked, unpack};
+
+/// The first bytes of an aggregate.
+pub(crate) const MAGIC: [u8; 4] = crate::shard::KPL_MAGIC;
