@@ -41,6 +41,7 @@
 )]
 
 pub mod emulators;
+pub mod kpl;
 pub mod launcher;
 pub mod npm;
 pub mod paths;

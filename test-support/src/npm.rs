@@ -37,6 +37,9 @@ pub fn ensure_npm_packages() -> Result<(), String> {
 fn packages_present(harness: &Path) -> bool {
     harness.join("node_modules/kinesis-local/main.js").is_file()
         && harness.join("node_modules/dynalite/cli.js").is_file()
+        && harness
+            .join("node_modules/aws-kinesis-agg/index.js")
+            .is_file()
 }
 
 /// Removes the lock directory when dropped.
