@@ -289,3 +289,57 @@ mod tests {
         assert!(users_of(aggregate([])).is_empty());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn record(data: Bytes) -> Record {
+        Record::new("shardId-0".into(), "7", "outer", data, None)
+    }
+
+    fn user_record() -> impl Strategy<Value = (String, Option<String>, Vec<u8>)> {
+        (
+            "[a-z0-9]{1,8}",
+            proptest::option::of("[0-9]{1,39}"),
+            proptest::collection::vec(any::<u8>(), 0..64),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn an_aggregate_round_trips(users in proptest::collection::vec(user_record(), 0..40)) {
+            let data = aggregate(
+                users.iter().map(|(k, h, d)| (k.as_str(), h.as_deref(), d.as_slice())),
+            );
+            let Unpacked::Users(read) = unpack(&record(data)) else {
+                return Err(TestCaseError::fail("an aggregate"));
+            };
+            let read: Vec<(String, Option<String>, Vec<u8>)> = read
+                .into_iter()
+                .map(|u| {
+                    let u = u.expect("every index is in range");
+                    (
+                        u.partition_key().to_owned(),
+                        u.explicit_hash_key().map(str::to_owned),
+                        u.data().to_vec(),
+                    )
+                })
+                .collect();
+            prop_assert_eq!(read, users);
+        }
+
+        #[test]
+        fn any_bytes_after_the_magic_never_panic(body in proptest::collection::vec(any::<u8>(), 0..256), sign in any::<bool>()) {
+            let mut data = MAGIC.to_vec();
+            data.extend_from_slice(&body);
+            if sign {
+                // With a matching MD5, so the protobuf decoder sees the bytes.
+                data.extend_from_slice(&Md5::digest(&body));
+            }
+            let _ = unpack(&record(Bytes::from(data)));
+        }
+    }
+}
