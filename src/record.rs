@@ -1,8 +1,9 @@
 //! One Kinesis record, as the reader hands it on.
 //!
-//! [`Record`] owns its payload ([`Bytes`], so clones share it) and its metadata (shared
-//! strings), so a clone of a record allocates nothing: a delivery keeps one for its
-//! redelivery. The reader moves the SDK's buffers into it without copying the payload.
+//! [`Record`] is one pointer to its fields (its payload as [`Bytes`] and its metadata as
+//! shared strings), so a clone of a record allocates nothing and moving one through a
+//! pipeline copies 8 bytes: a delivery keeps a clone for its redelivery. The reader moves the
+//! SDK's buffers into it without copying the payload.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -11,8 +12,11 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 /// A record read from one shard.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Record(Arc<Fields>);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+struct Fields {
     data: Bytes,
     partition_key: Arc<str>,
     sequence_number: Arc<str>,
@@ -23,6 +27,21 @@ pub struct Record {
     aggregate: Option<InAggregate>,
     /// A user record's explicit hash key, when its producer gave one.
     explicit_hash_key: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let fields = &self.0;
+        f.debug_struct("Record")
+            .field("shard_id", &fields.shard_id)
+            .field("sequence_number", &fields.sequence_number)
+            .field("sub_sequence_number", &fields.aggregate.map(|a| a.sub))
+            .field("partition_key", &fields.partition_key)
+            .field("data", &fields.data)
+            .field("approximate_arrival", &fields.approximate_arrival)
+            .field("millis_behind_latest", &fields.millis_behind_latest)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where a user record sits in the aggregate it was taken out of.
@@ -44,7 +63,7 @@ impl Record {
         data: impl Into<Bytes>,
         approximate_arrival: Option<SystemTime>,
     ) -> Self {
-        Self {
+        Self(Arc::new(Fields {
             data: data.into(),
             partition_key: partition_key.into(),
             sequence_number: sequence_number.into(),
@@ -53,7 +72,7 @@ impl Record {
             millis_behind_latest: None,
             aggregate: None,
             explicit_hash_key: None,
-        }
+        }))
     }
 
     /// A user record of the aggregate `self`: its own key, hash key, data and place, and the
@@ -65,78 +84,79 @@ impl Record {
         data: Bytes,
         place: InAggregate,
     ) -> Self {
-        Self {
+        let aggregate = &self.0;
+        Self(Arc::new(Fields {
             data,
             partition_key,
-            sequence_number: self.sequence_number.clone(),
-            shard_id: self.shard_id.clone(),
-            approximate_arrival: self.approximate_arrival,
-            millis_behind_latest: self.millis_behind_latest,
+            sequence_number: aggregate.sequence_number.clone(),
+            shard_id: aggregate.shard_id.clone(),
+            approximate_arrival: aggregate.approximate_arrival,
+            millis_behind_latest: aggregate.millis_behind_latest,
             aggregate: Some(place),
             explicit_hash_key,
-        }
+        }))
     }
 
     /// Sets how far behind the shard's tip the read that returned this record was.
     #[must_use]
     pub fn with_millis_behind_latest(mut self, millis: Option<u64>) -> Self {
-        self.millis_behind_latest = millis;
+        Arc::make_mut(&mut self.0).millis_behind_latest = millis;
         self
     }
 
     /// The payload.
     #[must_use]
     pub fn data(&self) -> &Bytes {
-        &self.data
+        &self.0.data
     }
 
     /// Takes the payload out of the record.
     #[must_use]
     pub fn into_data(self) -> Bytes {
-        self.data
+        Arc::try_unwrap(self.0).map_or_else(|shared| shared.data.clone(), |fields| fields.data)
     }
 
     /// The partition key the producer gave.
     #[must_use]
     pub fn partition_key(&self) -> &str {
-        &self.partition_key
+        &self.0.partition_key
     }
 
     /// The record's sequence number, unique within its stream and increasing within its shard.
     #[must_use]
     pub fn sequence_number(&self) -> &str {
-        &self.sequence_number
+        &self.0.sequence_number
     }
 
     /// The sequence number as a shared string (no allocation to clone).
     #[must_use]
     pub fn sequence_number_shared(&self) -> &Arc<str> {
-        &self.sequence_number
+        &self.0.sequence_number
     }
 
     /// The id of the shard the record was read from.
     #[must_use]
     pub fn shard_id(&self) -> &str {
-        &self.shard_id
+        &self.0.shard_id
     }
 
     /// The shard id as a shared string (no allocation to clone).
     #[must_use]
     pub fn shard_id_shared(&self) -> &Arc<str> {
-        &self.shard_id
+        &self.0.shard_id
     }
 
     /// When the service accepted the record, by its own clock.
     #[must_use]
     pub fn approximate_arrival(&self) -> Option<SystemTime> {
-        self.approximate_arrival
+        self.0.approximate_arrival
     }
 
     /// How far behind the tip of its shard the read that returned this record was
     /// (`MillisBehindLatest` of that GetRecords answer).
     #[must_use]
     pub fn millis_behind_latest(&self) -> Option<u64> {
-        self.millis_behind_latest
+        self.0.millis_behind_latest
     }
 
     /// For a user record taken out of a KPL aggregate (see
@@ -146,12 +166,12 @@ impl Record {
     /// the shard. `None` for a record that was not aggregated.
     #[must_use]
     pub fn sub_sequence_number(&self) -> Option<u64> {
-        self.aggregate.map(|a| a.sub)
+        self.0.aggregate.map(|a| a.sub)
     }
 
     /// Makes a user record the last of its aggregate (the user records after it cannot be read).
     pub(crate) fn mark_last_of_aggregate(&mut self) {
-        if let Some(place) = &mut self.aggregate {
+        if let Some(place) = &mut Arc::make_mut(&mut self.0).aggregate {
             place.last = true;
         }
     }
@@ -160,7 +180,7 @@ impl Record {
     /// aggregated.
     #[must_use]
     pub fn is_last_of_aggregate(&self) -> bool {
-        self.aggregate.is_none_or(|a| a.last)
+        self.0.aggregate.is_none_or(|a| a.last)
     }
 
     /// The explicit hash key a user record's producer gave it (it then chose the shard
@@ -168,7 +188,7 @@ impl Record {
     /// without de-aggregation (GetRecords does not return it).
     #[must_use]
     pub fn explicit_hash_key(&self) -> Option<&str> {
-        self.explicit_hash_key.as_deref()
+        self.0.explicit_hash_key.as_deref()
     }
 }
 
