@@ -9,7 +9,7 @@
 //! | `shardId` | S | the shard id |
 //! | `leaseOwner` | S | the holder; absent while nobody holds the lease |
 //! | `leaseCounter` | N | bumped by every write |
-//! | `checkpoint` | S | a sequence number, `SHARD_END`, where a reader began (`TRIM_HORIZON`, `AT_TIMESTAMP:<ms>`, ...), or where a shard nobody has read yet starts (`INITIAL:<start>`); see [`Checkpoint::encode`]; absent when none |
+//! | `checkpoint` | S | a sequence number, `<sequence>:<sub-sequence>` (inside a KPL aggregate), `SHARD_END`, where a reader began (`TRIM_HORIZON`, `AT_TIMESTAMP:<ms>`, ...), or where a shard nobody has read yet starts (`INITIAL:<start>`); see [`Checkpoint::encode`]; absent when none |
 //! | `parentShardIds` | L of S | the shard's parents; absent when none |
 //! | `lastWrittenAt` | N | wall-clock milliseconds of the last write (informational only) |
 
