@@ -151,3 +151,45 @@ async fn without_deaggregation_an_aggregate_is_an_error_saying_how_to_turn_it_on
     let _ = after.ack();
     sub.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_records_of_another_shard_are_delivered_unless_told_to_drop_them_as_the_kcl_does() {
+    // Two shards; the aggregate's own key "a" hashes into the lower half (shard 0), one of its
+    // user records names an explicit hash key of the upper half (shard 1): put against a map
+    // from before a split.
+    let upper = "300000000000000000000000000000000000000";
+    for discard in [false, true] {
+        let memory = MemoryKinesis::new();
+        memory.add_stream(STREAM, 2).unwrap();
+        let data = aggregate([
+            ("mine", Some("5"), &b"kept"[..]),
+            ("theirs", Some(upper), b"moved"),
+        ]);
+        let (shard, _) = memory.put(STREAM, "a", data).unwrap();
+        assert_eq!(shard, "shardId-000000000000");
+        memory.put(STREAM, "a", "after").unwrap();
+        let api: SharedKinesis = Arc::new(memory);
+        let mut sub = Subscription::builder(api.clone(), Arc::new(MemoryLeaseStore::new()), STREAM)
+            .initial_position(KinesisPosition::horizon())
+            .read_settings(settings(true).discard_misplaced_user_records(discard))
+            .start()
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let delivery = next(&mut sub).await.unwrap();
+            seen.push(String::from_utf8_lossy(delivery.data()).into_owned());
+            let _ = delivery.ack();
+            if seen.last().map(String::as_str) == Some("after") {
+                break;
+            }
+        }
+        let expected: &[&str] = if discard {
+            &["after"]
+        } else {
+            &["kept", "moved", "after"]
+        };
+        assert_eq!(seen, expected, "discard: {discard}");
+        sub.shutdown().await;
+    }
+}

@@ -14,10 +14,14 @@
 //! | an aggregate | its user records, each with the aggregate's sequence number and a sub-sequence number | the same; a user record's data is a slice of the aggregate's buffer (no copy) |
 //! | the magic bytes, but too short, a wrong MD5, or a protobuf that does not decode | handed on as it is, silently | handed on as it is, with a warning naming the shard, the sequence number and what was wrong |
 //! | a user record whose key index is out of its table's range | an error logged; that user record and the rest of the aggregate are lost | that user record is an error item naming the shard, sequence and sub-sequence number (settled as skipped); the aggregate's other user records are delivered |
+//! | user records whose hash key lies outside the shard's range (the aggregate was put against a stale shard map, as after a split) | the whole aggregate is dropped, because the KPL puts those user records again (to the shard it now predicts); a producer that does not re-put (AWS's `aws-kinesis-agg` libraries, whose docs warn of this data loss) loses them | delivered, with a warning naming the shard, the sequence number and how many are out of range: a record is never lost to a guess about its producer. A KPL producer's re-put copies then arrive a second time from their shard (with other sequence numbers). [`ReadSettings::discard_misplaced_user_records`](crate::ReadSettings::discard_misplaced_user_records) drops them as the KCL does, for KPL-only streams |
 //! | an aggregate of no user records | nothing (with an empty message, magic and MD5 only: handed on as a record) | nothing; the checkpoint passes it with the next record |
 
+mod hash;
 mod message;
 mod unpack;
+
+pub(crate) use hash::HashRange;
 
 pub use unpack::aggregate;
 pub(crate) use unpack::{Unpacked, unpack};

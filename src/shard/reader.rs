@@ -101,6 +101,8 @@ pub(crate) struct Reader {
     pub(crate) settled: Option<SettledPosition>,
     /// Told of every successful GetRecords.
     pub(crate) probe: Option<Arc<ReadProbe>>,
+    /// The shard's hash key range, when known (for user records put against a stale map).
+    pub(crate) hash_range: Option<crate::kpl::HashRange>,
     /// The iterator of the next GetRecords; `None` when a new one must be fetched.
     iterator: Option<String>,
     /// Where the next GetShardIterator opens; `start` until an iterator expires.
@@ -143,6 +145,7 @@ impl Reader {
             start,
             settled,
             probe: None,
+            hash_range: None,
             iterator: None,
             first_iterator_at: None,
             first_read: None,
@@ -348,7 +351,17 @@ impl Reader {
 
     /// Takes KPL aggregates apart (see [`super::deaggregate`]).
     fn unpack_all(&mut self, records: Vec<Record>) -> (Vec<Record>, Vec<(usize, KinesisError)>) {
-        super::deaggregate::unpack_all(records, &mut self.skip_users, &self.stream, &self.shard)
+        let misplaced = super::deaggregate::Misplaced {
+            range: self.hash_range,
+            discard: self.settings.discard_misplaced,
+        };
+        super::deaggregate::unpack_all(
+            records,
+            &mut self.skip_users,
+            misplaced,
+            &self.stream,
+            &self.shard,
+        )
     }
 
     /// Drops records already handed on before a re-open, and tracks the first and last read.

@@ -40,6 +40,7 @@ pub struct ReadSettings {
     pub(crate) max_failures: u32,
     pub(crate) background_reads: bool,
     pub(crate) deaggregate: bool,
+    pub(crate) discard_misplaced: bool,
 }
 
 impl Default for ReadSettings {
@@ -52,6 +53,7 @@ impl Default for ReadSettings {
             max_failures: DEFAULT_MAX_FAILURES,
             background_reads: true,
             deaggregate: false,
+            discard_misplaced: false,
         }
     }
 }
@@ -125,6 +127,20 @@ impl ReadSettings {
     #[must_use]
     pub fn deaggregate(mut self, on: bool) -> Self {
         self.deaggregate = on;
+        self
+    }
+
+    /// With [`deaggregate`](Self::deaggregate): what happens to an aggregate holding user
+    /// records whose hash key lies outside the range of the shard it was read from (put
+    /// against a stale shard map). Off (the default), they are delivered with a warning: a
+    /// record is never lost. On, the whole aggregate is dropped, as the KCL does, because the
+    /// KPL puts such user records again to the right shard; turn it on only when every
+    /// producer of the stream is the KPL (see [`crate::kpl`]). Applies where the shard's hash
+    /// range is known: in a subscription, and on a [`ShardStream`](crate::ShardStream) given
+    /// one with [`ShardStreamBuilder::hash_key_range`](crate::shard::ShardStreamBuilder::hash_key_range).
+    #[must_use]
+    pub fn discard_misplaced_user_records(mut self, on: bool) -> Self {
+        self.discard_misplaced = on;
         self
     }
 

@@ -50,6 +50,7 @@ pub struct ShardStreamBuilder {
     settings: ReadSettings,
     settled: Option<SettledPosition>,
     probe: Option<Arc<ReadProbe>>,
+    hash_range: Option<crate::kpl::HashRange>,
 }
 
 impl fmt::Debug for ShardStreamBuilder {
@@ -76,6 +77,7 @@ impl ShardStreamBuilder {
             settings: ReadSettings::default(),
             settled: None,
             probe: None,
+            hash_range: None,
         }
     }
 
@@ -93,6 +95,15 @@ impl ShardStreamBuilder {
     }
 
     /// Counts this reader's successful GetRecords calls in `probe`.
+    /// The shard's hash key range, as ListShards gives it (decimal strings), so that user
+    /// records of aggregates put against a stale shard map are recognised (see
+    /// [`ReadSettings::discard_misplaced_user_records`]). A range that does not parse is
+    /// ignored.
+    pub fn hash_key_range(mut self, starting: &str, ending: &str) -> Self {
+        self.hash_range = crate::kpl::HashRange::parse(starting, ending);
+        self
+    }
+
     pub(crate) fn probe(mut self, probe: Arc<ReadProbe>) -> Self {
         self.probe = Some(probe);
         self
@@ -115,6 +126,7 @@ impl ShardStreamBuilder {
             self.settled,
         );
         reader.probe = self.probe;
+        reader.hash_range = self.hash_range;
         Ok(ShardStream {
             state: State::Idle(Box::new(reader)),
             buffer: VecDeque::new(),

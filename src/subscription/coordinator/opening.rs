@@ -26,6 +26,8 @@ pub(crate) struct Opening {
     /// Record where the reader begins (a [`Checkpoint::Start`]) once the position is fixed,
     /// so that a takeover after a crash resumes there. Not needed over a sequence number.
     pub(crate) record: bool,
+    /// The shard's hash key range, from the listing (for aggregates put against a stale map).
+    pub(crate) hash_range: Option<(String, String)>,
 }
 
 /// Decides where a shard opens. `at_startup` is true for the shards the subscription opens
@@ -68,6 +70,7 @@ pub(crate) fn opening(
         start,
         overridden,
         record,
+        hash_range: None,
     })
 }
 
@@ -153,7 +156,8 @@ mod tests {
             Some(Opening {
                 start: StartingPoint::AfterSequence("9".into()),
                 overridden: false,
-                record: false
+                record: false,
+                hash_range: None,
             })
         );
         assert_eq!(
@@ -161,7 +165,8 @@ mod tests {
             Some(Opening {
                 start: StartingPoint::TrimHorizon,
                 overridden: false,
-                record: true
+                record: true,
+                hash_range: None,
             })
         );
         assert_eq!(at(Some(Checkpoint::ShardEnd), false, &ctx), None);
@@ -171,7 +176,8 @@ mod tests {
             Some(Opening {
                 start: StartingPoint::TrimHorizon,
                 overridden: true,
-                record: true
+                record: true,
+                hash_range: None,
             })
         );
     }

@@ -119,7 +119,12 @@ impl Coordinator {
             self.startup.shards = Some(shares.take.iter().map(|l| l.shard_id.clone()).collect());
         }
         for lease in shares.take {
-            self.start_take(lease, first);
+            let range = listing
+                .shards
+                .iter()
+                .find(|s| s.shard_id == lease.shard_id)
+                .map(|s| (s.starting_hash_key.clone(), s.ending_hash_key.clone()));
+            self.start_take(lease, first, range);
         }
         for shard in shares.hand_off {
             tracing::info!(shard = %shard, target = shares.target, live_workers = shares.live_workers, "handing the shard off to balance");
@@ -157,7 +162,12 @@ impl Coordinator {
         }
     }
 
-    pub(super) fn start_take(&mut self, lease: Lease, first: bool) {
+    pub(super) fn start_take(
+        &mut self,
+        lease: Lease,
+        first: bool,
+        hash_range: Option<(String, String)>,
+    ) {
         let shard = lease.shard_id.clone();
         let at_startup = self
             .startup
@@ -169,9 +179,11 @@ impl Coordinator {
             started: &self.startup.started,
             starting: self.startup.tell.is_some(),
         };
-        let Some(opening) = opening(&shard, lease.checkpoint.as_ref(), at_startup, &context) else {
+        let Some(mut opening) = opening(&shard, lease.checkpoint.as_ref(), at_startup, &context)
+        else {
             return;
         };
+        opening.hash_range = hash_range;
         self.taking.insert(shard.clone());
         if first {
             self.startup.pending.insert(shard.clone());

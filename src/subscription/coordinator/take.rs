@@ -105,7 +105,11 @@ fn open(
         checkpoint_seq,
         shared.policy.clone(),
     );
-    let reader = ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard)
+    let mut builder = ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard);
+    if let Some((starting, ending)) = &opening.hash_range {
+        builder = builder.hash_key_range(starting, ending);
+    }
+    let reader = builder
         .settings(shared.config.read.clone())
         .settled(acks.settled_position())
         .probe(shared.probe.clone())
