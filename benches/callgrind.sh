@@ -20,7 +20,7 @@ out=target/callgrind
 mkdir -p "$out"
 total() { grep -m1 -E '^(summary|totals):' "$1" | awk '{print $2}'; }
 declare -A per_record
-for mode in iter shard subscription durable deadline; do
+for mode in iter shard subscription durable deadline deaggregated; do
   for n in "$N" $((2 * N)); do
     valgrind --tool=callgrind --toggle-collect='*measured_*' \
       --callgrind-out-file="$out/$mode.$n.out" "$bin" --mode "$mode" --records "$n" \
@@ -31,7 +31,7 @@ for mode in iter shard subscription durable deadline; do
   per_record[$mode]=$(python3 -c "print(f'{($i2 - $i1) / $N:.0f}')")
 done
 echo "instructions per record (callgrind, N = $N):"
-for mode in iter shard subscription durable deadline; do
+for mode in iter shard subscription durable deadline deaggregated; do
   printf '  %-13s %s\n' "$mode" "${per_record[$mode]}"
 done
 for mode in shard subscription; do

@@ -11,12 +11,14 @@
 //!   waits for a written checkpoint (the cost of a durable flush; the checkpoint writes are
 //!   printed);
 //! * `deadline`: `subscription` with a settlement deadline per delivery (`settle_within`), which
-//!   keeps a clone of each record handed out and a deadline queue.
+//!   keeps a clone of each record handed out and a deadline queue;
+//! * `deaggregated`: `subscription` with de-aggregation on, over the same number of user records
+//!   packed 100 to a KPL aggregate (so the figures are per user record).
 //!
 //! ```text
-//! cargo bench --bench per_record                      # allocations per record, all five
+//! cargo bench --bench per_record                      # allocations per record, all six
 //! cargo bench --bench per_record -- --mode shard --records 20000   # one mode (for callgrind)
-//! benches/callgrind.sh                                # instructions per record, all five
+//! benches/callgrind.sh                                # instructions per record, all six
 //! ```
 //!
 //! Instructions per record come from two callgrind runs of one mode, with N and 2N records:
@@ -54,6 +56,22 @@ fn kinesis(records: usize) -> MemoryKinesis {
     memory
 }
 
+/// `records` user records of 100 bytes, 100 to an aggregate.
+fn kinesis_aggregated(records: usize) -> MemoryKinesis {
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, 1).expect("creates the stream");
+    let payload = vec![b'x'; 100];
+    let keys: Vec<String> = (0..64).map(|i| format!("key-{i}")).collect();
+    for first in (0..records).step_by(100) {
+        let users = (first..records.min(first + 100))
+            .map(|i| (keys[i % 64].as_str(), None, payload.as_slice()));
+        memory
+            .put(STREAM, "aggregate", kinesis_dataflow::kpl::aggregate(users))
+            .expect("writes");
+    }
+    memory
+}
+
 fn settings() -> ReadSettings {
     ReadSettings::default()
         .batch_size(10_000)
@@ -66,7 +84,11 @@ fn settings() -> ReadSettings {
 /// consuming itself runs in the `measured_*` functions, which `benches/callgrind.sh` tells
 /// callgrind to count (`--toggle-collect`), so building the stream is left out.
 fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
-    let memory = kinesis(records);
+    let memory = if mode == "deaggregated" {
+        kinesis_aggregated(records)
+    } else {
+        kinesis(records)
+    };
     match mode {
         "iter" => {
             let built: Vec<Record> = memory.records(STREAM, SHARD).expect("the shard's records");
@@ -80,13 +102,13 @@ fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
             measured_shard(runtime, api, records);
             region.change().allocations as u64
         }
-        "subscription" | "durable" | "deadline" => {
+        "subscription" | "durable" | "deadline" | "deaggregated" => {
             let api: SharedKinesis = Arc::new(memory);
             let leases = MemoryLeaseStore::new();
             let subscription = runtime.block_on(async {
                 let builder = Subscription::builder(api, Arc::new(leases.clone()), STREAM)
                     .start_at(KinesisPosition::horizon())
-                    .read_settings(settings());
+                    .read_settings(settings().deaggregate(mode == "deaggregated"));
                 let builder = if mode == "deadline" {
                     builder.settle_within(Duration::from_secs(600))
                 } else {
@@ -105,7 +127,9 @@ fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
             );
             allocations
         }
-        other => panic!("unknown mode {other:?}: iter, shard, subscription, durable or deadline"),
+        other => panic!(
+            "unknown mode {other:?}: iter, shard, subscription, durable, deadline or deaggregated"
+        ),
     }
 }
 
@@ -177,7 +201,14 @@ fn main() {
         "allocations per record (from runs of {records} and {} records):",
         2 * records
     );
-    for mode in ["iter", "shard", "subscription", "durable", "deadline"] {
+    for mode in [
+        "iter",
+        "shard",
+        "subscription",
+        "durable",
+        "deadline",
+        "deaggregated",
+    ] {
         let once = consume(&runtime, mode, records);
         let twice = consume(&runtime, mode, 2 * records);
         let per_record = (twice as f64 - once as f64) / records as f64;
