@@ -38,7 +38,8 @@ pub(crate) struct Connection {
     pub(crate) create_missing_streams: Option<u32>,
     pub(crate) shutdown_grace: Duration,
     /// What registrations mounted by a bare stream name declared about their retries.
-    pub(crate) declared: Mutex<HashMap<String, super::dead_letters::Spent>>,
+    /// (Checked when declared; applied by `descriptor.rs` when the subscription opens.)
+    pub(crate) declared: Mutex<HashMap<String, ruststream::RetryDeclaration>>,
 }
 
 impl Connection {

@@ -225,7 +225,9 @@ impl KinesisStream {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&self.name)
-            .cloned();
+            .map(Spent::from_declaration)
+            .transpose()?
+            .flatten();
         let spent = Spent::from_declaration(&self.retry)?.or(declared);
         let max_attempts = spent.as_ref().map(|s| s.max_attempts);
         let claim = inner.claim(&self.name)?;
@@ -390,7 +392,7 @@ impl Subscribe for ConnectedKinesis {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match Spent::declared(declaration)? {
-            Some(spent) => declared.insert(name.to_owned(), spent),
+            Some(_) => declared.insert(name.to_owned(), declaration.clone()),
             None => declared.remove(name),
         };
         Ok(())
