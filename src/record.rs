@@ -1,7 +1,7 @@
 //! One Kinesis record, as the reader hands it on.
 //!
-//! [`Record`] is one pointer to its fields (its payload as [`Bytes`] and its metadata as
-//! shared strings), so a clone of a record allocates nothing and moving one through a
+//! [`Record`] is one pointer to its fields (its payload as [`Bytes`], its key and sequence
+//! number moved from the SDK's strings), so a clone of a record allocates nothing and moving one through a
 //! pipeline copies 8 bytes: a delivery keeps a clone for its redelivery. The reader moves the
 //! SDK's buffers into it without copying the payload.
 
@@ -18,8 +18,9 @@ pub struct Record(Arc<Fields>);
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Fields {
     data: Bytes,
-    partition_key: Arc<str>,
-    sequence_number: Arc<str>,
+    // Moved from the SDK's strings (no copy); the record itself is what clones share.
+    partition_key: Box<str>,
+    sequence_number: Box<str>,
     shard_id: Arc<str>,
     approximate_arrival: Option<SystemTime>,
     millis_behind_latest: Option<u64>,
@@ -58,8 +59,8 @@ impl Record {
     #[must_use]
     pub fn new(
         shard_id: Arc<str>,
-        sequence_number: impl Into<Arc<str>>,
-        partition_key: impl Into<Arc<str>>,
+        sequence_number: impl Into<Box<str>>,
+        partition_key: impl Into<Box<str>>,
         data: impl Into<Bytes>,
         approximate_arrival: Option<SystemTime>,
     ) -> Self {
@@ -79,7 +80,7 @@ impl Record {
     /// aggregate's sequence number, shard, arrival and lag.
     pub(crate) fn user_record(
         &self,
-        partition_key: Arc<str>,
+        partition_key: Box<str>,
         explicit_hash_key: Option<Arc<str>>,
         data: Bytes,
         place: InAggregate,
@@ -125,12 +126,6 @@ impl Record {
     /// The record's sequence number, unique within its stream and increasing within its shard.
     #[must_use]
     pub fn sequence_number(&self) -> &str {
-        &self.0.sequence_number
-    }
-
-    /// The sequence number as a shared string (no allocation to clone).
-    #[must_use]
-    pub fn sequence_number_shared(&self) -> &Arc<str> {
         &self.0.sequence_number
     }
 

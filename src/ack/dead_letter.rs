@@ -69,7 +69,7 @@ impl DeadLetter {
         Self {
             stream,
             shard: record.shard_id_shared().clone(),
-            sequence_number: record.sequence_number_shared().clone(),
+            sequence_number: Arc::from(record.sequence_number()),
             partition_key: Arc::from(record.partition_key()),
             data: record.data().clone(),
             attempts,

@@ -110,14 +110,14 @@ impl AckToken {
             sequence_number: self
                 .record
                 .as_ref()
-                .map(|r| r.sequence_number_shared().clone()),
+                .map(|r| Arc::from(r.sequence_number())),
             sub_sequence_number: self.record.as_ref().and_then(Record::sub_sequence_number),
         }
     }
 
     /// The ledger and index this token settles (for the ack sink's durability wait).
-    pub(crate) fn receipt(&self) -> (Arc<ShardAcks>, u64) {
-        (self.acks.clone(), self.index)
+    pub(crate) fn receipt(&self) -> (&Arc<ShardAcks>, u64) {
+        (&self.acks, self.index)
     }
 
     /// Requeues the record; a token without one (never the case for the subscription's)
@@ -321,7 +321,7 @@ impl<T> Delivery<T> {
     }
 
     /// The ledger and index that settle this delivery.
-    pub(crate) fn receipt(&self) -> (Arc<ShardAcks>, u64) {
+    pub(crate) fn receipt(&self) -> (&Arc<ShardAcks>, u64) {
         self.token.receipt()
     }
 

@@ -33,10 +33,12 @@ impl fmt::Debug for Receipts {
 }
 
 impl Receipts {
-    fn note(&mut self, (acks, index): (Arc<ShardAcks>, u64)) {
-        match self.shards.iter_mut().find(|(a, _)| Arc::ptr_eq(a, &acks)) {
+    /// Notes a settled delivery; the ledger's `Arc` is cloned only for a shard not seen yet
+    /// (per delivery, the count is shared with the reader's thread: no atomics here).
+    fn note(&mut self, (acks, index): (&Arc<ShardAcks>, u64)) {
+        match self.shards.iter_mut().find(|(a, _)| Arc::ptr_eq(a, acks)) {
             Some((_, highest)) => *highest = (*highest).max(index),
-            None => self.shards.push((acks, index)),
+            None => self.shards.push((acks.clone(), index)),
         }
     }
 

@@ -54,11 +54,7 @@ pub(crate) fn unpack(record: &Record) -> Unpacked {
 
 /// The user records of `aggregate`, read from `record`.
 fn users(record: &Record, aggregate: AggregatedRecord) -> Vec<Result<Record, String>> {
-    let keys: Vec<Arc<str>> = aggregate
-        .partition_key_table
-        .into_iter()
-        .map(Arc::from)
-        .collect();
+    let keys = aggregate.partition_key_table;
     let hash_keys: Vec<Arc<str>> = aggregate
         .explicit_hash_key_table
         .into_iter()
@@ -70,7 +66,7 @@ fn users(record: &Record, aggregate: AggregatedRecord) -> Vec<Result<Record, Str
         .into_iter()
         .enumerate()
         .map(|(sub, user)| {
-            let key = table_entry(&keys, user.partition_key_index, "partition key")?;
+            let key: Box<str> = table_entry(&keys, user.partition_key_index, "partition key")?;
             let hash_key = user
                 .explicit_hash_key_index
                 .map(|i| table_entry(&hash_keys, i, "explicit hash key"))
@@ -94,11 +90,15 @@ fn users(record: &Record, aggregate: AggregatedRecord) -> Vec<Result<Record, Str
     users
 }
 
-fn table_entry(table: &[Arc<str>], index: u64, what: &str) -> Result<Arc<str>, String> {
+fn table_entry<T: AsRef<str>, U: for<'a> From<&'a str>>(
+    table: &[T],
+    index: u64,
+    what: &str,
+) -> Result<U, String> {
     usize::try_from(index)
         .ok()
         .and_then(|i| table.get(i))
-        .cloned()
+        .map(|entry| U::from(entry.as_ref()))
         .ok_or_else(|| {
             format!(
                 "its {what} index {index} is out of range (the aggregate's table has {} entries)",

@@ -338,8 +338,8 @@ impl MemoryKinesis {
             .map(|r| {
                 Record::new(
                     id.clone(),
-                    r.sequence_number.clone(),
-                    r.partition_key.clone(),
+                    &*r.sequence_number,
+                    &*r.partition_key,
                     r.data.clone(),
                     Some(r.arrival),
                 )
