@@ -1,11 +1,14 @@
 //! One Kinesis record, as the reader hands it on.
 //!
 //! [`Record`] is one pointer to its fields (its payload as [`Bytes`], its key and sequence
-//! number moved from the SDK's strings), so a clone of a record allocates nothing and moving one through a
-//! pipeline copies 8 bytes: a delivery keeps a clone for its redelivery. The reader moves the
-//! SDK's buffers into it without copying the payload.
+//! number either moved from the SDK's strings or shared with other records), so a clone of a
+//! record allocates nothing and moving one through a pipeline copies 8 bytes: a delivery keeps a
+//! clone for its redelivery. The reader moves the SDK's buffers into it without copying the
+//! payload; the user records of one aggregate share its sequence number and its key table, and
+//! the in-memory transport's records share its stored strings.
 
 use std::cmp::Ordering;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -18,9 +21,8 @@ pub struct Record(Arc<Fields>);
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Fields {
     data: Bytes,
-    // Moved from the SDK's strings (no copy); the record itself is what clones share.
-    partition_key: Box<str>,
-    sequence_number: Box<str>,
+    partition_key: Text,
+    sequence_number: Text,
     shard_id: Arc<str>,
     approximate_arrival: Option<SystemTime>,
     millis_behind_latest: Option<u64>,
@@ -45,6 +47,31 @@ impl std::fmt::Debug for Record {
     }
 }
 
+/// A string field of a record: moved from the SDK's `String` (no copy), or shared with other
+/// records (no allocation).
+#[derive(Clone, PartialEq, Eq)]
+enum Text {
+    Owned(Box<str>),
+    Shared(Arc<str>),
+}
+
+impl Deref for Text {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            Self::Owned(text) => text,
+            Self::Shared(text) => text,
+        }
+    }
+}
+
+impl std::fmt::Debug for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
 /// Where a user record sits in the aggregate it was taken out of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct InAggregate {
@@ -66,8 +93,8 @@ impl Record {
     ) -> Self {
         Self(Arc::new(Fields {
             data: data.into(),
-            partition_key: partition_key.into(),
-            sequence_number: sequence_number.into(),
+            partition_key: Text::Owned(partition_key.into()),
+            sequence_number: Text::Owned(sequence_number.into()),
             shard_id,
             approximate_arrival,
             millis_behind_latest: None,
@@ -76,11 +103,34 @@ impl Record {
         }))
     }
 
-    /// A user record of the aggregate `self`: its own key, hash key, data and place, and the
-    /// aggregate's sequence number, shard, arrival and lag.
+    /// Builds a record whose key and sequence number are shared with other records (the
+    /// in-memory transport's stored strings): no allocation for either.
+    pub(crate) fn shared(
+        shard_id: Arc<str>,
+        sequence_number: Arc<str>,
+        partition_key: Arc<str>,
+        data: Bytes,
+        approximate_arrival: Option<SystemTime>,
+    ) -> Self {
+        Self(Arc::new(Fields {
+            data,
+            partition_key: Text::Shared(partition_key),
+            sequence_number: Text::Shared(sequence_number),
+            shard_id,
+            approximate_arrival,
+            millis_behind_latest: None,
+            aggregate: None,
+            explicit_hash_key: None,
+        }))
+    }
+
+    /// A user record of the aggregate `self`: its own key, hash key, data and place, the
+    /// aggregate's sequence number (`sequence_number`, shared by all its user records), shard,
+    /// arrival and lag.
     pub(crate) fn user_record(
         &self,
-        partition_key: Box<str>,
+        sequence_number: &Arc<str>,
+        partition_key: Arc<str>,
         explicit_hash_key: Option<Arc<str>>,
         data: Bytes,
         place: InAggregate,
@@ -88,8 +138,8 @@ impl Record {
         let aggregate = &self.0;
         Self(Arc::new(Fields {
             data,
-            partition_key,
-            sequence_number: aggregate.sequence_number.clone(),
+            partition_key: Text::Shared(partition_key),
+            sequence_number: Text::Shared(sequence_number.clone()),
             shard_id: aggregate.shard_id.clone(),
             approximate_arrival: aggregate.approximate_arrival,
             millis_behind_latest: aggregate.millis_behind_latest,

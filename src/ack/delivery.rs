@@ -107,10 +107,7 @@ impl AckToken {
         DedupeKey {
             stream: self.acks.stream().clone(),
             shard: self.acks.shard().clone(),
-            sequence_number: self
-                .record
-                .as_ref()
-                .map(|r| Arc::from(r.sequence_number())),
+            sequence_number: self.record.as_ref().map(|r| Arc::from(r.sequence_number())),
             sub_sequence_number: self.record.as_ref().and_then(Record::sub_sequence_number),
         }
     }

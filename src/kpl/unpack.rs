@@ -54,7 +54,12 @@ pub(crate) fn unpack(record: &Record) -> Unpacked {
 
 /// The user records of `aggregate`, read from `record`.
 fn users(record: &Record, aggregate: AggregatedRecord) -> Vec<Result<Record, String>> {
-    let keys = aggregate.partition_key_table;
+    let keys: Vec<Arc<str>> = aggregate
+        .partition_key_table
+        .into_iter()
+        .map(Arc::from)
+        .collect();
+    let sequence_number: Arc<str> = Arc::from(record.sequence_number());
     let hash_keys: Vec<Arc<str>> = aggregate
         .explicit_hash_key_table
         .into_iter()
@@ -66,12 +71,13 @@ fn users(record: &Record, aggregate: AggregatedRecord) -> Vec<Result<Record, Str
         .into_iter()
         .enumerate()
         .map(|(sub, user)| {
-            let key: Box<str> = table_entry(&keys, user.partition_key_index, "partition key")?;
+            let key = table_entry(&keys, user.partition_key_index, "partition key")?;
             let hash_key = user
                 .explicit_hash_key_index
                 .map(|i| table_entry(&hash_keys, i, "explicit hash key"))
                 .transpose()?;
             Ok(record.user_record(
+                &sequence_number,
                 key,
                 hash_key,
                 user.data,
@@ -90,15 +96,11 @@ fn users(record: &Record, aggregate: AggregatedRecord) -> Vec<Result<Record, Str
     users
 }
 
-fn table_entry<T: AsRef<str>, U: for<'a> From<&'a str>>(
-    table: &[T],
-    index: u64,
-    what: &str,
-) -> Result<U, String> {
+fn table_entry(table: &[Arc<str>], index: u64, what: &str) -> Result<Arc<str>, String> {
     usize::try_from(index)
         .ok()
         .and_then(|i| table.get(i))
-        .map(|entry| U::from(entry.as_ref()))
+        .cloned()
         .ok_or_else(|| {
             format!(
                 "its {what} index {index} is out of range (the aggregate's table has {} entries)",

@@ -336,10 +336,10 @@ impl MemoryKinesis {
         Ok(stream_state.shards[index]
             .records()
             .map(|r| {
-                Record::new(
+                Record::shared(
                     id.clone(),
-                    &*r.sequence_number,
-                    &*r.partition_key,
+                    r.sequence_number.clone(),
+                    r.partition_key.clone(),
                     r.data.clone(),
                     Some(r.arrival),
                 )

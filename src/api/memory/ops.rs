@@ -171,10 +171,10 @@ impl MemoryKinesis {
         let records = shard_state
             .span_records(span)
             .map(|r| {
-                Record::new(
+                Record::shared(
                     shard.clone(),
-                    &*r.sequence_number,
-                    &*r.partition_key,
+                    r.sequence_number.clone(),
+                    r.partition_key.clone(),
                     r.data.clone(),
                     Some(r.arrival),
                 )
