@@ -117,6 +117,7 @@ impl ShardStreamBuilder {
     pub fn open(self, start: StartingPoint) -> Result<ShardStream, KinesisError> {
         self.settings.validate()?;
         let span = tracing::info_span!("shard", stream = %self.stream, shard = %self.shard);
+        let deaggregating = self.settings.deaggregate;
         let mut reader = Reader::new(
             self.api,
             self.stream.clone(),
@@ -132,6 +133,7 @@ impl ShardStreamBuilder {
             buffer: VecDeque::new(),
             errors: VecDeque::new(),
             taken: 0,
+            deaggregating,
             pending_end: None,
             end: None,
             stream: self.stream,
@@ -222,6 +224,9 @@ pub struct ShardStream {
     errors: VecDeque<(usize, KinesisError)>,
     /// Records of the buffered answer handed on so far.
     taken: usize,
+    /// Aggregates are taken apart by the reader: a record that still starts with the magic
+    /// bytes is no valid aggregate and is handed on as it is.
+    deaggregating: bool,
     pending_end: Option<ShardEnd>,
     end: Option<ShardEnd>,
     stream: Arc<str>,
@@ -299,9 +304,10 @@ impl ShardStream {
         self.buffer.len()
     }
 
-    /// Hands a record on as it is, or reports a KPL-aggregated one as its error.
+    /// Hands a record on as it is, or, without de-aggregation, reports a KPL-aggregated one as
+    /// its error.
     fn pass_or_refuse_aggregated(&self, record: Record) -> Result<Record, KinesisError> {
-        if record.data().starts_with(&KPL_MAGIC) {
+        if !self.deaggregating && record.data().starts_with(&KPL_MAGIC) {
             tracing::warn!(
                 parent: &self.span,
                 sequence_number = record.sequence_number(),
