@@ -267,6 +267,17 @@ pub enum KinesisError {
     #[error("{0}")]
     PublishFailed(Box<PublishFailure>),
 
+    /// A collecting publisher's background task stopped before it answered (the tokio
+    /// runtime it ran on shut down): whether the publish's records were written is unknown.
+    #[error(
+        "the collecting publisher of stream `{stream}` stopped before it answered (its tokio \
+         runtime shut down); its records may or may not be written: publish them again"
+    )]
+    PublisherStopped {
+        /// The stream.
+        stream: String,
+    },
+
     /// The RustStream broker face was shut down: handles kept from before the shutdown
     /// (publishers, subscriptions, deliveries) refuse to work rather than silently succeed.
     #[error(

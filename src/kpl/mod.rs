@@ -22,7 +22,7 @@
 //! `tests/kpl_bad_input.rs` puts each of these through a de-aggregating subscription on the
 //! emulators and checks that the checkpoint passes them all.
 
-mod hash;
+pub(crate) mod hash;
 mod message;
 mod unpack;
 

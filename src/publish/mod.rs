@@ -7,6 +7,8 @@
 //! | [`OutgoingRecord`], [`Published`] | a record to send; where one was stored |
 //! | [`PublishSink`], [`Publishable`] | a publisher as a `Sink` ([`sink`](Publisher::sink), [`delivery_sink`](Publisher::delivery_sink)): `stream.forward(publisher.sink())`, acking deliveries once stored |
 //! | [`RetryPolicy`], [`KeyOrder`] | how failures are retried; how a key's records share calls |
+//! | [`Collect`] | publishes from many tasks sharing PutRecords calls ([`collect`](Publisher::collect)) |
+//! | [`Aggregate`] | user records packed into KPL aggregates per shard ([`aggregate`](Publisher::aggregate)) |
 //! | [`PublishFailure`], [`FailedRecord`], [`EntryError`] | what [`KinesisError::PublishFailed`] carries: counts, the records not written, the last error |
 //! | [`MAX_RECORDS_PER_CALL`], [`MAX_BYTES_PER_CALL`], [`MAX_RECORD_BYTES`], [`MAX_PARTITION_KEY_CHARS`] | the service's limits (and the call-size defaults) |
 //! | [`DEFAULT_MAX_ATTEMPTS`], [`DEFAULT_INITIAL_BACKOFF`], [`DEFAULT_MAX_BACKOFF`] | the retry defaults: 8 rounds, 100 ms doubling to 5 s |
@@ -105,18 +107,52 @@
 //! a [`KinesisError::PublishFailed`], publish the handed-back records again before anything
 //! newer of their keys to keep the order.
 //!
+//! # Collection and aggregation
+//!
+//! Off by default, each publish makes its own calls: a handler that publishes one record per
+//! message makes one PutRecords call per record. [`Publisher::collect`] hands every publish of
+//! the publisher (and its clones) to one background task that batches whole publishes, in
+//! arrival order, until a call's worth is collected or [`Collect::linger`] (5 ms) has passed
+//! since the batch's first one, and sends each batch as one publish, several at once
+//! ([`Collect::max_calls_in_flight`], 4). Each publish still returns once its own records
+//! are stored, with their places, or fails with an error about its own records only. The
+//! ordering guarantee is unchanged: one publish's records stay together and in order in one
+//! batch, a task awaiting one publish after another still orders them, and publishes running
+//! concurrently had no order between them to keep. A publish whose future is dropped after
+//! it was handed over is still sent.
+//!
+//! [`Publisher::aggregate`] also packs the user records of each batch into KPL aggregates
+//! (the format the KPL writes and the KCL, AWS's `aws-kinesis-agg` libraries and
+//! [`ReadSettings::deaggregate`](crate::ReadSettings::deaggregate) read), one stream of them
+//! per shard predicted from the listed hash-key ranges, each at most [`Aggregate::max_bytes`]
+//! (50 KiB). A shard stores 1,000 records a second: packed, that is 1,000 aggregates, not
+//! 1,000 user records. A user record's place carries its
+//! [`sub_sequence_number`](Published::sub_sequence_number). The ordering rule applies per
+//! shard: a shard's aggregates of one batch go in order, and an aggregate that failed holds
+//! the shard's later ones back, so a key's user records (one key, one shard) keep their order.
+//! A record too big to share an aggregate, and an aggregate of one, go out as plain records.
+//! After a reshard an aggregate can land on another shard than predicted: the publisher then
+//! lists the shards again, and if some of its user records lie outside the range of the shard
+//! it landed on (a reader that drops such aggregates, as the KCL does, would lose them), it
+//! puts all of them again by the new listing and answers with their new places, as the KPL
+//! does. Readers that deliver such aggregates (this crate's, by default) see them twice.
+//!
 //! **Duplicates.** Delivery is at least once. Entries the answer marks stored are never sent
 //! again, but a whole call that failed may have been stored before its answer was lost (a
 //! timeout, a dropped connection); resending it can store its records twice. Kinesis has no
 //! idempotent put: consumers must tolerate duplicates, as they must for redelivery anyway.
 
+mod aggregate;
+mod aggregated;
 mod check;
+mod collect;
 mod dead_letters;
 pub(crate) mod failure;
 mod plan;
 pub(crate) mod record;
 mod settings;
 mod sink;
+mod split;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -124,6 +160,8 @@ use std::sync::Arc;
 
 use tokio::time::{Duration, Instant};
 
+pub use aggregate::{Aggregate, DEFAULT_AGGREGATE_BYTES, MAX_AGGREGATE_BYTES};
+pub use collect::{Collect, DEFAULT_CALLS_IN_FLIGHT, DEFAULT_LINGER};
 pub use failure::{EntryError, FailedRecord, PublishFailure};
 pub use record::{OutgoingRecord, Published};
 pub use settings::{
@@ -133,6 +171,7 @@ pub use settings::{
 };
 pub use sink::{PublishSink, Publishable};
 
+use self::collect::Collector;
 use self::plan::{CallLimits, Plan};
 use self::settings::{Jitter, fnv1a};
 use crate::api::{PutRecordResult, SharedKinesis};
@@ -198,6 +237,7 @@ pub struct Publisher {
     limits: CallLimits,
     retry: RetryPolicy,
     key_order: KeyOrder,
+    collector: Option<Arc<Collector>>,
 }
 
 impl fmt::Debug for Publisher {
@@ -209,6 +249,11 @@ impl fmt::Debug for Publisher {
             .field("max_bytes_per_call", &self.limits.bytes)
             .field("retry", &self.retry)
             .field("key_order", &self.key_order)
+            .field("collect", &self.collector.as_ref().map(|c| c.settings()))
+            .field(
+                "aggregate",
+                &self.collector.as_ref().and_then(|c| c.aggregate()),
+            )
             .finish()
     }
 }
@@ -225,6 +270,7 @@ impl Publisher {
             },
             retry: RetryPolicy::default(),
             key_order: KeyOrder::default(),
+            collector: None,
         }
     }
 
@@ -258,6 +304,38 @@ impl Publisher {
         self
     }
 
+    /// Collects the publishes of this publisher and its clones, from any number of tasks,
+    /// into shared PutRecords calls: see [`Collect`] for how, and the [module docs](self)
+    /// for what it keeps of the ordering guarantee. Off by default (each publish makes its
+    /// own calls). Clones made after this call share one collecting task, started on the
+    /// tokio runtime of the first publish; clones made before it do not collect.
+    #[must_use]
+    pub fn collect(mut self, settings: Collect) -> Self {
+        let aggregate = self.collector.as_ref().and_then(|c| c.aggregate());
+        self.collector = Some(Arc::new(Collector::new(settings, aggregate)));
+        self
+    }
+
+    /// Packs the user records of this publisher's publishes into KPL aggregates, one per
+    /// predicted shard, up to [`Aggregate`]'s bounds: a shard takes 1,000 records a second,
+    /// and an aggregate of many small user records counts as one. Collects too (see
+    /// [`collect`](Self::collect); its settings, or [`Collect::default`], bound how long a
+    /// user record waits for others). Each user record's place carries its sub-sequence
+    /// number. Readers must de-aggregate ([`ReadSettings::deaggregate`], the KCL, AWS's
+    /// `aws-kinesis-agg` libraries). See [`Aggregate`] and the [module docs](self) for how
+    /// records are packed and what happens after a reshard.
+    ///
+    /// [`ReadSettings::deaggregate`]: crate::ReadSettings::deaggregate
+    #[must_use]
+    pub fn aggregate(mut self, settings: Aggregate) -> Self {
+        let collect = self
+            .collector
+            .as_ref()
+            .map_or_else(Collect::default, |c| c.settings());
+        self.collector = Some(Arc::new(Collector::new(collect, Some(settings))));
+        self
+    }
+
     /// The stream this publisher writes to.
     #[must_use]
     pub fn stream(&self) -> &str {
@@ -288,6 +366,12 @@ impl Publisher {
                      {MAX_BYTES_PER_CALL} (5 MiB, the most PutRecords takes)"
                 ),
             });
+        }
+        if let Some(collector) = &self.collector {
+            collector.settings().validate()?;
+            if let Some(aggregate) = collector.aggregate() {
+                aggregate.validate()?;
+            }
         }
         self.retry.validate()
     }
@@ -339,8 +423,43 @@ impl Publisher {
         if records.is_empty() {
             return Ok(Vec::new());
         }
+        match &self.collector {
+            Some(collector) => {
+                let direct = Self {
+                    collector: None,
+                    ..self.clone()
+                };
+                collector.publish(&direct, records, sizes).await
+            }
+            None => self.send_checked(records, sizes).await,
+        }
+    }
+
+    /// Sends checked `records` (of these `sizes`; not empty) in calls of its own.
+    async fn send_checked(
+        &self,
+        records: Vec<OutgoingRecord>,
+        sizes: Vec<usize>,
+    ) -> Result<Vec<Published>, KinesisError> {
         let plan = Plan::new(
             records.iter().map(|r| r.partition_key.as_str()),
+            sizes,
+            self.key_order,
+            self.limits,
+        );
+        Run::new(self, records, plan).run_to_the_end().await
+    }
+
+    /// As [`send_checked`](Self::send_checked), with the ordering rule applied to `keys`
+    /// (one per record) instead of the partition keys.
+    async fn send_keyed(
+        &self,
+        records: Vec<OutgoingRecord>,
+        sizes: Vec<usize>,
+        keys: &[Arc<str>],
+    ) -> Result<Vec<Published>, KinesisError> {
+        let plan = Plan::new(
+            keys.iter().map(|k| &**k),
             sizes,
             self.key_order,
             self.limits,
@@ -573,6 +692,7 @@ impl<'p> Run<'p> {
                     self.published[i] = Some(Published {
                         shard_id,
                         sequence_number,
+                        sub_sequence_number: None,
                     });
                     self.last_error[i] = None;
                     self.plan.stored(i);

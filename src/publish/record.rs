@@ -59,6 +59,14 @@ pub struct Published {
     pub shard_id: String,
     /// Its sequence number in that shard.
     pub sequence_number: String,
+    /// For a user record put inside a KPL aggregate (see
+    /// [`Publisher::aggregate`](super::Publisher::aggregate)), its place in the aggregate,
+    /// from 0: the aggregate's sequence number and this number order it among the shard's
+    /// records, as a reader reports them ([`Record::sub_sequence_number`]). `None` for a
+    /// record put as it is.
+    ///
+    /// [`Record::sub_sequence_number`]: crate::Record::sub_sequence_number
+    pub sub_sequence_number: Option<u64>,
 }
 
 /// A partition key for a message: quoted, and cut to its first 64 characters (with the full

@@ -34,6 +34,8 @@ pub const RECORD_BYTES: usize = 100;
 pub const PUT_BATCH: usize = 500;
 /// The argument that turns any binary of this package into the emulator process.
 pub const SERVE_EMULATOR: &str = "--serve-emulator";
+/// Set (to anything) in the emulator child's environment to apply the write limits.
+const ENFORCE_LIMITS_ENV: &str = "E2E_ENFORCE_LIMITS";
 /// The line the emulator process prints once it listens.
 const READY_PREFIX: &str = "ferrokinesis listening on port ";
 
@@ -72,9 +74,11 @@ pub fn serve_emulator() -> Result<()> {
             // The default 300 s (the service's) is enough for one drain; a slow machine is
             // given slack so an expiry never lands inside a timed drain or a probe.
             iterator_ttl_seconds: 3_600,
-            // Write throttling (1 MB/s, 1,000 records/s per shard) stays off: the backlog is
-            // loaded as fast as the emulator takes it. Reads are never rate-limited.
-            enforce_limits: false,
+            // Write throttling (1 MB/s, 1,000 records/s per shard) stays off unless the parent
+            // asks for it (`Emulator::start_enforcing_limits`, the publishing benchmark's
+            // limited ways): a backlog is loaded as fast as the emulator takes it. Reads are
+            // never rate-limited.
+            enforce_limits: std::env::var_os(ENFORCE_LIMITS_ENV).is_some(),
             ..ferrokinesis::store::StoreOptions::default()
         };
         let (app, _store) = ferrokinesis::create_app(options);
@@ -108,7 +112,27 @@ impl Emulator {
     ///
     /// When the child cannot be started or does not report its port.
     pub fn start() -> Result<Self> {
-        let mut child = Command::new(std::env::current_exe()?)
+        Self::start_child(false)
+    }
+
+    /// Starts the child with the service's per-shard write limits applied (1,000 records/s
+    /// and 1 MiB/s per shard; ferrokinesis's `--enforce-limits`) and waits until it listens.
+    ///
+    /// # Errors
+    ///
+    /// When the child cannot be started or does not report its port.
+    pub fn start_enforcing_limits() -> Result<Self> {
+        Self::start_child(true)
+    }
+
+    fn start_child(enforce_limits: bool) -> Result<Self> {
+        let mut command = Command::new(std::env::current_exe()?);
+        if enforce_limits {
+            command.env(ENFORCE_LIMITS_ENV, "1");
+        } else {
+            command.env_remove(ENFORCE_LIMITS_ENV);
+        }
+        let mut child = command
             .arg(SERVE_EMULATOR)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -1,0 +1,384 @@
+//! Sending a batch of user records as aggregates ([`super::aggregate`] packs them), mapping
+//! the aggregates' answers back to each user record, and putting misplaced ones again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::aggregate::{Aggregate, Packed, ShardMap, SharedMap, member_places, outgoing, pack};
+use super::failure::{EntryError, FailedRecord, PublishFailure};
+use super::record::{OutgoingRecord, Published};
+use super::{Publisher, check, error_kind};
+use crate::error::KinesisError;
+
+/// How many times user records that landed outside their shard are packed and put again
+/// before their places are accepted as they are (a stream resharding again and again).
+const MAX_REPACKS: u32 = 3;
+
+/// What one put of packed records did for the user records it carried.
+enum Landed {
+    /// Every user record has its place, except these (batch indexes, in order), which
+    /// landed outside the range of their shard and go out again.
+    Placed(Vec<usize>),
+    /// The put failed: the aggregates' failure, or an error about the whole put.
+    Failed(KinesisError),
+}
+
+impl Publisher {
+    /// Publishes checked user `records` packed into aggregates per predicted shard; returns
+    /// each user record's place, in input order.
+    pub(super) async fn send_aggregated(
+        &self,
+        records: Vec<OutgoingRecord>,
+        settings: Aggregate,
+        map: &SharedMap,
+    ) -> Result<Vec<Published>, KinesisError> {
+        let mut places: Vec<Option<Published>> = vec![None; records.len()];
+        let mut todo: Vec<usize> = (0..records.len()).collect();
+        let mut repacks = 0;
+        loop {
+            // Listed at the first use, and again (in `put_packed`) when a put landed elsewhere
+            // than predicted.
+            let shards = match map.get(&self.api, &self.stream).await {
+                Ok(shards) => shards,
+                Err(error) => return Err(self.whole_failure(records, places, &error)),
+            };
+            let batch: Vec<OutgoingRecord> = todo.iter().map(|&i| records[i].clone()).collect();
+            let packed = pack(&batch, &shards, settings);
+            match self
+                .put_packed(&batch, &packed, &shards, map, &todo, &mut places)
+                .await
+            {
+                Landed::Placed(again) if again.is_empty() => {
+                    return Ok(places.into_iter().flatten().collect());
+                }
+                Landed::Placed(again) if repacks >= MAX_REPACKS => {
+                    tracing::warn!(
+                        stream = %self.stream,
+                        user_records = again.len(),
+                        "user records landed outside their shard's range {MAX_REPACKS} times \
+                         (the stream keeps resharding); their last places stand"
+                    );
+                    return Ok(places.into_iter().flatten().collect());
+                }
+                Landed::Placed(again) => {
+                    repacks += 1;
+                    todo = again;
+                }
+                Landed::Failed(error) => {
+                    return Err(self.failed_put(records, places, &todo, &packed, error));
+                }
+            }
+        }
+    }
+
+    /// Puts `packed` (of the user records `batch`, which are `todo` of the publish) and notes
+    /// each user record's place in `places`.
+    async fn put_packed(
+        &self,
+        batch: &[OutgoingRecord],
+        packed: &[Packed],
+        shards: &ShardMap,
+        map: &SharedMap,
+        todo: &[usize],
+        places: &mut [Option<Published>],
+    ) -> Landed {
+        let entries: Vec<OutgoingRecord> =
+            packed.iter().map(|p| outgoing(p, batch, shards)).collect();
+        let mut sizes = Vec::with_capacity(entries.len());
+        for (index, entry) in entries.iter().enumerate() {
+            match check::check(entry, &self.stream, index) {
+                Ok(size) => sizes.push(size),
+                Err(error) => return Landed::Failed(error),
+            }
+        }
+        // The ordering rule per predicted shard: a shard's aggregates go in order.
+        let keys: Vec<Arc<str>> = packed
+            .iter()
+            .zip(&entries)
+            .map(|(p, e)| {
+                p.shard
+                    .map_or_else(|| Arc::from(&*e.partition_key), |s| shards.id(s).clone())
+            })
+            .collect();
+        let stored = match self.send_keyed(entries, sizes, &keys).await {
+            Ok(stored) => stored,
+            Err(error) => return Landed::Failed(error),
+        };
+        let mut again = Vec::new();
+        let mut fresh: Option<Arc<ShardMap>> = None;
+        for (p, place) in packed.iter().zip(&stored) {
+            let predicted = p.shard.map(|s| shards.id(s));
+            if p.members.len() > 1 && predicted.is_some_and(|id| **id != *place.shard_id) {
+                if fresh.is_none() {
+                    fresh = map.refresh(&self.api, &self.stream).await.ok();
+                }
+                let outside = fresh.as_ref().map_or(0, |f| {
+                    p.members
+                        .iter()
+                        .filter(|&&m| !f.takes(&place.shard_id, &batch[m]))
+                        .count()
+                });
+                if outside > 0 {
+                    tracing::warn!(
+                        stream = %self.stream,
+                        predicted = predicted.map(|id| &**id),
+                        landed = %place.shard_id,
+                        outside,
+                        user_records = p.members.len(),
+                        "an aggregate landed on another shard than predicted (the stream was \
+                         resharded) with user records outside that shard's range; putting \
+                         its user records again by the new shard map"
+                    );
+                    again.extend(p.members.iter().map(|&m| todo[m]));
+                    continue;
+                }
+            }
+            for (&m, member) in p.members.iter().zip(member_places(p, place)) {
+                places[todo[m]] = Some(member);
+            }
+        }
+        again.sort_unstable();
+        Landed::Placed(again)
+    }
+
+    /// The failure of a publish whose put of `packed` (user records `todo`) failed with
+    /// `error`, about its user records.
+    fn failed_put(
+        &self,
+        records: Vec<OutgoingRecord>,
+        mut places: Vec<Option<Published>>,
+        todo: &[usize],
+        packed: &[Packed],
+        error: KinesisError,
+    ) -> KinesisError {
+        let KinesisError::PublishFailed(failure) = error else {
+            return self.whole_failure(records, places, &error);
+        };
+        let mut errors: HashMap<usize, EntryError> = HashMap::new();
+        for (p, place) in packed.iter().zip(&failure.published) {
+            if let Some(place) = place {
+                for (&m, member) in p.members.iter().zip(member_places(p, place)) {
+                    places[todo[m]] = Some(member);
+                }
+            }
+        }
+        for failed in &failure.failed {
+            if let Some(cause) = &failed.last_error {
+                for &m in &packed[failed.index].members {
+                    errors.insert(todo[m], cause.clone());
+                }
+            }
+        }
+        let last = EntryError {
+            code: failure.last_code.clone(),
+            message: failure.last_message.clone(),
+        };
+        self.user_failure(
+            records,
+            places,
+            &last,
+            &errors,
+            failure.attempts,
+            failure.stopped_early,
+        )
+    }
+
+    /// `error` about a whole put: as it is when nothing of the publish was written, else a
+    /// [`PublishFailure`] about the user records not written.
+    fn whole_failure(
+        &self,
+        records: Vec<OutgoingRecord>,
+        places: Vec<Option<Published>>,
+        error: &KinesisError,
+    ) -> KinesisError {
+        if places.iter().all(Option::is_none) {
+            return error.clone();
+        }
+        self.user_failure(
+            records,
+            places,
+            &error_entry(error),
+            &HashMap::new(),
+            1,
+            true,
+        )
+    }
+
+    /// A [`PublishFailure`] about user records: `places` where written, the others handed
+    /// back in order with their last error and the earlier unwritten record of their key.
+    fn user_failure(
+        &self,
+        records: Vec<OutgoingRecord>,
+        places: Vec<Option<Published>>,
+        last: &EntryError,
+        errors: &HashMap<usize, EntryError>,
+        attempts: u32,
+        stopped_early: bool,
+    ) -> KinesisError {
+        let mut first_unwritten: HashMap<String, usize> = HashMap::new();
+        let mut failed = Vec::new();
+        for (index, record) in records.into_iter().enumerate() {
+            if places[index].is_some() {
+                continue;
+            }
+            let behind = match first_unwritten.get(&record.partition_key) {
+                Some(&first) => Some(first),
+                None => {
+                    first_unwritten.insert(record.partition_key.clone(), index);
+                    None
+                }
+            };
+            failed.push(FailedRecord {
+                index,
+                record,
+                last_error: errors.get(&index).cloned(),
+                behind,
+            });
+        }
+        KinesisError::PublishFailed(Box::new(PublishFailure {
+            stream: self.stream.to_string(),
+            attempts,
+            published: places,
+            failed,
+            last_code: last.code.clone(),
+            last_message: last.message.clone(),
+            stopped_early,
+        }))
+    }
+}
+
+/// An error about a whole call, as an entry's error.
+fn error_entry(error: &KinesisError) -> EntryError {
+    EntryError {
+        code: error_kind(error).to_owned(),
+        message: error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use futures::StreamExt;
+
+    use crate::api::KinesisApi;
+    use crate::error::Operation;
+    use crate::publish::{Aggregate, Collect, OutgoingRecord, Publisher};
+    use crate::{MemoryKinesis, ReadSettings, Record, ShardStream, StartingPoint};
+
+    /// Every user record of `shard`, de-aggregated.
+    async fn read(kinesis: &MemoryKinesis, shard: &str) -> Vec<Record> {
+        let stored = kinesis.records("orders", shard).unwrap().len();
+        let mut reader = ShardStream::builder(Arc::new(kinesis.clone()), "orders", shard)
+            .settings(ReadSettings::default().deaggregate(true).unlimited_reads())
+            .open(StartingPoint::TrimHorizon)
+            .unwrap();
+        let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        while seen.len() < stored || !out.last().is_some_and(Record::is_last_of_aggregate) {
+            let record = tokio::time::timeout(Duration::from_secs(5), reader.next())
+                .await
+                .expect("records in time")
+                .expect("open")
+                .expect("no error");
+            seen.insert(record.sequence_number().to_owned());
+            out.push(record);
+        }
+        out
+    }
+
+    fn publisher(kinesis: &MemoryKinesis) -> Publisher {
+        Publisher::new(Arc::new(kinesis.clone()), "orders")
+            .collect(Collect::default().linger(Duration::from_millis(20)))
+            .aggregate(Aggregate::default().max_bytes(4_096))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn user_records_are_packed_per_shard_and_read_back_in_key_order_where_answered() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 2).unwrap();
+        let publisher = publisher(&kinesis);
+        let records: Vec<OutgoingRecord> = (0..400)
+            .map(|i| OutgoingRecord::new(format!("key-{}", i % 7), format!("{i:04}")))
+            .collect();
+        let places = publisher.publish_batch(records.clone()).await.unwrap();
+        // 400 user records of about 20 bytes in aggregates of 4 KiB: a few per shard.
+        let stored: usize = ["shardId-000000000000", "shardId-000000000001"]
+            .iter()
+            .map(|s| kinesis.records("orders", s).unwrap().len())
+            .sum();
+        assert!(stored <= 6, "{stored} Kinesis records for 400 user records");
+        assert_eq!(kinesis.call_count(Operation::PutRecords), 1);
+        let mut read_back: HashMap<(String, String, Option<u64>), Record> = HashMap::new();
+        for shard in ["shardId-000000000000", "shardId-000000000001"] {
+            let users = read(&kinesis, shard).await;
+            let mut last: HashMap<String, Vec<u8>> = HashMap::new();
+            for user in users {
+                let before = last.insert(user.partition_key().to_owned(), user.data().to_vec());
+                assert!(before.is_none_or(|b| b < user.data().to_vec()), "key order");
+                read_back.insert(
+                    (
+                        user.shard_id().to_owned(),
+                        user.sequence_number().to_owned(),
+                        user.sub_sequence_number(),
+                    ),
+                    user,
+                );
+            }
+        }
+        assert_eq!(read_back.len(), 400);
+        for (record, place) in records.iter().zip(&places) {
+            let user = &read_back[&(
+                place.shard_id.clone(),
+                place.sequence_number.clone(),
+                place.sub_sequence_number,
+            )];
+            assert_eq!(
+                user.data(),
+                &record.data,
+                "the answer names where the reader finds it"
+            );
+            assert_eq!(user.partition_key(), record.partition_key);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_split_misplaced_user_records_are_put_again_where_they_belong() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = publisher(&kinesis);
+        // The first publish lists the one shard.
+        publisher.publish("warm-up", "x").await.unwrap();
+        kinesis
+            .split_shard(
+                "orders",
+                "shardId-000000000000",
+                "170141183460469231731687303715884105728",
+            )
+            .await
+            .unwrap();
+        let records: Vec<OutgoingRecord> = (0..40)
+            .map(|i| OutgoingRecord::new(format!("key-{i}"), format!("{i:04}")))
+            .collect();
+        let places = publisher.publish_batch(records.clone()).await.unwrap();
+        let lower =
+            crate::kpl::hash::HashRange::parse("0", "170141183460469231731687303715884105727")
+                .unwrap();
+        for (record, place) in records.iter().zip(&places) {
+            let expected = if lower.contains(&record.partition_key, None) {
+                "shardId-000000000001"
+            } else {
+                "shardId-000000000002"
+            };
+            assert_eq!(
+                place.shard_id, expected,
+                "{} answered where it belongs",
+                record.partition_key
+            );
+        }
+        // Listed at the first publish, and again when the aggregate landed on a child.
+        assert_eq!(kinesis.call_count(Operation::ListShards), 2);
+    }
+}

@@ -1,0 +1,433 @@
+//! Collection: publishes from many tasks share PutRecords calls ([`Publisher::collect`]).
+//!
+//! A collecting publisher hands each publish (its records, checked) to one background task
+//! per publisher, started at the first publish on the caller's tokio runtime. The task fills a
+//! *batch* with whole publishes in arrival order until it holds a call's worth
+//! ([`max_records_per_call`](Publisher::max_records_per_call) or
+//! [`max_bytes_per_call`](Publisher::max_bytes_per_call)) or the [`Collect::linger`] time
+//! since the batch's first publish has passed, then sends it as one publish of its own (the
+//! rounds, retries and ordering rule of the [module docs](super)), up to
+//! [`Collect::max_calls_in_flight`] batches at once. While every slot is taken the batch
+//! keeps filling. Each publish gets its own records' answer: the places where they were
+//! stored, or an error about its records only.
+//!
+//! [`Publisher::collect`]: super::Publisher::collect
+//! [`Publisher`]: super::Publisher
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+
+use super::Publisher;
+use super::aggregate::{Aggregate, SharedMap};
+use super::plan::CallLimits;
+use super::record::{OutgoingRecord, Published};
+use super::split::split;
+use crate::error::KinesisError;
+
+/// The default [`Collect::linger`]: 5 ms.
+pub const DEFAULT_LINGER: Duration = Duration::from_millis(5);
+/// The default [`Collect::max_calls_in_flight`]: 4.
+pub const DEFAULT_CALLS_IN_FLIGHT: usize = 4;
+
+/// How a publisher collects concurrent publishes into shared PutRecords calls (see
+/// [`Publisher::collect`](super::Publisher::collect)).
+///
+/// | setting | default |
+/// |---|---|
+/// | [`linger`](Self::linger) | 5 ms |
+/// | [`max_calls_in_flight`](Self::max_calls_in_flight) | 4 |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Collect {
+    linger: Duration,
+    calls_in_flight: usize,
+}
+
+impl Default for Collect {
+    fn default() -> Self {
+        Self {
+            linger: DEFAULT_LINGER,
+            calls_in_flight: DEFAULT_CALLS_IN_FLIGHT,
+        }
+    }
+}
+
+impl Collect {
+    /// How long a batch waits, from its first publish, for more before it is sent (unless it
+    /// fills first): the most a publish's latency grows by. 0 sends each batch as soon as a
+    /// call slot is free (publishes still share calls while every slot is taken). At most
+    /// 10 s.
+    #[must_use]
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
+    /// How many batches may be on their way at once (1 to 64): more keeps the stream busy
+    /// under load, fewer makes bigger calls.
+    #[must_use]
+    pub fn max_calls_in_flight(mut self, calls: usize) -> Self {
+        self.calls_in_flight = calls;
+        self
+    }
+
+    /// Checks both settings; the error names the setting and the refused value.
+    pub(crate) fn validate(&self) -> Result<(), KinesisError> {
+        if self.linger > Duration::from_secs(10) {
+            return Err(KinesisError::InvalidConfig {
+                setting: "Collect::linger",
+                value: format!("{:?}", self.linger),
+                reason: "at most 10 s: every publish may wait this long".into(),
+            });
+        }
+        if !(1..=64).contains(&self.calls_in_flight) {
+            return Err(KinesisError::InvalidConfig {
+                setting: "Collect::max_calls_in_flight",
+                value: self.calls_in_flight.to_string(),
+                reason: "1 to 64 batches at once".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One publish handed to the collector.
+struct Request {
+    records: Vec<OutgoingRecord>,
+    sizes: Vec<usize>,
+    answer: oneshot::Sender<Result<Vec<Published>, KinesisError>>,
+}
+
+/// A publisher's way to its collecting task (shared by its clones).
+pub(crate) struct Collector {
+    settings: Collect,
+    /// Set when user records are packed into aggregates: how, and the shard map.
+    aggregation: Option<(Aggregate, Arc<SharedMap>)>,
+    queue: Mutex<Option<mpsc::UnboundedSender<Request>>>,
+}
+
+impl Collector {
+    pub(crate) fn new(settings: Collect, aggregate: Option<Aggregate>) -> Self {
+        Self {
+            settings,
+            aggregation: aggregate.map(|a| (a, Arc::default())),
+            queue: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn settings(&self) -> Collect {
+        self.settings
+    }
+
+    pub(crate) fn aggregate(&self) -> Option<Aggregate> {
+        self.aggregation.as_ref().map(|(a, _)| *a)
+    }
+
+    /// Publishes checked `records` (of these `sizes`) in the next batch of `direct` (the
+    /// publisher without its collector), starting the collecting task if none runs.
+    pub(crate) async fn publish(
+        &self,
+        direct: &Publisher,
+        records: Vec<OutgoingRecord>,
+        sizes: Vec<usize>,
+    ) -> Result<Vec<Published>, KinesisError> {
+        let (answer, answered) = oneshot::channel();
+        let mut request = Request {
+            records,
+            sizes,
+            answer,
+        };
+        {
+            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                if let Some(sender) = queue.as_ref() {
+                    match sender.send(request) {
+                        Ok(()) => break,
+                        // The task's runtime shut down: start one on the caller's.
+                        Err(mpsc::error::SendError(back)) => request = back,
+                    }
+                }
+                let (sender, receiver) = mpsc::unbounded_channel();
+                tokio::spawn(collect(
+                    receiver,
+                    direct.clone(),
+                    self.settings,
+                    self.aggregation.clone(),
+                ));
+                *queue = Some(sender);
+            }
+        }
+        answered.await.unwrap_or_else(|_| {
+            Err(KinesisError::PublisherStopped {
+                stream: direct.stream().to_owned(),
+            })
+        })
+    }
+}
+
+/// Whole publishes, in arrival order, to send together.
+struct Batch {
+    requests: Vec<Request>,
+    records: usize,
+    bytes: usize,
+}
+
+impl Batch {
+    fn new(first: Request) -> Self {
+        Self {
+            records: first.records.len(),
+            bytes: first.sizes.iter().sum(),
+            requests: vec![first],
+        }
+    }
+
+    fn full(&self, limits: CallLimits) -> bool {
+        self.records >= limits.records || self.bytes >= limits.bytes
+    }
+
+    /// Adds `request` if the batch stays within one call's limits; else hands it back.
+    fn add(&mut self, request: Request, limits: CallLimits) -> Result<(), Request> {
+        let bytes: usize = request.sizes.iter().sum();
+        if self.records + request.records.len() > limits.records
+            || self.bytes + bytes > limits.bytes
+        {
+            return Err(request);
+        }
+        self.records += request.records.len();
+        self.bytes += bytes;
+        self.requests.push(request);
+        Ok(())
+    }
+}
+
+/// The collecting task: batches the queue's publishes and sends them, until every publisher
+/// handle is gone (batches on their way still finish).
+async fn collect(
+    mut queue: mpsc::UnboundedReceiver<Request>,
+    publisher: Publisher,
+    settings: Collect,
+    aggregation: Option<(Aggregate, Arc<SharedMap>)>,
+) {
+    let limits = match aggregation {
+        // User records: a call's bytes, in as many as they take.
+        Some(_) => CallLimits {
+            records: usize::MAX,
+            bytes: publisher.limits.bytes,
+        },
+        None => publisher.limits,
+    };
+    let slots = Arc::new(Semaphore::new(settings.calls_in_flight));
+    let mut held: Option<Request> = None;
+    let mut open = true;
+    loop {
+        let first = match held.take() {
+            Some(request) => request,
+            None if !open => break,
+            None => match queue.recv().await {
+                Some(request) => request,
+                None => break,
+            },
+        };
+        let mut batch = Batch::new(first);
+        let linger = tokio::time::sleep(settings.linger);
+        tokio::pin!(linger);
+        // Fill until full or the linger is over.
+        while open && held.is_none() && !batch.full(limits) {
+            tokio::select! {
+                biased;
+                next = queue.recv() => match next {
+                    Some(request) => held = batch.add(request, limits).err(),
+                    None => {
+                        open = false;
+                        break;
+                    }
+                },
+                () = &mut linger => break,
+            }
+        }
+        // Wait for a call slot, filling meanwhile.
+        let slot = loop {
+            if held.is_some() || batch.full(limits) || !open {
+                break slots.clone().acquire_owned().await;
+            }
+            tokio::select! {
+                biased;
+                slot = slots.clone().acquire_owned() => break slot,
+                next = queue.recv() => match next {
+                    Some(request) => held = batch.add(request, limits).err(),
+                    None => open = false,
+                },
+            }
+        };
+        // The semaphore is never closed.
+        let Ok(slot) = slot else { break };
+        tokio::spawn(send(publisher.clone(), batch, aggregation.clone(), slot));
+    }
+}
+
+/// Sends one batch as one publish and answers each of its publishes.
+async fn send(
+    publisher: Publisher,
+    batch: Batch,
+    aggregation: Option<(Aggregate, Arc<SharedMap>)>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let mut lengths = Vec::with_capacity(batch.requests.len());
+    let mut answers = Vec::with_capacity(batch.requests.len());
+    let mut records = Vec::with_capacity(batch.records);
+    let mut sizes = Vec::with_capacity(batch.records);
+    for request in batch.requests {
+        lengths.push(request.records.len());
+        answers.push(request.answer);
+        records.extend(request.records);
+        sizes.extend(request.sizes);
+    }
+    let outcome = match aggregation {
+        Some((settings, map)) => publisher.send_aggregated(records, settings, &map).await,
+        None => publisher.send_checked(records, sizes).await,
+    };
+    for (answer, outcome) in answers.into_iter().zip(split(outcome, &lengths)) {
+        // A publish dropped while waiting: its records were sent all the same.
+        let _ = answer.send(outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::MemoryKinesis;
+    use crate::api::memory::Fault;
+    use crate::error::Operation;
+    use crate::publish::RetryPolicy;
+
+    fn publisher(kinesis: &MemoryKinesis) -> Publisher {
+        Publisher::new(Arc::new(kinesis.clone()), "orders")
+            .retry(
+                RetryPolicy::default()
+                    .max_attempts(2)
+                    .initial_backoff(Duration::from_millis(10)),
+            )
+            .collect(Collect::default().linger(Duration::from_millis(20)))
+    }
+
+    /// 64 tasks, each publishing its key's records one at a time, awaiting each.
+    async fn publish_from_tasks(publisher: &Publisher, tasks: usize, each: usize) {
+        let mut handles = Vec::new();
+        for task in 0..tasks {
+            let publisher = publisher.clone();
+            handles.push(tokio::spawn(async move {
+                for n in 0..each {
+                    publisher
+                        .publish(format!("key-{task}"), format!("{task}:{n}"))
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for handle in handles {
+            handle.await.unwrap();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn single_publishes_from_many_tasks_share_calls_and_keep_each_keys_order() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 2).unwrap();
+        let publisher = publisher(&kinesis);
+        publish_from_tasks(&publisher, 64, 5).await;
+        // Each task's n-th publish waits for its (n-1)-th: five rounds of 64 publishes.
+        assert_eq!(kinesis.call_count(Operation::PutRecords), 5);
+        for shard in ["shardId-000000000000", "shardId-000000000001"] {
+            let mut last = std::collections::HashMap::new();
+            for record in kinesis.records("orders", shard).unwrap() {
+                let data = String::from_utf8(record.data().to_vec()).unwrap();
+                let (task, n) = data.split_once(':').unwrap();
+                let n: usize = n.parse().unwrap();
+                let before = last.insert(task.to_owned(), n);
+                assert_eq!(before.map_or(0, |b| b + 1), n, "task {task} in order");
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_reaches_only_the_publishes_whose_records_failed() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 2).unwrap();
+        let shard0 = "shardId-000000000000";
+        kinesis.inject(
+            Fault::throttle(Operation::PutRecords)
+                .on_shard(shard0)
+                .times(u32::MAX),
+        );
+        let publisher = publisher(&kinesis);
+        let outcomes =
+            futures::future::join_all((0..32).map(|i| publisher.publish(format!("key-{i}"), "x")))
+                .await;
+        let (ok, failed): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(Result::is_ok);
+        assert!(!ok.is_empty() && !failed.is_empty(), "keys on both shards");
+        for place in ok {
+            assert_eq!(place.unwrap().shard_id, "shardId-000000000001");
+        }
+        for error in failed {
+            let Err(KinesisError::PublishFailed(failure)) = error else {
+                panic!("a publish failure, not {error:?}");
+            };
+            assert_eq!((failure.total(), failure.failed[0].index), (1, 0));
+            assert_eq!(failure.attempts, 2);
+        }
+        // One batch, sent in two rounds.
+        assert_eq!(kinesis.call_count(Operation::PutRecords), 2);
+    }
+
+    #[test]
+    fn a_publisher_outliving_its_runtime_collects_on_the_next_one() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = publisher(&kinesis);
+        for round in 0..2 {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            let place = runtime
+                .block_on(publisher.publish("key", format!("round {round}")))
+                .unwrap();
+            assert_eq!(place.shard_id, "shardId-000000000000");
+        }
+        assert_eq!(
+            kinesis
+                .records("orders", "shardId-000000000000")
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    #[tokio::test]
+    async fn settings_out_of_range_are_refused_by_name() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        for (settings, name) in [
+            (
+                Collect::default().linger(Duration::from_secs(11)),
+                "Collect::linger",
+            ),
+            (
+                Collect::default().max_calls_in_flight(0),
+                "Collect::max_calls_in_flight",
+            ),
+        ] {
+            let publisher = Publisher::new(Arc::new(kinesis.clone()), "orders").collect(settings);
+            let error = publisher.publish("key", "x").await.unwrap_err();
+            assert!(
+                matches!(&error, KinesisError::InvalidConfig { setting, .. } if *setting == name),
+                "{error}"
+            );
+        }
+        assert_eq!(kinesis.call_count(Operation::PutRecords), 0);
+    }
+}
