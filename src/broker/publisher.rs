@@ -1,17 +1,18 @@
 //! Publishing: [`KinesisPublish`] (the policy), [`KinesisPublisher`] (the live publisher) and
 //! [`KinesisOptions`] (per-publish settings).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use ruststream::runtime::MapPublisher;
 use ruststream::{DefaultPublish, Lend, OutgoingMessage, PairError, PublishPolicy};
 
 use super::connection::{ConnectedKinesis, Connection};
 use crate::error::KinesisError;
-use crate::publish::Publisher as CorePublisher;
+use crate::publish::{Aggregate, Collect, Publisher as CorePublisher};
 
 impl ConnectedKinesis {
     /// A publisher with the default policy (random partition keys unless a publish names one).
@@ -50,14 +51,23 @@ impl KinesisOptions {
 /// ```
 /// use kinesis_dataflow::broker::KinesisPublish;
 ///
+/// use kinesis_dataflow::publish::{Aggregate, Collect};
+///
 /// // Every record of this publisher goes to one shard, in order.
 /// let policy = KinesisPublish::default().partition_key("audit");
+/// # let _ = policy;
+/// // Publishes from many handlers share PutRecords calls, packed into KPL aggregates.
+/// let policy = KinesisPublish::default()
+///     .collect(Collect::default())
+///     .aggregate(Aggregate::default());
 /// # let _ = policy;
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[must_use]
 pub struct KinesisPublish {
     partition_key: Option<String>,
+    collect: Option<Collect>,
+    aggregate: Option<Aggregate>,
 }
 
 impl KinesisPublish {
@@ -65,6 +75,33 @@ impl KinesisPublish {
     pub fn partition_key(mut self, key: impl Into<String>) -> Self {
         self.partition_key = Some(key.into());
         self
+    }
+
+    /// Collects the publishes of this publisher (from every handler and task using it) into
+    /// shared PutRecords calls: see [`Publisher::collect`](crate::Publisher::collect).
+    pub fn collect(mut self, settings: Collect) -> Self {
+        self.collect = Some(settings);
+        self
+    }
+
+    /// Packs the publishes of this publisher into KPL aggregates per shard (collecting them
+    /// too): see [`Publisher::aggregate`](crate::Publisher::aggregate). Subscribers must
+    /// de-aggregate ([`KinesisStream::deaggregate`](super::KinesisStream::deaggregate)).
+    pub fn aggregate(mut self, settings: Aggregate) -> Self {
+        self.aggregate = Some(settings);
+        self
+    }
+
+    /// The core publisher of `stream` under this policy.
+    fn core(&self, api: crate::api::SharedKinesis, stream: &str) -> CorePublisher {
+        let mut publisher = CorePublisher::new(api, stream);
+        if let Some(collect) = self.collect {
+            publisher = publisher.collect(collect);
+        }
+        if let Some(aggregate) = self.aggregate {
+            publisher = publisher.aggregate(aggregate);
+        }
+        publisher
     }
 }
 
@@ -88,12 +125,28 @@ pub trait KinesisPublishSettings {
     /// Fixes the partition key of every publish through this position that does not name
     /// its own.
     fn fixed_partition_key(self, key: impl Into<String>) -> Self;
+
+    /// Collects the publishes through this position into shared PutRecords calls
+    /// ([`KinesisPublish::collect`]).
+    fn collected(self, settings: Collect) -> Self;
+
+    /// Packs the publishes through this position into KPL aggregates
+    /// ([`KinesisPublish::aggregate`]).
+    fn aggregated(self, settings: Aggregate) -> Self;
 }
 
 impl<T: MapPublisher<Policy = KinesisPublish>> KinesisPublishSettings for T {
     fn fixed_partition_key(self, key: impl Into<String>) -> Self {
         let key = key.into();
         self.map_publisher(move |policy| policy.partition_key(key))
+    }
+
+    fn collected(self, settings: Collect) -> Self {
+        self.map_publisher(move |policy| policy.collect(settings))
+    }
+
+    fn aggregated(self, settings: Aggregate) -> Self {
+        self.map_publisher(move |policy| policy.aggregate(settings))
     }
 }
 
@@ -119,10 +172,12 @@ where
 
 /// A live publisher: each publish is one record written through the core
 /// [`Publisher`](crate::Publisher) (PutRecords with retries of failed entries), on the
-/// connection's runtime.
+/// connection's runtime; one core publisher per stream, kept for the next publish, so that a
+/// collecting or aggregating policy shares calls across publishes.
 pub struct KinesisPublisher {
     inner: Arc<Connection>,
     policy: KinesisPublish,
+    publishers: Mutex<HashMap<String, CorePublisher>>,
 }
 
 impl fmt::Debug for KinesisPublisher {
@@ -136,7 +191,22 @@ impl fmt::Debug for KinesisPublisher {
 
 impl KinesisPublisher {
     pub(crate) fn new(inner: Arc<Connection>, policy: KinesisPublish) -> Self {
-        Self { inner, policy }
+        Self {
+            inner,
+            policy,
+            publishers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The core publisher of `stream`, made at its first publish.
+    fn core(&self, stream: &str) -> CorePublisher {
+        let mut publishers = self.publishers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(publisher) = publishers.get(stream) {
+            return publisher.clone();
+        }
+        let publisher = self.policy.core(self.inner.api.clone(), stream);
+        publishers.insert(stream.to_owned(), publisher.clone());
+        publisher
     }
 
     /// The partition key of one publish: options, then the header, then the policy, then a
@@ -188,7 +258,7 @@ impl ruststream::Publisher for KinesisPublisher {
             });
         }
         let data = super::envelope::encode(&headers, payload);
-        let publisher = CorePublisher::new(self.inner.api.clone(), name);
+        let publisher = self.core(name);
         let inner = self.inner.clone();
         let stream = name.to_owned();
         let publish = async move {
