@@ -1,48 +1,67 @@
 //! Publishing benchmark: kinesis-dataflow's `Publisher` over the AWS SDK against ferrokinesis.
 //!
 //! ```text
-//! cargo run --release --manifest-path benches/e2e/Cargo.toml --bin publish -- [--quick] [--records N] [--rounds R] [--linger-ms L]
+//! cargo run --release --manifest-path benches/e2e/Cargo.toml --bin publish -- [--quick] [--records N] [--limited-records M] [--rounds R] [--linger-ms L] [--ways abcdefg]
 //! ```
 //!
 //! The binary starts ferrokinesis (embedded, in a child process of its own, as the drain
-//! does) and publishes N records of 100 bytes under 1,000 partition keys into a fresh 4-shard
-//! stream per way and round, in a rotating order over the rounds:
+//! does) and publishes records of 100 bytes under 1,000 partition keys into a fresh 4-shard
+//! stream per way and round, in a rotating order over the rounds. Without write limits
+//! (N records a way, default 100,000):
 //!
 //! * (a) baseline: the raw SDK, PutRecords calls of 500 entries, 4 calls in flight (a task
-//!   each), refused entries sent again;
+//!   each), refused entries sent again after 100 ms;
 //! * (b) `Publisher::publish_batch` of 500 records, 4 in flight;
 //! * (c) `Publisher::publish`, one record per call, from 64 tasks, each awaiting its publish
 //!   before the next (the shape of a handler that publishes what it handles);
 //! * (d) the same through a collecting publisher (`Publisher::collect`, its defaults unless
 //!   `--linger-ms` is given): the 64 tasks' publishes share PutRecords calls.
 //!
-//! It prints, per way, the median records/s, the median of the per-round ratios to (a), the
-//! PutRecords calls made, and the CPU seconds per 100,000 records of this process and of the
-//! emulator. Times are reported, never asserted on.
+//! Then against a second emulator with the service's per-shard write limits (ferrokinesis's
+//! `--enforce-limits`: 1,000 records and 1 MiB a second per shard), 16 batches in flight, M
+//! records a way (default 20,000):
+//!
+//! * (e) baseline: the raw SDK loop;
+//! * (f) `publish_batch` of 500 plain records;
+//! * (g) `publish_batch` of 500 through an aggregating publisher (`Publisher::aggregate`,
+//!   defaults: aggregates of up to 50 KiB per predicted shard), 10 M user records.
+//!
+//! It prints, per group, each way's median records/s (user records for (g)), the median of the
+//! per-round ratios to the group's baseline, the PutRecords calls made, and the CPU seconds per
+//! 100,000 records of this process and of the emulator. Times are reported, never asserted on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::Client;
-use kinesis_dataflow::publish::Collect;
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use kinesis_dataflow::publish::{Aggregate, Collect, RetryPolicy};
 use kinesis_dataflow::{AwsKinesis, OutgoingRecord, Publisher};
 use kinesis_dataflow_e2e::{
     CpuClock, Emulator, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR, counting_kinesis,
-    entry, median, put_entries, serve_emulator,
+    entry, median, serve_emulator,
 };
 use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at};
 
 const SHARDS: usize = 4;
 const KEYS: usize = 1_000;
 const BATCHES_IN_FLIGHT: usize = 4;
+/// Batches in flight against the write limits: enough records on their way to keep 4 shards
+/// at their limit through the backoffs of throttled entries.
+const LIMITED_IN_FLIGHT: usize = 16;
 const TASKS: usize = 64;
 const DEFAULT_RECORDS: usize = 100_000;
+const DEFAULT_LIMITED_RECORDS: usize = 20_000;
+/// The aggregated way against the limits publishes this many times the plain ways' records
+/// (it stores about that many times as fast).
+const AGGREGATED_FACTOR: usize = 10;
 const DEFAULT_ROUNDS: usize = 3;
 const QUICK_RECORDS: usize = 10_000;
+const QUICK_LIMITED_RECORDS: usize = 2_000;
 
-const USAGE: &str =
-    "usage: publish [--quick] [--records N] [--rounds R] [--linger-ms L] [--ways abcd]";
+const USAGE: &str = "usage: publish [--quick] [--records N] [--limited-records M] [--rounds R] \
+                     [--linger-ms L] [--ways abcdefg]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Way {
@@ -50,10 +69,16 @@ enum Way {
     Batch,
     Single,
     Collected,
+    RawLimited,
+    BatchLimited,
+    AggregatedLimited,
 }
 
 impl Way {
-    const ALL: [Way; 4] = [Way::Raw, Way::Batch, Way::Single, Way::Collected];
+    /// The ways against the emulator without write limits, (a) first: their baseline.
+    const FREE: [Way; 4] = [Way::Raw, Way::Batch, Way::Single, Way::Collected];
+    /// The ways against the emulator with the per-shard write limits, (e) first.
+    const LIMITED: [Way; 3] = [Way::RawLimited, Way::BatchLimited, Way::AggregatedLimited];
 
     fn letter(self) -> char {
         match self {
@@ -61,6 +86,9 @@ impl Way {
             Way::Batch => 'b',
             Way::Single => 'c',
             Way::Collected => 'd',
+            Way::RawLimited => 'e',
+            Way::BatchLimited => 'f',
+            Way::AggregatedLimited => 'g',
         }
     }
 
@@ -70,15 +98,27 @@ impl Way {
             Way::Batch => "(b) publish_batch of 500, 4 in flight",
             Way::Single => "(c) publish, one record, 64 tasks",
             Way::Collected => "(d) publish, one record, 64 tasks, collected",
+            Way::RawLimited => "(e) limits: raw SDK PutRecords, 500 a call, 16 in flight",
+            Way::BatchLimited => "(f) limits: publish_batch of 500, 16 in flight",
+            Way::AggregatedLimited => "(g) limits: publish_batch of 500, 16 in flight, aggregated",
+        }
+    }
+
+    fn records(self, options: &Options) -> usize {
+        match self {
+            Way::Raw | Way::Batch | Way::Single | Way::Collected => options.records,
+            Way::RawLimited | Way::BatchLimited => options.limited_records,
+            Way::AggregatedLimited => options.limited_records * AGGREGATED_FACTOR,
         }
     }
 }
 
 struct Options {
     records: usize,
+    limited_records: usize,
     rounds: usize,
     linger: Option<Duration>,
-    /// The letters of the ways to run ((a), the baseline, always runs).
+    /// The letters of the ways to run (each group's baseline, (a) or (e), runs with its group).
     ways: String,
 }
 
@@ -86,9 +126,10 @@ impl Options {
     fn parse(args: &[String]) -> std::result::Result<Self, String> {
         let mut options = Self {
             records: DEFAULT_RECORDS,
+            limited_records: DEFAULT_LIMITED_RECORDS,
             rounds: DEFAULT_ROUNDS,
             linger: None,
-            ways: "abcd".into(),
+            ways: "abcdefg".into(),
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -100,9 +141,13 @@ impl Options {
             match arg.as_str() {
                 "--quick" => {
                     options.records = QUICK_RECORDS;
+                    options.limited_records = QUICK_LIMITED_RECORDS;
                     options.rounds = 1;
                 }
                 "--records" => options.records = number("--records")?.max(1),
+                "--limited-records" => {
+                    options.limited_records = number("--limited-records")?.max(1);
+                }
                 "--rounds" => options.rounds = number("--rounds")?.max(1),
                 "--linger-ms" => {
                     options.linger = Some(Duration::from_millis(number("--linger-ms")? as u64));
@@ -114,6 +159,20 @@ impl Options {
             }
         }
         Ok(options)
+    }
+
+    /// The ways of `group` to run: its baseline, and the others asked for (none at all
+    /// when none of them is).
+    fn selected(&self, group: &[Way]) -> Vec<Way> {
+        if !group.iter().any(|w| self.ways.contains(w.letter())) {
+            return Vec::new();
+        }
+        group
+            .iter()
+            .enumerate()
+            .filter(|(i, w)| *i == 0 || self.ways.contains(w.letter()))
+            .map(|(_, w)| *w)
+            .collect()
     }
 }
 
@@ -145,66 +204,82 @@ struct Sample {
 }
 
 async fn run(options: Options) -> Result<()> {
-    let emulator = Emulator::start()?;
-    let endpoint = emulator.endpoint();
-    let config = sdk_config_at(&endpoint);
+    println!(
+        "publishing records of {RECORD_BYTES} bytes under {KEYS} keys to {SHARDS} shards, {} \
+         rounds: {} records a way without write limits, {} with them ({} aggregated)",
+        options.rounds,
+        options.records,
+        options.limited_records,
+        options.limited_records * AGGREGATED_FACTOR
+    );
+    for (group, limited) in [(&Way::FREE[..], false), (&Way::LIMITED[..], true)] {
+        let ways = options.selected(group);
+        if ways.is_empty() {
+            continue;
+        }
+        let emulator = if limited {
+            Emulator::start_enforcing_limits()?
+        } else {
+            Emulator::start()?
+        };
+        let samples = run_group(&emulator, &ways, &options).await?;
+        report(&ways, &samples, options.rounds, &options);
+    }
+    Ok(())
+}
+
+/// Runs `ways` (the baseline first) for every round against `emulator`, in a rotating order.
+async fn run_group(emulator: &Emulator, ways: &[Way], options: &Options) -> Result<Vec<Vec<Sample>>> {
+    let config = sdk_config_at(&emulator.endpoint());
     let client = Client::new(&config);
     let cpu = CpuClock::new();
     let pid = emulator.pid().to_string();
-    println!(
-        "publishing {} records of {RECORD_BYTES} bytes, {KEYS} keys, {SHARDS} shards, {} rounds",
-        options.records, options.rounds
-    );
-    let mut samples: Vec<Vec<Sample>> = Way::ALL.iter().map(|_| Vec::new()).collect();
+    let mut samples: Vec<Vec<Sample>> = ways.iter().map(|_| Vec::new()).collect();
     for round in 0..options.rounds {
-        for offset in 0..Way::ALL.len() {
-            let index = (round + offset) % Way::ALL.len();
-            let way = Way::ALL[index];
-            if way != Way::Raw && !options.ways.contains(way.letter()) {
-                continue;
-            }
-            let stream = format!("e2e-publish-{round}-{index}");
+        for offset in 0..ways.len() {
+            let index = (round + offset) % ways.len();
+            let way = ways[index];
+            let stream = format!("e2e-publish-{}-{round}", way.letter());
             create_stream_shards(&client, &stream, SHARDS).await?;
             let calls = Arc::new(AtomicUsize::new(0));
+            let records = way.records(options);
             let (client_before, emulator_before) = (cpu.seconds("self"), cpu.seconds(&pid));
             let started = Instant::now();
-            publish(way, &client, &stream, &options, &calls).await?;
+            publish(way, &client, &stream, records, options, &calls).await?;
             let elapsed = started.elapsed().as_secs_f64();
-            let per_100k = 100_000.0 / options.records as f64;
+            let per_100k = 100_000.0 / records as f64;
             let sample = Sample {
-                records_per_second: options.records as f64 / elapsed,
+                records_per_second: records as f64 / elapsed,
                 client_cpu: (cpu.seconds("self") - client_before) * per_100k,
                 emulator_cpu: (cpu.seconds(&pid) - emulator_before) * per_100k,
                 calls: calls.load(Ordering::Relaxed),
             };
             println!(
-                "round {round}: {:<48} {:>9.0} records/s",
+                "round {round}: {:<62} {:>9.0} records/s",
                 way.label(),
                 sample.records_per_second
             );
             samples[index].push(sample);
         }
     }
-    report(&samples, options.rounds);
-    Ok(())
+    Ok(samples)
 }
 
-fn report(samples: &[Vec<Sample>], rounds: usize) {
+fn report(ways: &[Way], samples: &[Vec<Sample>], rounds: usize, options: &Options) {
     println!(
-        "\n| way | records/s (median) | ratio to (a) (median of rounds) | PutRecords calls | client CPU s / 100k | emulator CPU s / 100k |"
+        "\n| way | records | records/s (median) | ratio to {} (median of rounds) | PutRecords calls | client CPU s / 100k | emulator CPU s / 100k |",
+        ways[0].label().split(' ').next().unwrap_or_default()
     );
-    println!("|---|---:|---:|---:|---:|---:|");
-    for (index, way) in Way::ALL.iter().enumerate() {
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (index, way) in ways.iter().enumerate() {
         let mine = &samples[index];
-        if mine.is_empty() {
-            continue;
-        }
         let ratios: Vec<f64> = (0..rounds)
             .map(|r| mine[r].records_per_second / samples[0][r].records_per_second)
             .collect();
         println!(
-            "| {} | {:.0} | {:.2} | {} | {:.3} | {:.3} |",
+            "| {} | {} | {:.0} | {:.2} | {} | {:.3} | {:.3} |",
             way.label(),
+            way.records(options),
             median(mine.iter().map(|s| s.records_per_second).collect()),
             median(ratios),
             median(mine.iter().map(|s| s.calls as f64).collect()),
@@ -228,55 +303,22 @@ async fn publish(
     way: Way,
     client: &Client,
     stream: &str,
+    n: usize,
     options: &Options,
     calls: &Arc<AtomicUsize>,
 ) -> Result<()> {
-    let n = options.records;
     let counting = counting_kinesis(Arc::new(AwsKinesis::new(client.clone())));
-    let publisher = Publisher::new(counting.clone(), stream);
+    let mut publisher = Publisher::new(counting.clone(), stream);
+    let limited = Way::LIMITED.contains(&way);
+    if limited {
+        // Throttled entries are sent again until stored, as the raw loop does.
+        publisher = publisher.retry(RetryPolicy::default().max_attempts(100));
+    }
+    if way == Way::AggregatedLimited {
+        publisher = publisher.aggregate(Aggregate::default());
+    }
     let mut tasks = tokio::task::JoinSet::new();
     match way {
-        Way::Raw | Way::Batch => {
-            let batches: Vec<std::ops::Range<usize>> = (0..n)
-                .step_by(PUT_BATCH)
-                .map(|start| start..(start + PUT_BATCH).min(n))
-                .collect();
-            let next = Arc::new(AtomicUsize::new(0));
-            let batches = Arc::new(batches);
-            for _ in 0..BATCHES_IN_FLIGHT {
-                let (client, stream, publisher) =
-                    (client.clone(), stream.to_owned(), publisher.clone());
-                let (next, batches, calls) = (next.clone(), batches.clone(), calls.clone());
-                tasks.spawn(async move {
-                    loop {
-                        let Some(range) = batches.get(next.fetch_add(1, Ordering::Relaxed))
-                        else {
-                            return Ok::<(), String>(());
-                        };
-                        if way == Way::Raw {
-                            calls.fetch_add(1, Ordering::Relaxed);
-                            let entries = range
-                                .clone()
-                                .map(|i| entry(key(i), payload(i)))
-                                .collect::<Result<Vec<_>>>()
-                                .map_err(|e| e.to_string())?;
-                            put_entries(&client, &stream, entries)
-                                .await
-                                .map_err(|e| e.to_string())?;
-                        } else {
-                            let records = range
-                                .clone()
-                                .map(|i| OutgoingRecord::new(key(i), payload(i)))
-                                .collect();
-                            publisher
-                                .publish_batch(records)
-                                .await
-                                .map_err(|e| e.to_string())?;
-                        }
-                    }
-                });
-            }
-        }
         Way::Single | Way::Collected => {
             let publisher = if way == Way::Collected {
                 let settings = options
@@ -303,13 +345,84 @@ async fn publish(
                 });
             }
         }
+        _ => {
+            let batches: Arc<Vec<std::ops::Range<usize>>> = Arc::new(
+                (0..n)
+                    .step_by(PUT_BATCH)
+                    .map(|start| start..(start + PUT_BATCH).min(n))
+                    .collect(),
+            );
+            let next = Arc::new(AtomicUsize::new(0));
+            let raw = matches!(way, Way::Raw | Way::RawLimited);
+            let in_flight = if limited { LIMITED_IN_FLIGHT } else { BATCHES_IN_FLIGHT };
+            for _ in 0..in_flight {
+                let (client, stream, publisher) =
+                    (client.clone(), stream.to_owned(), publisher.clone());
+                let (next, batches, calls) = (next.clone(), batches.clone(), calls.clone());
+                tasks.spawn(async move {
+                    loop {
+                        let Some(range) = batches.get(next.fetch_add(1, Ordering::Relaxed))
+                        else {
+                            return Ok::<(), String>(());
+                        };
+                        if raw {
+                            let entries = range
+                                .clone()
+                                .map(|i| entry(key(i), payload(i)))
+                                .collect::<Result<Vec<_>>>()
+                                .map_err(|e| e.to_string())?;
+                            put_until_stored(&client, &stream, entries, &calls).await?;
+                        } else {
+                            let records = range
+                                .clone()
+                                .map(|i| OutgoingRecord::new(key(i), payload(i)))
+                                .collect();
+                            publisher
+                                .publish_batch(records)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                        }
+                    }
+                });
+            }
+        }
     }
     while let Some(done) = tasks.join_next().await {
         done??;
     }
-    if way != Way::Raw {
+    if !matches!(way, Way::Raw | Way::RawLimited) {
         let made = counting.layer().counts().put_records;
         calls.store(usize::try_from(made).unwrap_or(usize::MAX), Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// The raw loop's PutRecords: refused entries are sent again after 100 ms (the publisher's
+/// first backoff) until every one is stored.
+async fn put_until_stored(
+    client: &Client,
+    stream: &str,
+    mut pending: Vec<PutRecordsRequestEntry>,
+    calls: &AtomicUsize,
+) -> std::result::Result<(), String> {
+    loop {
+        calls.fetch_add(1, Ordering::Relaxed);
+        let out = client
+            .put_records()
+            .stream_name(stream)
+            .set_records(Some(pending.clone()))
+            .send()
+            .await
+            .map_err(|e| format!("PutRecords: {e:?}"))?;
+        pending = pending
+            .into_iter()
+            .zip(out.records)
+            .filter(|(_, result)| result.error_code.is_some())
+            .map(|(entry, _)| entry)
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
