@@ -414,7 +414,11 @@ impl CallCounter {
 }
 
 impl KinesisLayer for CallCounter {
-    fn around<'a, T: Send + 'a>(&'a self, call: ApiCall<'a>, next: ApiFuture<'a, T>) -> ApiFuture<'a, T> {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: ApiCall<'a>,
+        next: ApiFuture<'a, T>,
+    ) -> ApiFuture<'a, T> {
         let c = &self.counts;
         bump(match call {
             ApiCall::ListShards { .. } => &c.list_shards,
@@ -546,7 +550,11 @@ impl LeaseCallCounter {
 }
 
 impl LeaseLayer for LeaseCallCounter {
-    fn around<'a, T: Send + 'a>(&'a self, call: LeaseCall<'a>, next: LeaseFuture<'a, T>) -> LeaseFuture<'a, T> {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
         let c = &self.counts;
         bump(match call {
             LeaseCall::Prepare => &c.prepare,

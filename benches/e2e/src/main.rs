@@ -37,9 +37,12 @@ use aws_config::SdkConfig;
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use futures::{StreamExt, TryStreamExt};
-use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
-use kinesis_dataflow::{AckSink, AwsKinesis, KinesisPosition, MemoryLeaseStore, ReadSettings, ShardStream, StartingPoint, Subscription};
 use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
+use kinesis_dataflow::{
+    AckSink, AwsKinesis, KinesisPosition, MemoryLeaseStore, ReadSettings, ShardStream,
+    StartingPoint, Subscription,
+};
 use kinesis_dataflow_e2e::{
     BoxError, CpuClock, Emulator, Frame, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR, entry,
     median, put_entries, serve_emulator,

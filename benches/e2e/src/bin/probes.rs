@@ -34,13 +34,15 @@ use std::time::{Duration, Instant};
 use aws_config::SdkConfig;
 use aws_sdk_kinesis::Client;
 use futures::StreamExt;
-use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
-use kinesis_dataflow::{AwsKinesis, Delivery, MemoryLeaseStore, ReadSettings, Record, Subscription};
 use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
 use kinesis_dataflow::lease::LeaseStore;
+use kinesis_dataflow::{
+    AwsKinesis, Delivery, MemoryLeaseStore, ReadSettings, Record, Subscription,
+};
 use kinesis_dataflow_e2e::{
-    ApiCounts, counting_kinesis, counting_lease_store, CpuClock, Emulator, Frame, LeaseCounts,
-    PUT_BATCH, Result, SERVE_EMULATOR, entry, mib, now_micros, percentile, put_entries,
+    ApiCounts, CpuClock, Emulator, Frame, LeaseCounts, PUT_BATCH, Result, SERVE_EMULATOR,
+    counting_kinesis, counting_lease_store, entry, mib, now_micros, percentile, put_entries,
     record_stamp, rss_bytes, serve_emulator, stamped_record,
 };
 use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at, wait_for};
@@ -940,7 +942,10 @@ async fn checkpoints(env: &Env, options: &Options) -> Result<()> {
         let handle = subscription.shutdown_handle();
         let sink = Arc::new(Latencies::default());
         let consumer = tokio::spawn(consume_core(subscription, sink.clone()));
-        let (at_start, per_shard0) = (leases.layer().counts(), leases.layer().checkpoints_per_shard());
+        let (at_start, per_shard0) = (
+            leases.layer().counts(),
+            leases.layer().checkpoints_per_shard(),
+        );
         let t0 = Instant::now();
         let sent = produce(env.client.clone(), stream.to_owned(), rate, duration).await?;
         // Missing records are counted below.
@@ -950,7 +955,10 @@ async fn checkpoints(env: &Env, options: &Options) -> Result<()> {
         })
         .await;
         let seconds = t0.elapsed().as_secs_f64();
-        let (in_window, per_shard1) = (leases.layer().counts(), leases.layer().checkpoints_per_shard());
+        let (in_window, per_shard1) = (
+            leases.layer().counts(),
+            leases.layer().checkpoints_per_shard(),
+        );
         handle.shutdown().await;
         let _ = consumer.await?;
         let after = leases.layer().counts();

@@ -39,8 +39,8 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use kinesis_dataflow::publish::{Aggregate, Collect, RetryPolicy};
 use kinesis_dataflow::{AwsKinesis, OutgoingRecord, Publisher};
 use kinesis_dataflow_e2e::{
-    CpuClock, Emulator, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR, counting_kinesis,
-    entry, median, serve_emulator,
+    CpuClock, Emulator, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR, counting_kinesis, entry,
+    median, serve_emulator,
 };
 use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at};
 
@@ -229,7 +229,11 @@ async fn run(options: Options) -> Result<()> {
 }
 
 /// Runs `ways` (the baseline first) for every round against `emulator`, in a rotating order.
-async fn run_group(emulator: &Emulator, ways: &[Way], options: &Options) -> Result<Vec<Vec<Sample>>> {
+async fn run_group(
+    emulator: &Emulator,
+    ways: &[Way],
+    options: &Options,
+) -> Result<Vec<Vec<Sample>>> {
     let config = sdk_config_at(&emulator.endpoint());
     let client = Client::new(&config);
     let cpu = CpuClock::new();
@@ -354,15 +358,18 @@ async fn publish(
             );
             let next = Arc::new(AtomicUsize::new(0));
             let raw = matches!(way, Way::Raw | Way::RawLimited);
-            let in_flight = if limited { LIMITED_IN_FLIGHT } else { BATCHES_IN_FLIGHT };
+            let in_flight = if limited {
+                LIMITED_IN_FLIGHT
+            } else {
+                BATCHES_IN_FLIGHT
+            };
             for _ in 0..in_flight {
                 let (client, stream, publisher) =
                     (client.clone(), stream.to_owned(), publisher.clone());
                 let (next, batches, calls) = (next.clone(), batches.clone(), calls.clone());
                 tasks.spawn(async move {
                     loop {
-                        let Some(range) = batches.get(next.fetch_add(1, Ordering::Relaxed))
-                        else {
+                        let Some(range) = batches.get(next.fetch_add(1, Ordering::Relaxed)) else {
                             return Ok::<(), String>(());
                         };
                         if raw {
@@ -392,7 +399,10 @@ async fn publish(
     }
     if !matches!(way, Way::Raw | Way::RawLimited) {
         let made = counting.layer().counts().put_records;
-        calls.store(usize::try_from(made).unwrap_or(usize::MAX), Ordering::Relaxed);
+        calls.store(
+            usize::try_from(made).unwrap_or(usize::MAX),
+            Ordering::Relaxed,
+        );
     }
     Ok(())
 }
