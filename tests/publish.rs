@@ -373,6 +373,40 @@ async fn an_unknown_stream_is_stream_not_found_without_retries() {
 // ---------------------------------------------------------------------------------------------
 // On the in-memory transport, paused time
 
+/// A round that stored some records resets the backoff to its first wait; only rounds in a
+/// row that stored nothing double it (a shard at its write limit turns away only the excess).
+#[tokio::test(start_paused = true)]
+async fn the_backoff_doubles_only_over_rounds_that_stored_nothing() {
+    let (memory, recording) = memory_stream("orders");
+    let low = keys_on(SHARD0, "low", 1);
+    let high = keys_on(SHARD1, "high", 1);
+    memory.inject(
+        Fault::throttle(Operation::PutRecords)
+            .on_shard(SHARD0)
+            .times(4),
+    );
+    let publisher = Publisher::new(recording.clone(), "orders");
+    publisher
+        .publish_batch(records(&[&*low[0], &*high[0]], 1))
+        .await
+        .expect("publish");
+    // Round 1 stores the high key's record; rounds 2 to 4 store nothing; round 5 the rest.
+    let gaps = gaps(&put_calls(&memory));
+    assert_eq!(gaps.len(), 4, "{gaps:?}");
+    let ms = |n| Duration::from_millis(n);
+    let within = |gap: Duration, from: u64, to: u64| gap >= ms(from) && gap <= ms(to);
+    assert!(
+        within(gaps[0], 50, 100),
+        "after progress: the first wait {gaps:?}"
+    );
+    assert!(
+        within(gaps[1], 50, 100),
+        "one round without progress {gaps:?}"
+    );
+    assert!(within(gaps[2], 100, 200), "two in a row {gaps:?}");
+    assert!(within(gaps[3], 200, 400), "three in a row {gaps:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn failed_entries_are_retried_and_stored_ones_are_not_resent() {
     let (memory, recording) = memory_stream("orders");

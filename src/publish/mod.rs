@@ -46,9 +46,13 @@
 //! [`max_bytes_per_call`](Publisher::max_bytes_per_call) bytes of data and partition keys
 //! (5 MiB); a call ends at the first record that does not fit, so no record overtakes
 //! another. Stored records are never sent again. When a round leaves records unstored, the
-//! publisher logs a `warn` event, waits (the [`RetryPolicy`] backoff: from 100 ms, doubling,
-//! capped at 5 s, with jitter) and starts the next round, up to
-//! [`RetryPolicy::max_attempts`] rounds (8). Each call logs a `debug` event.
+//! publisher logs a `warn` event, waits (the [`RetryPolicy`] backoff: from 100 ms, doubling
+//! with each round in a row that stored nothing, capped at 5 s, with jitter) and starts the
+//! next round, up to [`RetryPolicy::max_attempts`] rounds (8). A round that stored some
+//! records resets the wait to the first one: a shard at its write limit turns away only what
+//! is over the limit, and waiting longer would leave it idle (measured against the limits,
+//! plain `publish_batch` went from 0.62 to 0.88 of a raw loop retrying every 100 ms). Each
+//! call logs a `debug` event.
 //!
 //! | what happens | what the publisher does |
 //! |---|---|
@@ -112,9 +116,10 @@
 //! Off by default, each publish makes its own calls: a handler that publishes one record per
 //! message makes one PutRecords call per record. [`Publisher::collect`] hands every publish of
 //! the publisher (and its clones) to one background task that batches whole publishes, in
-//! arrival order, until a call's worth is collected or [`Collect::linger`] (5 ms) has passed
-//! since the batch's first one, and sends each batch as one publish, several at once
-//! ([`Collect::max_calls_in_flight`], 4). Each publish still returns once its own records
+//! arrival order, until a call's worth is collected or [`Collect::linger`] (default 0) has
+//! passed since the batch's first one, and sends each batch as one publish, several at once
+//! ([`Collect::max_calls_in_flight`], 4): with no linger, the publishes that arrive while
+//! every call slot is taken share the next call. Each publish still returns once its own records
 //! are stored, with their places, or fails with an error about its own records only. The
 //! ordering guarantee is unchanged: one publish's records stay together and in order in one
 //! batch, a task awaiting one publish after another still orders them, and publishes running
@@ -161,7 +166,7 @@ use std::sync::Arc;
 use tokio::time::{Duration, Instant};
 
 pub use aggregate::{Aggregate, DEFAULT_AGGREGATE_BYTES, MAX_AGGREGATE_BYTES};
-pub use collect::{Collect, DEFAULT_CALLS_IN_FLIGHT, DEFAULT_LINGER};
+pub use collect::{Collect, DEFAULT_AGGREGATION_LINGER, DEFAULT_CALLS_IN_FLIGHT, DEFAULT_LINGER};
 pub use failure::{EntryError, FailedRecord, PublishFailure};
 pub use record::{OutgoingRecord, Published};
 pub use settings::{
@@ -319,8 +324,11 @@ impl Publisher {
     /// Packs the user records of this publisher's publishes into KPL aggregates, one per
     /// predicted shard, up to [`Aggregate`]'s bounds: a shard takes 1,000 records a second,
     /// and an aggregate of many small user records counts as one. Collects too (see
-    /// [`collect`](Self::collect); its settings, or [`Collect::default`], bound how long a
-    /// user record waits for others). Each user record's place carries its sub-sequence
+    /// [`collect`](Self::collect)): with the settings given to `collect`, else with a
+    /// linger of [`DEFAULT_AGGREGATION_LINGER`] (10 ms), so that user records from tasks that
+    /// publish a few at a time meet in one aggregate (measured against the write limits, a
+    /// linger of 5 to 100 ms stored 8 times as many user records a second as plain
+    /// PutRecords, and none 6 times as many; the KPL's own default is 100 ms). Each user record's place carries its sub-sequence
     /// number. Readers must de-aggregate ([`ReadSettings::deaggregate`], the KCL, AWS's
     /// `aws-kinesis-agg` libraries). See [`Aggregate`] and the [module docs](self) for how
     /// records are packed and what happens after a reshard.
@@ -328,10 +336,10 @@ impl Publisher {
     /// [`ReadSettings::deaggregate`]: crate::ReadSettings::deaggregate
     #[must_use]
     pub fn aggregate(mut self, settings: Aggregate) -> Self {
-        let collect = self
-            .collector
-            .as_ref()
-            .map_or_else(Collect::default, |c| c.settings());
+        let collect = self.collector.as_ref().map_or_else(
+            || Collect::default().linger(DEFAULT_AGGREGATION_LINGER),
+            |c| c.settings(),
+        );
         self.collector = Some(Arc::new(Collector::new(collect, Some(settings))));
         self
     }
@@ -524,6 +532,10 @@ impl<'p> Run<'p> {
         let policy = self.publisher.retry;
         let mut jitter: Option<Jitter> = None;
         let mut round = 0u32;
+        // Rounds in a row that stored nothing: the backoff doubles with these only. A round
+        // that stored some records found the stream taking them (a shard at its limit turns
+        // away only what is over it), so the next one follows after the first backoff.
+        let mut stalled = 0u32;
         loop {
             round += 1;
             let before = self.plan.unstored();
@@ -558,7 +570,8 @@ impl<'p> Run<'p> {
                 let elapsed = self.started.elapsed().as_nanos();
                 Jitter::new(fnv1a(self.stream()) ^ (elapsed as u64)) // truncation is fine here
             });
-            let wait = policy.backoff(round, jitter);
+            stalled = if left < before { 0 } else { stalled + 1 };
+            let wait = policy.backoff(stalled.max(1), jitter);
             self.say_retrying(round, before - left, failed, left, wait);
             tokio::time::sleep(wait).await;
         }

@@ -91,7 +91,8 @@ impl RetryPolicy {
         self
     }
 
-    /// The wait before the first resend (default 100 ms); it doubles each round.
+    /// The wait before the first resend (default 100 ms); it doubles with each round in a
+    /// row that stored nothing, and a round that stored some records resets it.
     #[must_use]
     pub fn initial_backoff(mut self, wait: Duration) -> Self {
         self.initial_backoff = wait;

@@ -1,7 +1,7 @@
 //! Publishing benchmark: kinesis-dataflow's `Publisher` over the AWS SDK against ferrokinesis.
 //!
 //! ```text
-//! cargo run --release --manifest-path benches/e2e/Cargo.toml --bin publish -- [--quick] [--records N] [--limited-records M] [--rounds R] [--linger-ms L] [--ways abcdefg]
+//! cargo run --release --manifest-path benches/e2e/Cargo.toml --bin publish -- [--quick] [--records N] [--limited-records M] [--rounds R] [--linger-ms L] [--tasks T] [--ways abcdefg]
 //! ```
 //!
 //! The binary starts ferrokinesis (embedded, in a child process of its own, as the drain
@@ -12,7 +12,7 @@
 //! * (a) baseline: the raw SDK, PutRecords calls of 500 entries, 4 calls in flight (a task
 //!   each), refused entries sent again after 100 ms;
 //! * (b) `Publisher::publish_batch` of 500 records, 4 in flight;
-//! * (c) `Publisher::publish`, one record per call, from 64 tasks, each awaiting its publish
+//! * (c) `Publisher::publish`, one record per call, from 64 tasks (`--tasks`), each awaiting its publish
 //!   before the next (the shape of a handler that publishes what it handles);
 //! * (d) the same through a collecting publisher (`Publisher::collect`, its defaults unless
 //!   `--linger-ms` is given): the 64 tasks' publishes share PutRecords calls.
@@ -50,7 +50,7 @@ const BATCHES_IN_FLIGHT: usize = 4;
 /// Batches in flight against the write limits: enough records on their way to keep 4 shards
 /// at their limit through the backoffs of throttled entries.
 const LIMITED_IN_FLIGHT: usize = 16;
-const TASKS: usize = 64;
+const DEFAULT_TASKS: usize = 64;
 const DEFAULT_RECORDS: usize = 100_000;
 const DEFAULT_LIMITED_RECORDS: usize = 20_000;
 /// The aggregated way against the limits publishes this many times the plain ways' records
@@ -61,7 +61,7 @@ const QUICK_RECORDS: usize = 10_000;
 const QUICK_LIMITED_RECORDS: usize = 2_000;
 
 const USAGE: &str = "usage: publish [--quick] [--records N] [--limited-records M] [--rounds R] \
-                     [--linger-ms L] [--ways abcdefg]";
+                     [--linger-ms L] [--tasks T] [--ways abcdefg]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Way {
@@ -96,8 +96,8 @@ impl Way {
         match self {
             Way::Raw => "(a) raw SDK PutRecords, 500 a call, 4 in flight",
             Way::Batch => "(b) publish_batch of 500, 4 in flight",
-            Way::Single => "(c) publish, one record, 64 tasks",
-            Way::Collected => "(d) publish, one record, 64 tasks, collected",
+            Way::Single => "(c) publish, one record each, T tasks",
+            Way::Collected => "(d) publish, one record each, T tasks, collected",
             Way::RawLimited => "(e) limits: raw SDK PutRecords, 500 a call, 16 in flight",
             Way::BatchLimited => "(f) limits: publish_batch of 500, 16 in flight",
             Way::AggregatedLimited => "(g) limits: publish_batch of 500, 16 in flight, aggregated",
@@ -118,6 +118,8 @@ struct Options {
     limited_records: usize,
     rounds: usize,
     linger: Option<Duration>,
+    /// Tasks publishing one record at a time in (c) and (d).
+    tasks: usize,
     /// The letters of the ways to run (each group's baseline, (a) or (e), runs with its group).
     ways: String,
 }
@@ -129,6 +131,7 @@ impl Options {
             limited_records: DEFAULT_LIMITED_RECORDS,
             rounds: DEFAULT_ROUNDS,
             linger: None,
+            tasks: DEFAULT_TASKS,
             ways: "abcdefg".into(),
         };
         let mut args = args.iter();
@@ -152,6 +155,7 @@ impl Options {
                 "--linger-ms" => {
                     options.linger = Some(Duration::from_millis(number("--linger-ms")? as u64));
                 }
+                "--tasks" => options.tasks = number("--tasks")?.max(1),
                 "--ways" => {
                     options.ways = args.next().cloned().ok_or("--ways needs letters")?;
                 }
@@ -206,8 +210,10 @@ struct Sample {
 async fn run(options: Options) -> Result<()> {
     println!(
         "publishing records of {RECORD_BYTES} bytes under {KEYS} keys to {SHARDS} shards, {} \
-         rounds: {} records a way without write limits, {} with them ({} aggregated)",
+         rounds, T = {} tasks: {} records a way without write limits, {} with them ({} \
+         aggregated)",
         options.rounds,
+        options.tasks,
         options.records,
         options.limited_records,
         options.limited_records * AGGREGATED_FACTOR
@@ -319,6 +325,9 @@ async fn publish(
         publisher = publisher.retry(RetryPolicy::default().max_attempts(100));
     }
     if way == Way::AggregatedLimited {
+        if let Some(linger) = options.linger {
+            publisher = publisher.collect(Collect::default().linger(linger));
+        }
         publisher = publisher.aggregate(Aggregate::default());
     }
     let mut tasks = tokio::task::JoinSet::new();
@@ -333,7 +342,7 @@ async fn publish(
                 publisher
             };
             let next = Arc::new(AtomicUsize::new(0));
-            for _ in 0..TASKS {
+            for _ in 0..options.tasks {
                 let (publisher, next) = (publisher.clone(), next.clone());
                 tasks.spawn(async move {
                     loop {
