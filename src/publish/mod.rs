@@ -395,10 +395,43 @@ impl Publisher {
         key: impl Into<String>,
         data: impl Into<bytes::Bytes>,
     ) -> Result<Published, KinesisError> {
-        let mut published = self
-            .publish_batch(vec![OutgoingRecord::new(key, data)])
-            .await?;
-        // One record in, one place out: `publish_batch` returns a place for every record.
+        let record = OutgoingRecord::new(key, data);
+        if self.collector.is_some() {
+            let mut published = self.publish_batch(vec![record]).await?;
+            // One record in, one place out: `publish_batch` returns a place for every record.
+            return Ok(published.swap_remove(0));
+        }
+        self.validate()?;
+        let size = check::check(&record, &self.stream, 0)?;
+        // The first call without the batch machinery; only a failure sets it up, with this
+        // answer as its first call's (the same rounds, waits and errors as a batch of one).
+        let mut answer = self
+            .api
+            .put_records(&self.stream, vec![check::entry(&record)])
+            .await;
+        if let Ok(out) = &mut answer
+            && let [
+                PutRecordResult::Stored {
+                    shard_id,
+                    sequence_number,
+                },
+            ] = out.results.as_mut_slice()
+        {
+            return Ok(Published {
+                shard_id: std::mem::take(shard_id),
+                sequence_number: std::mem::take(sequence_number),
+                sub_sequence_number: None,
+            });
+        }
+        let plan = Plan::new(
+            [record.partition_key.as_str()],
+            vec![size],
+            self.key_order,
+            self.limits,
+        );
+        let mut run = Run::new(self, vec![record], plan);
+        run.answered = Some(answer);
+        let mut published = run.run_to_the_end().await?;
         Ok(published.swap_remove(0))
     }
 
@@ -507,6 +540,8 @@ struct Run<'p> {
     last: Option<EntryError>,
     started: Instant,
     calls: u64,
+    /// The answer of the first call, already made (a single `publish`'s fast path).
+    answered: Option<Result<crate::api::PutRecordsOutput, KinesisError>>,
 }
 
 impl<'p> Run<'p> {
@@ -521,6 +556,7 @@ impl<'p> Run<'p> {
             last: None,
             started: Instant::now(),
             calls: 0,
+            answered: None,
         }
     }
 
@@ -615,16 +651,20 @@ impl<'p> Run<'p> {
     /// Makes one PutRecords call with the records at `call`; returns how many failed.
     async fn call(&mut self, round: u32, call: &[usize]) -> Result<usize, Stop> {
         self.calls += 1;
-        let entries = call
-            .iter()
-            .map(|&i| check::entry(&self.records[i]))
-            .collect();
         let bytes: usize = call.iter().map(|&i| self.records[i].size()).sum();
-        let answer = self
-            .publisher
-            .api
-            .put_records(&self.publisher.stream, entries)
-            .await;
+        let answer = match self.answered.take() {
+            Some(answer) => answer,
+            None => {
+                let entries = call
+                    .iter()
+                    .map(|&i| check::entry(&self.records[i]))
+                    .collect();
+                self.publisher
+                    .api
+                    .put_records(&self.publisher.stream, entries)
+                    .await
+            }
+        };
         let out = match answer {
             Ok(out) => out,
             Err(error) => return self.call_failed(round, call, bytes, error),
