@@ -39,10 +39,12 @@ use aws_sdk_kinesis::types::ShardIteratorType;
 use futures::{StreamExt, TryStreamExt};
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
+use kinesis_dataflow::publish::Aggregate;
 use kinesis_dataflow::{
     AckSink, AwsKinesis, KinesisPosition, MemoryLeaseStore, ReadSettings, ShardStream,
     StartingPoint, Subscription,
 };
+use kinesis_dataflow::{OutgoingRecord, Publisher};
 use kinesis_dataflow_e2e::{
     BoxError, CpuClock, Emulator, Frame, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR, entry,
     median, put_entries, serve_emulator,
@@ -91,6 +93,9 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
   --rounds R    timed rounds; each round drains the backlog once per way (default 4)
   --quick       smoke run: --records 20000 --rounds 1
   --diagnose    also time (d): 4 ShardReaders, each drained on a task of its own
+  --aggregated  load the backlog as KPL aggregates of up to 100 user records (this crate's
+                aggregating publisher, packed per shard); the library's ways de-aggregate,
+                the raw loop reads the aggregates as they are
   --endpoint URL
                 drain a Kinesis already running at URL (e.g. kinesis-local, see
                 benches/e2e/kinesis-local.sh) instead of starting ferrokinesis
@@ -108,6 +113,8 @@ struct Options {
     help: bool,
     /// Adds way (d).
     diagnose: bool,
+    /// The backlog is KPL aggregates of up to 100 user records.
+    aggregated: bool,
     /// A Kinesis already running there, instead of a ferrokinesis child.
     endpoint: Option<String>,
     /// That Kinesis's process id, for its CPU.
@@ -123,6 +130,7 @@ impl Options {
             rounds: DEFAULT_ROUNDS,
             help: false,
             diagnose: false,
+            aggregated: false,
             endpoint: None,
             emulator_pid: None,
             given: args.to_vec(),
@@ -145,6 +153,7 @@ impl Options {
                     options.rounds = 1;
                 }
                 "--diagnose" => options.diagnose = true,
+                "--aggregated" => options.aggregated = true,
                 "--endpoint" => {
                     options.endpoint = Some(it.next().ok_or("--endpoint needs a URL")?.to_owned());
                 }
@@ -244,9 +253,13 @@ struct Bench {
     config: SdkConfig,
     endpoint: String,
     api: SharedKinesis,
-    /// Each shard's share of the backlog, by shard id.
+    /// Each shard's share of the backlog in Kinesis records (aggregates, with
+    /// `--aggregated`), by shard id.
     backlog: BTreeMap<String, usize>,
+    /// The backlog in (user) records.
     records: usize,
+    /// The backlog is aggregated: the library's ways de-aggregate.
+    aggregated: bool,
     cpu: CpuClock,
     emulator_pid: String,
 }
@@ -281,11 +294,20 @@ async fn run(options: Options) -> Result<()> {
 
     let shards = create_stream_shards(&client, STREAM, SHARDS).await?;
     let started = Instant::now();
-    let backlog = load(&client, options.records).await?;
+    let backlog = if options.aggregated {
+        load_aggregated(&client, options.records).await?
+    } else {
+        load(&client, options.records).await?
+    };
     let load_seconds = started.elapsed().as_secs_f64();
     println!(
-        "loaded {} records of {RECORD_BYTES} bytes in {load_seconds:.1} s ({:.0} records/s); per shard: {}",
+        "loaded {} records of {RECORD_BYTES} bytes{} in {load_seconds:.1} s ({:.0} records/s); Kinesis records per shard: {}",
         options.records,
+        if options.aggregated {
+            " in KPL aggregates"
+        } else {
+            ""
+        },
         options.records as f64 / load_seconds,
         shards
             .iter()
@@ -304,6 +326,7 @@ async fn run(options: Options) -> Result<()> {
         endpoint,
         backlog,
         records: options.records,
+        aggregated: options.aggregated,
         cpu,
         emulator_pid,
     };
@@ -388,6 +411,30 @@ async fn load(client: &Client, records: usize) -> Result<BTreeMap<String, usize>
     Ok(backlog)
 }
 
+/// Loads `records` 100-byte user records in KPL aggregates of up to 100, packed per shard by
+/// this crate's aggregating publisher, and returns how many aggregates landed on each shard.
+async fn load_aggregated(client: &Client, records: usize) -> Result<BTreeMap<String, usize>> {
+    let publisher = Publisher::new(Arc::new(AwsKinesis::new(client.clone())), STREAM)
+        .aggregate(Aggregate::default().max_records(100));
+    let mut aggregates = std::collections::BTreeSet::new();
+    for start in (0..records).step_by(10_000) {
+        let batch = (start..(start + 10_000).min(records))
+            .map(|i| {
+                let data = format!("{i:0>width$}", width = RECORD_BYTES);
+                OutgoingRecord::new(format!("pk-{i}"), data)
+            })
+            .collect();
+        for place in publisher.publish_batch(batch).await? {
+            aggregates.insert((place.shard_id, place.sequence_number));
+        }
+    }
+    let mut backlog = BTreeMap::new();
+    for (shard, _) in aggregates {
+        *backlog.entry(shard).or_default() += 1;
+    }
+    Ok(backlog)
+}
+
 /// What the broker face's handler counted, and the mark it took at the N-th record.
 struct Tally {
     records: AtomicUsize,
@@ -432,6 +479,7 @@ impl Bench {
         ReadSettings::default()
             .batch_size(GET_LIMIT)
             .unlimited_reads()
+            .deaggregate(self.aggregated)
     }
 
     fn mark(&self) -> Mark {
@@ -462,6 +510,13 @@ impl Bench {
             )
         })??;
         let end = drained.end.unwrap_or_else(|| self.mark());
+        let mut drained = drained;
+        if self.aggregated && way == Way::Sdk {
+            // It read every aggregate (`drain_sdk` counts them against the backlog): that is
+            // every user record, in the raw loop's terms.
+            drained.records = self.records;
+            drained.bytes = self.records * RECORD_BYTES;
+        }
         let sample = Sample {
             seconds: (end.at - start.at).as_secs_f64(),
             records: drained.records,
@@ -609,7 +664,8 @@ impl Bench {
             .in_memory_leases();
         let source = KinesisStream::new(STREAM)
             .start_at(KinesisPosition::horizon())
-            .read_settings(self.read_settings());
+            .read_settings(self.read_settings())
+            .deaggregate(self.aggregated);
         let handler = CountHandler(tally.clone());
         let app = RustStream::new(AppInfo::new("e2e-drain", "0.0.0")).with_broker(broker, |b| {
             b.include(subscriber(source, handler).build());
