@@ -4,16 +4,24 @@
 //! per publisher, started at the first publish on the caller's tokio runtime. The task fills a
 //! *batch* with whole publishes in arrival order until it holds a call's worth
 //! ([`max_records_per_call`](Publisher::max_records_per_call) or
-//! [`max_bytes_per_call`](Publisher::max_bytes_per_call)) or the [`Collect::linger`] time
-//! since the batch's first publish has passed, then sends it as one publish of its own (the
-//! rounds, retries and ordering rule of the [module docs](super)), up to
-//! [`Collect::max_calls_in_flight`] batches at once. While every slot is taken the batch
+//! [`max_bytes_per_call`](Publisher::max_bytes_per_call)) or half of the records outstanding
+//! (handed over and not answered yet; with two or more call slots), or the
+//! [`Collect::linger`] time since the batch's first publish has passed, then sends it as one
+//! publish of its own (the rounds, retries and ordering rule of the [module docs](super)), up
+//! to [`Collect::max_calls_in_flight`] batches at once. While every slot is taken the batch
 //! keeps filling. Each publish gets its own records' answer: the places where they were
 //! stored, or an error about its records only.
+//!
+//! Why half: callers that each await their publish have only so many records outstanding. In
+//! one call, all of them wait for its answer and nothing else moves; in two calls of half,
+//! the second is in the service while the first one's callers publish again, which keeps both
+//! sides busy. With an aggregating publisher the batch is bounded by a call's bytes only:
+//! there, fewer and fuller records are the point.
 //!
 //! [`Publisher::collect`]: super::Publisher::collect
 //! [`Publisher`]: super::Publisher
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,13 +68,14 @@ impl Collect {
     /// How long a batch waits, from its first publish, for more before it is sent (unless it
     /// fills first): the most a publish's latency grows by. At most 10 s.
     ///
-    /// With 0 (the default) a batch takes every publish waiting and goes as soon as a call
-    /// slot is free, so the load sets the batch size: a lone publish goes at once, and while
-    /// every slot is taken the publishes arriving meanwhile fill the next call. Measured with
-    /// 64 tasks each awaiting one publish after another (BENCHMARKS.md), a linger of 1 ms
-    /// already cost a third of the throughput and 5 ms more than half: every round of the 64
-    /// waited it out. A linger pays off when publishes trickle in and fuller calls matter more
-    /// than latency, e.g. when aggregating under a shard's limit of 1,000 records a second.
+    /// With 0 (the default) a batch takes the publishes waiting (up to half of those
+    /// outstanding) and goes as soon as a call slot is free, so the load sets the batch size:
+    /// a lone publish goes at once, and while every slot is taken the publishes arriving
+    /// meanwhile fill the next call. Measured with 64 tasks each awaiting one publish after
+    /// another (BENCHMARKS.md), a linger of 1 ms already cost a third of the throughput and
+    /// 5 ms more than half: every round of the 64 waited it out. A linger pays off when
+    /// publishes trickle in and fuller calls matter more than latency, e.g. when aggregating
+    /// under a shard's limit of 1,000 records a second.
     #[must_use]
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
@@ -113,6 +122,8 @@ pub(crate) struct Collector {
     settings: Collect,
     /// Set when user records are packed into aggregates: how, and the shard map.
     aggregation: Option<(Aggregate, Arc<SharedMap>)>,
+    /// Records handed over and not answered yet (queued, batched or on their way).
+    outstanding: Arc<AtomicUsize>,
     queue: Mutex<Option<mpsc::UnboundedSender<Request>>>,
 }
 
@@ -121,6 +132,7 @@ impl Collector {
         Self {
             settings,
             aggregation: aggregate.map(|a| (a, Arc::default())),
+            outstanding: Arc::default(),
             queue: Mutex::new(None),
         }
     }
@@ -142,6 +154,7 @@ impl Collector {
         sizes: Vec<usize>,
     ) -> Result<Vec<Published>, KinesisError> {
         let (answer, answered) = oneshot::channel();
+        self.outstanding.fetch_add(records.len(), Ordering::Relaxed);
         let mut request = Request {
             records,
             sizes,
@@ -163,6 +176,7 @@ impl Collector {
                     direct.clone(),
                     self.settings,
                     self.aggregation.clone(),
+                    self.outstanding.clone(),
                 ));
                 *queue = Some(sender);
             }
@@ -217,14 +231,26 @@ async fn collect(
     publisher: Publisher,
     settings: Collect,
     aggregation: Option<(Aggregate, Arc<SharedMap>)>,
+    outstanding: Arc<AtomicUsize>,
 ) {
-    let limits = match aggregation {
-        // User records: a call's bytes, in as many as they take.
-        Some(_) => CallLimits {
-            records: usize::MAX,
-            bytes: publisher.limits.bytes,
-        },
-        None => publisher.limits,
+    let aggregating = aggregation.is_some();
+    let call = publisher.limits;
+    // Plain records: at most a call's worth, and at most a share of what is outstanding, so
+    // that the next call fills while one is answered (`batch_limits`). User records to
+    // aggregate: a call's bytes, in as many as they take.
+    let limits = || {
+        if aggregating {
+            CallLimits {
+                records: usize::MAX,
+                bytes: call.bytes,
+            }
+        } else {
+            batch_limits(
+                call,
+                outstanding.load(Ordering::Relaxed),
+                settings.calls_in_flight,
+            )
+        }
     };
     let slots = Arc::new(Semaphore::new(settings.calls_in_flight));
     let mut held: Option<Request> = None;
@@ -242,11 +268,11 @@ async fn collect(
         let linger = tokio::time::sleep(settings.linger);
         tokio::pin!(linger);
         // Fill until full or the linger is over.
-        while open && held.is_none() && !batch.full(limits) {
+        while open && held.is_none() && !batch.full(limits()) {
             tokio::select! {
                 biased;
                 next = queue.recv() => match next {
-                    Some(request) => held = batch.add(request, limits).err(),
+                    Some(request) => held = batch.add(request, limits()).err(),
                     None => {
                         open = false;
                         break;
@@ -257,21 +283,45 @@ async fn collect(
         }
         // Wait for a call slot, filling meanwhile.
         let slot = loop {
-            if held.is_some() || batch.full(limits) || !open {
+            if held.is_some() || batch.full(limits()) || !open {
                 break slots.clone().acquire_owned().await;
             }
             tokio::select! {
                 biased;
                 slot = slots.clone().acquire_owned() => break slot,
                 next = queue.recv() => match next {
-                    Some(request) => held = batch.add(request, limits).err(),
+                    Some(request) => held = batch.add(request, limits()).err(),
                     None => open = false,
                 },
             }
         };
         // The semaphore is never closed.
         let Ok(slot) = slot else { break };
-        tokio::spawn(send(publisher.clone(), batch, aggregation.clone(), slot));
+        tokio::spawn(send(
+            publisher.clone(),
+            batch,
+            aggregation.clone(),
+            outstanding.clone(),
+            slot,
+        ));
+    }
+}
+
+/// The limits of a batch of plain records: a call's, and at most half of the `outstanding`
+/// records (rounded up) when two or more calls may be on their way. Publishers that each
+/// await their publish have only so many records outstanding; put all of them in one call
+/// and nothing happens until it is answered, while two calls of half keep both the client and
+/// the service busy: measured with 64 tasks (BENCHMARKS.md), 3 to 4 times the records a
+/// second of one call of 64.
+fn batch_limits(call: CallLimits, outstanding: usize, calls_in_flight: usize) -> CallLimits {
+    let share = if calls_in_flight >= 2 {
+        outstanding.div_ceil(2).max(1)
+    } else {
+        usize::MAX
+    };
+    CallLimits {
+        records: call.records.min(share),
+        bytes: call.bytes,
     }
 }
 
@@ -280,8 +330,10 @@ async fn send(
     publisher: Publisher,
     batch: Batch,
     aggregation: Option<(Aggregate, Arc<SharedMap>)>,
+    outstanding: Arc<AtomicUsize>,
     _slot: OwnedSemaphorePermit,
 ) {
+    let count = batch.records;
     let mut lengths = Vec::with_capacity(batch.requests.len());
     let mut answers = Vec::with_capacity(batch.requests.len());
     let mut records = Vec::with_capacity(batch.records);
@@ -296,6 +348,7 @@ async fn send(
         Some((settings, map)) => publisher.send_aggregated(records, settings, &map).await,
         None => publisher.send_checked(records, sizes).await,
     };
+    outstanding.fetch_sub(count, Ordering::Relaxed);
     for (answer, outcome) in answers.into_iter().zip(split(outcome, &lengths)) {
         // A publish dropped while waiting: its records were sent all the same.
         let _ = answer.send(outcome);
@@ -348,8 +401,9 @@ mod tests {
         kinesis.add_stream("orders", 2).unwrap();
         let publisher = publisher(&kinesis);
         publish_from_tasks(&publisher, 64, 5).await;
-        // Each task's n-th publish waits for its (n-1)-th: five rounds of 64 publishes.
-        assert_eq!(kinesis.call_count(Operation::PutRecords), 5);
+        // Each task's n-th publish waits for its (n-1)-th: five rounds of 64 publishes, each
+        // in two calls of 32 (a batch takes at most half of what is outstanding).
+        assert_eq!(kinesis.call_count(Operation::PutRecords), 10);
         for shard in ["shardId-000000000000", "shardId-000000000001"] {
             let mut last = std::collections::HashMap::new();
             for record in kinesis.records("orders", shard).unwrap() {
@@ -388,8 +442,8 @@ mod tests {
             assert_eq!((failure.total(), failure.failed[0].index), (1, 0));
             assert_eq!(failure.attempts, 2);
         }
-        // One batch, sent in two rounds.
-        assert_eq!(kinesis.call_count(Operation::PutRecords), 2);
+        // Two batches of 16, each sent in two rounds.
+        assert_eq!(kinesis.call_count(Operation::PutRecords), 4);
     }
 
     #[test]
@@ -414,6 +468,21 @@ mod tests {
                 .len(),
             2
         );
+    }
+
+    #[test]
+    fn a_batch_takes_at_most_half_of_what_is_outstanding_when_two_calls_may_run() {
+        let call = CallLimits {
+            records: 500,
+            bytes: 5 << 20,
+        };
+        let records = |outstanding, slots| batch_limits(call, outstanding, slots).records;
+        assert_eq!(records(64, 4), 32);
+        assert_eq!(records(63, 4), 32);
+        assert_eq!(records(1, 4), 1);
+        assert_eq!(records(0, 4), 1);
+        assert_eq!(records(5_000, 4), 500, "never over a call");
+        assert_eq!(records(64, 1), 500, "one slot: no second call to fill");
     }
 
     #[tokio::test]

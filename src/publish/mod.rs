@@ -119,7 +119,8 @@
 //! arrival order, until a call's worth is collected or [`Collect::linger`] (default 0) has
 //! passed since the batch's first one, and sends each batch as one publish, several at once
 //! ([`Collect::max_calls_in_flight`], 4): with no linger, the publishes that arrive while
-//! every call slot is taken share the next call. Each publish still returns once its own records
+//! every call slot is taken share the next call, and a batch takes at most half of the
+//! records outstanding, so that one call fills while another is answered. Each publish still returns once its own records
 //! are stored, with their places, or fails with an error about its own records only. The
 //! ordering guarantee is unchanged: one publish's records stay together and in order in one
 //! batch, a task awaiting one publish after another still orders them, and publishes running

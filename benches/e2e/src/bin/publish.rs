@@ -120,6 +120,8 @@ struct Options {
     linger: Option<Duration>,
     /// Tasks publishing one record at a time in (c) and (d).
     tasks: usize,
+    /// Records per PutRecords call in (d) (default: the service's 500).
+    call_records: Option<usize>,
     /// The letters of the ways to run (each group's baseline, (a) or (e), runs with its group).
     ways: String,
 }
@@ -132,6 +134,7 @@ impl Options {
             rounds: DEFAULT_ROUNDS,
             linger: None,
             tasks: DEFAULT_TASKS,
+            call_records: None,
             ways: "abcdefg".into(),
         };
         let mut args = args.iter();
@@ -156,6 +159,7 @@ impl Options {
                     options.linger = Some(Duration::from_millis(number("--linger-ms")? as u64));
                 }
                 "--tasks" => options.tasks = number("--tasks")?.max(1),
+                "--call-records" => options.call_records = Some(number("--call-records")?),
                 "--ways" => {
                     options.ways = args.next().cloned().ok_or("--ways needs letters")?;
                 }
@@ -337,6 +341,10 @@ async fn publish(
                 let settings = options
                     .linger
                     .map_or_else(Collect::default, |l| Collect::default().linger(l));
+                let publisher = match options.call_records {
+                    Some(records) => publisher.max_records_per_call(records),
+                    None => publisher,
+                };
                 publisher.collect(settings)
             } else {
                 publisher
