@@ -13,9 +13,10 @@
 //! After a reshard the listing is stale: an aggregate put with a closed parent's starting hash
 //! key lands on the child holding that key, and its user records of the other child's range
 //! are *misplaced* (the KCL drops such an aggregate whole; this crate's readers deliver it, see
-//! [`crate::kpl`]). When an aggregate lands elsewhere than predicted, the publisher lists the
-//! shards again and, if any of its user records lie outside the range of the shard it landed
-//! on, publishes all of them again, packed by the new listing, as the KPL does: each user
+//! [`crate::kpl`]). When a record (an aggregate, or a user record put alone) lands elsewhere
+//! than predicted, the publisher lists the shards again, so later batches are packed by the new
+//! listing; and if an aggregate's user records lie outside the range of the shard it landed
+//! on, it publishes all of them again, packed by the new listing, as the KPL does: each user
 //! record's answer is then its second place. Readers that deliver misplaced aggregates see
 //! those user records twice (at-least-once, as after any retried put).
 

@@ -108,10 +108,11 @@ impl Publisher {
         let mut fresh: Option<Arc<ShardMap>> = None;
         for (p, place) in packed.iter().zip(&stored) {
             let predicted = p.shard.map(|s| shards.id(s));
+            // Landed elsewhere than predicted: the map is stale (a reshard), list again.
+            if predicted.is_some_and(|id| **id != *place.shard_id) && fresh.is_none() {
+                fresh = map.refresh(&self.api, &self.stream).await.ok();
+            }
             if p.members.len() > 1 && predicted.is_some_and(|id| **id != *place.shard_id) {
-                if fresh.is_none() {
-                    fresh = map.refresh(&self.api, &self.stream).await.ok();
-                }
                 let outside = fresh.as_ref().map_or(0, |f| {
                     p.members
                         .iter()
@@ -380,5 +381,32 @@ mod tests {
         }
         // Listed at the first publish, and again when the aggregate landed on a child.
         assert_eq!(kinesis.call_count(Operation::ListShards), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_put_alone_that_lands_elsewhere_refreshes_the_map_too() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = publisher(&kinesis);
+        publisher.publish("warm-up", "x").await.unwrap();
+        kinesis
+            .split_shard(
+                "orders",
+                "shardId-000000000000",
+                "170141183460469231731687303715884105728",
+            )
+            .await
+            .unwrap();
+        // Alone, so put as it is: it lands on a child, and the map is listed again.
+        publisher.publish("single", "y").await.unwrap();
+        assert_eq!(kinesis.call_count(Operation::ListShards), 2);
+        kinesis.clear_calls();
+        let records: Vec<OutgoingRecord> = (0..40)
+            .map(|i| OutgoingRecord::new(format!("key-{i}"), format!("{i:04}")))
+            .collect();
+        publisher.publish_batch(records).await.unwrap();
+        // Packed by the new map: one call, nothing put again, no listing.
+        assert_eq!(kinesis.call_count(Operation::PutRecords), 1);
+        assert_eq!(kinesis.call_count(Operation::ListShards), 0);
     }
 }
