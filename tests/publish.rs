@@ -25,6 +25,7 @@ use kinesis_dataflow::{
 const SHARD0: &str = "shardId-000000000000";
 const SHARD1: &str = "shardId-000000000001";
 const THROTTLED: &str = "ProvisionedThroughputExceededException";
+const INTERNAL: &str = "InternalFailure";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -374,14 +375,14 @@ async fn an_unknown_stream_is_stream_not_found_without_retries() {
 // On the in-memory transport, paused time
 
 /// A round that stored some records resets the backoff to its first wait; only rounds in a
-/// row that stored nothing double it (a shard at its write limit turns away only the excess).
+/// row that stored nothing double it.
 #[tokio::test(start_paused = true)]
 async fn the_backoff_doubles_only_over_rounds_that_stored_nothing() {
     let (memory, recording) = memory_stream("orders");
     let low = keys_on(SHARD0, "low", 1);
     let high = keys_on(SHARD1, "high", 1);
     memory.inject(
-        Fault::throttle(Operation::PutRecords)
+        Fault::fail(Operation::PutRecords, "internal failure")
             .on_shard(SHARD0)
             .times(4),
     );
@@ -584,13 +585,50 @@ async fn strict_order_still_batches_many_keys() {
     assert_eq!(recording.layer().put_sizes(), [50, 50, 50, 50]);
 }
 
+/// Records turned away only by a shard's write limit are retried after the first backoff,
+/// without doubling and without counting against `max_attempts`, for as long as the counted
+/// rounds would have waited in all (`RetryPolicy::patience`).
+#[tokio::test(start_paused = true)]
+async fn records_over_the_write_limit_are_retried_at_the_first_backoff_for_the_patience() {
+    let (memory, recording) = memory_stream("orders");
+    let a = keys_on(SHARD0, "a", 1).remove(0);
+    let b = keys_on(SHARD1, "b", 1).remove(0);
+    memory.inject(
+        Fault::throttle(Operation::PutRecords)
+            .on_shard(SHARD0)
+            .times(u32::MAX),
+    );
+    let policy = RetryPolicy::default().max_attempts(3);
+    assert_eq!(policy.patience(), Duration::from_millis(300));
+    let publisher = Publisher::new(recording.clone(), "orders").retry(policy);
+    let started = tokio::time::Instant::now();
+    let failure = failure(publisher.publish_batch(records(&[&a, &b], 5)).await);
+    let waited = started.elapsed();
+    let gaps = gaps(&put_calls(&memory));
+    assert!(
+        gaps.iter()
+            .all(|g| *g >= Duration::from_millis(50) && *g <= Duration::from_millis(100)),
+        "every wait the first backoff: {gaps:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(300) && waited <= Duration::from_millis(400),
+        "gave up once the patience ran out: {waited:?}"
+    );
+    assert!(failure.attempts > 3, "rounds sent: {}", failure.attempts);
+    assert_eq!(failure.attempts as usize, gaps.len() + 1);
+    assert_eq!((failure.written(), failure.failed.len()), (5, 5));
+    assert_eq!(failure.last_code, THROTTLED);
+    let message = KinesisError::PublishFailed(Box::new(failure)).to_string();
+    assert!(message.contains(THROTTLED), "{message}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn used_up_retries_return_the_error_naming_counts_and_the_records() {
     let (memory, recording) = memory_stream("orders");
     let a = keys_on(SHARD0, "a", 1).remove(0);
     let b = keys_on(SHARD1, "b", 1).remove(0);
     memory.inject(
-        Fault::throttle(Operation::PutRecords)
+        Fault::fail(Operation::PutRecords, "internal failure")
             .on_shard(SHARD0)
             .times(u32::MAX),
     );
@@ -603,7 +641,7 @@ async fn used_up_retries_return_the_error_naming_counts_and_the_records() {
     assert_eq!(failure.total(), 10);
     assert_eq!(failure.written(), 5);
     assert_eq!(failure.failed.len(), 5);
-    assert_eq!(failure.last_code, THROTTLED);
+    assert_eq!(failure.last_code, INTERNAL);
     assert!(!failure.stopped_early);
     assert_eq!(memory.call_count(Operation::PutRecords), 3);
     assert_eq!(recording.layer().put_sizes(), [10, 5, 5]);
@@ -617,7 +655,7 @@ async fn used_up_retries_return_the_error_naming_counts_and_the_records() {
         failure
             .failed
             .iter()
-            .all(|f| f.last_error.as_ref().is_some_and(|e| e.code == THROTTLED))
+            .all(|f| f.last_error.as_ref().is_some_and(|e| e.code == INTERNAL))
     );
     for (i, place) in failure.published.iter().enumerate() {
         assert_eq!(place.is_some(), i % 2 == 1, "b's records are written");
@@ -628,7 +666,7 @@ async fn used_up_retries_return_the_error_naming_counts_and_the_records() {
         "`orders`",
         "gave up after 3 attempts",
         "5 of 10 records were not written and 5 were",
-        THROTTLED,
+        INTERNAL,
         "records 0, 2, 4, 6, 8",
         "publish them again in this order",
     ] {

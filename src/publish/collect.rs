@@ -422,7 +422,7 @@ mod tests {
         kinesis.add_stream("orders", 2).unwrap();
         let shard0 = "shardId-000000000000";
         kinesis.inject(
-            Fault::throttle(Operation::PutRecords)
+            Fault::fail(Operation::PutRecords, "internal failure")
                 .on_shard(shard0)
                 .times(u32::MAX),
         );

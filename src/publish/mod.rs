@@ -46,23 +46,34 @@
 //! [`max_bytes_per_call`](Publisher::max_bytes_per_call) bytes of data and partition keys
 //! (5 MiB); a call ends at the first record that does not fit, so no record overtakes
 //! another. Stored records are never sent again. When a round leaves records unstored, the
-//! publisher logs a `warn` event, waits (the [`RetryPolicy`] backoff: from 100 ms, doubling
-//! with each round in a row that stored nothing, capped at 5 s, with jitter) and starts the
-//! next round, up to [`RetryPolicy::max_attempts`] rounds (8). A round that stored some
-//! records resets the wait to the first one: a shard at its write limit turns away only what
-//! is over the limit, and waiting longer would leave it idle (measured against the limits,
-//! plain `publish_batch` went from 0.62 to 0.88 of a raw loop retrying every 100 ms). Each
-//! call logs a `debug` event.
+//! publisher logs a `warn` event, waits (the [`RetryPolicy`] backoff: from 100 ms, with
+//! jitter) and starts the next round. Two kinds of rounds:
+//!
+//! - **Only write limits turned records away** (every failure was an entry's
+//!   `ProvisionedThroughputExceededException`: a shard over its 1,000 records or 1 MiB a
+//!   second). The shard takes more within the second, so the next round follows after the
+//!   first backoff, as the KPL retries such records, and these rounds do not count against
+//!   [`RetryPolicy::max_attempts`]; the publish keeps at it for
+//!   [`RetryPolicy::patience`] (as long as the counted rounds would wait in all: 11.3 s
+//!   with the defaults), like the KPL's record time-to-live. Measured against the write
+//!   limits, plain `publish_batch` went from 0.62 of a raw loop retrying every 100 ms (every
+//!   round doubling the wait) to 0.99.
+//! - **Any other failure** (an entry's `InternalFailure`, a whole call throttled or failed):
+//!   the round counts against [`RetryPolicy::max_attempts`] (8), and the wait doubles with
+//!   each such round in a row that stored nothing, capped at 5 s.
+//!
+//! Each call logs a `debug` event.
 //!
 //! | what happens | what the publisher does |
 //! |---|---|
 //! | an empty partition key, one over 256 characters, a record over 1 MiB (data + key bytes), a malformed explicit hash key | [`KinesisError::InvalidRecord`] naming the stream, the record's position, key and size; nothing is sent |
-//! | an entry fails with `ProvisionedThroughputExceededException`, `InternalFailure`, or any code not in the next row | resent in the next round |
+//! | an entry fails with `ProvisionedThroughputExceededException` (the shard's write limit) | resent after the first backoff, for at most [`RetryPolicy::patience`] |
+//! | an entry fails with `InternalFailure`, or any code not in the next row | resent in the next round |
 //! | an entry fails with `AccessDeniedException`, `KMSAccessDeniedException`, `KMSDisabledException`, `KMSInvalidStateException`, `KMSNotFoundException`, `KMSOptInRequired`, `ResourceNotFoundException`, `ValidationException` or `InvalidArgumentException` | stops: [`KinesisError::PublishFailed`] |
 //! | a whole call fails and [`KinesisError::is_retryable`] (throttled, a 5xx, a dropped connection) | its records are resent in the next round |
 //! | a whole call fails otherwise, before any record was written (an unknown stream: [`KinesisError::StreamNotFound`]; denied access) | that error, at once |
 //! | a whole call fails otherwise, after some records were written | stops: [`KinesisError::PublishFailed`] |
-//! | records are left after the last round | [`KinesisError::PublishFailed`] |
+//! | records are left after the last counted round, or once the patience has run out | [`KinesisError::PublishFailed`] |
 //!
 //! [`KinesisError::PublishFailed`] carries a [`PublishFailure`]: how many records were
 //! written (they stay written) and where, every record that was not (handed back, in batch
@@ -183,6 +194,10 @@ use self::settings::{Jitter, fnv1a};
 use crate::api::{PutRecordResult, SharedKinesis};
 use crate::error::KinesisError;
 
+/// The entry error code of a record over its shard's write limit (1,000 records or 1 MiB a
+/// second).
+const THROUGHPUT_EXCEEDED: &str = "ProvisionedThroughputExceededException";
+
 /// Entry error codes that retrying cannot fix: a publish stops at them.
 const FATAL_ENTRY_CODES: &[&str] = &[
     "AccessDeniedException",
@@ -208,7 +223,7 @@ const FATAL_ENTRY_CODES: &[&str] = &[
 /// |---|---|
 /// | [`max_records_per_call`](Self::max_records_per_call) | 500 (the service's limit) |
 /// | [`max_bytes_per_call`](Self::max_bytes_per_call) | 5 MiB (the service's limit) |
-/// | [`retry`](Self::retry) | [`RetryPolicy::default`]: 8 rounds, backoff from 100 ms doubling to at most 5 s, with jitter |
+/// | [`retry`](Self::retry) | [`RetryPolicy::default`]: 8 counted rounds, backoff from 100 ms doubling to at most 5 s, with jitter; records over a shard's write limit retried for 11.3 s |
 /// | [`key_order`](Self::key_order) | [`KeyOrder::Batched`] |
 ///
 /// ```
@@ -543,6 +558,9 @@ struct Run<'p> {
     calls: u64,
     /// The answer of the first call, already made (a single `publish`'s fast path).
     answered: Option<Result<crate::api::PutRecordsOutput, KinesisError>>,
+    /// Whether a failure of the current round was anything but an entry over its shard's
+    /// write limit (`ProvisionedThroughputExceededException`).
+    round_failed_otherwise: bool,
 }
 
 impl<'p> Run<'p> {
@@ -558,6 +576,7 @@ impl<'p> Run<'p> {
             started: Instant::now(),
             calls: 0,
             answered: None,
+            round_failed_otherwise: false,
         }
     }
 
@@ -569,13 +588,15 @@ impl<'p> Run<'p> {
         let policy = self.publisher.retry;
         let mut jitter: Option<Jitter> = None;
         let mut round = 0u32;
-        // Rounds in a row that stored nothing: the backoff doubles with these only. A round
-        // that stored some records found the stream taking them (a shard at its limit turns
-        // away only what is over it), so the next one follows after the first backoff.
+        // Rounds that count against `max_attempts`: all but those turned away only by the
+        // shards' write limits, which wait for the limit's time instead (`patience`).
+        let mut attempts = 0u32;
+        // Counted rounds in a row that stored nothing: the backoff doubles with these only.
         let mut stalled = 0u32;
         loop {
             round += 1;
             let before = self.plan.unstored();
+            self.round_failed_otherwise = false;
             let failed = match self.round(round).await {
                 Ok(failed) => failed,
                 Err(Stop::Call(error)) if self.plan.unstored() == self.published.len() => {
@@ -598,8 +619,21 @@ impl<'p> Run<'p> {
             if left == 0 {
                 return Ok(self.published.into_iter().flatten().collect());
             }
-            if round >= policy.max_attempts {
-                return Err(self.give_up(round, false));
+            let rate_limited = !self.round_failed_otherwise;
+            if rate_limited {
+                // Only write limits turned records away: the shard takes more within the
+                // second, so retry after the first backoff, for as long as the counted rounds
+                // would have waited in all.
+                stalled = 0;
+                if self.started.elapsed() >= policy.patience() {
+                    return Err(self.give_up(round, false));
+                }
+            } else {
+                attempts += 1;
+                if attempts >= policy.max_attempts {
+                    return Err(self.give_up(round, false));
+                }
+                stalled = if left < before { 0 } else { stalled + 1 };
             }
             // Seeded from the stream name and the tokio clock: nanosecond noise spreads real
             // producers apart, while paused test time gives the same waits every run.
@@ -607,7 +641,6 @@ impl<'p> Run<'p> {
                 let elapsed = self.started.elapsed().as_nanos();
                 Jitter::new(fnv1a(self.stream()) ^ (elapsed as u64)) // truncation is fine here
             });
-            stalled = if left < before { 0 } else { stalled + 1 };
             let wait = policy.backoff(stalled.max(1), jitter);
             self.say_retrying(round, before - left, failed, left, wait);
             tokio::time::sleep(wait).await;
@@ -713,6 +746,7 @@ impl<'p> Run<'p> {
             %error,
             "PutRecords call failed"
         );
+        self.round_failed_otherwise = true;
         if !error.is_retryable() {
             for &i in call {
                 self.last_error[i] = Some(cause.clone());
@@ -763,6 +797,9 @@ impl<'p> Run<'p> {
                     };
                     tally.failed += 1;
                     failed_keys.insert(key);
+                    if cause.code != THROUGHPUT_EXCEEDED {
+                        self.round_failed_otherwise = true;
+                    }
                     if FATAL_ENTRY_CODES.contains(&cause.code.as_str()) {
                         tally.fatal.get_or_insert_with(|| cause.clone());
                     }

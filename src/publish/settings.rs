@@ -40,9 +40,13 @@ pub enum KeyOrder {
 
 /// How failed records are retried: how many rounds, and the backoff between them.
 ///
-/// Round `n` (the first send is round 1) is followed, when records are left, by a wait of
-/// `min(initial_backoff * 2^(n-1), max_backoff)`, of which a random half is taken off
-/// ("equal jitter": the wait lies between half the step and the whole step). The randomness
+/// A round is followed, when records are left, by a wait of
+/// `min(initial_backoff * 2^(n-1), max_backoff)`, where `n` counts the rounds in a row that
+/// stored nothing and failed otherwise than on the shards' write limits (at least 1), of
+/// which a random half is taken off ("equal jitter": the wait lies between half the step and
+/// the whole step). Rounds whose only failures were write limits wait the first step, do not
+/// count against [`max_attempts`](Self::max_attempts), and go on for
+/// [`patience`](Self::patience); see the [module docs](super). The randomness
 /// comes from a small xorshift generator seeded from the stream name and the tokio clock's
 /// time since the publish began, so a test on paused tokio time sees the same waits every run.
 ///
@@ -82,9 +86,10 @@ impl RetryPolicy {
         Self::default().max_attempts(1)
     }
 
-    /// How many rounds a batch is sent in, the first send included (default 8). Each round
-    /// sends every record not yet stored once, except those held back behind an earlier
-    /// record of their key that failed in the same round.
+    /// How many rounds a batch is sent in, the first send included (default 8), not counting
+    /// rounds whose only failures were the shards' write limits. Each round sends every
+    /// record not yet stored once, except those held back behind an earlier record of their
+    /// key that failed in the same round.
     #[must_use]
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts;
@@ -97,6 +102,25 @@ impl RetryPolicy {
     pub fn initial_backoff(mut self, wait: Duration) -> Self {
         self.initial_backoff = wait;
         self
+    }
+
+    /// How long a publish keeps retrying records turned away only by the shards' write
+    /// limits: as long as `max_attempts` rounds wait in all, nominally (the steps without
+    /// jitter: 11.3 s with the defaults). Such rounds do not count against `max_attempts`.
+    #[must_use]
+    pub fn patience(&self) -> Duration {
+        let mut total = Duration::ZERO;
+        let mut step = self.initial_backoff.min(self.max_backoff);
+        for round in 1..self.max_attempts {
+            if step >= self.max_backoff {
+                // Capped from here on: the remaining rounds at once.
+                let rest = self.max_attempts - round;
+                return total.saturating_add(self.max_backoff.saturating_mul(rest));
+            }
+            total = total.saturating_add(step);
+            step = step.saturating_mul(2).min(self.max_backoff);
+        }
+        total
     }
 
     /// The cap on the wait between two rounds (default 5 s).
@@ -197,6 +221,22 @@ pub(crate) fn fnv1a(text: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patience_is_what_the_counted_rounds_would_wait_in_all() {
+        let ms = Duration::from_millis;
+        assert_eq!(RetryPolicy::default().patience(), ms(11_300));
+        assert_eq!(RetryPolicy::no_retries().patience(), Duration::ZERO);
+        assert_eq!(
+            RetryPolicy::default().max_attempts(3).patience(),
+            ms(100 + 200)
+        );
+        let capped = RetryPolicy::default()
+            .max_attempts(u32::MAX)
+            .max_backoff(Duration::from_secs(1));
+        // 100 + 200 + 400 + 800, then 1 s for each of the other rounds: no overflow, no loop.
+        assert!(capped.patience() > Duration::from_secs(4_000_000_000));
+    }
 
     #[test]
     fn the_backoff_doubles_from_the_first_wait_up_to_the_cap_with_equal_jitter() {

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
-use kinesis_dataflow::publish::{Aggregate, Collect, RetryPolicy};
+use kinesis_dataflow::publish::{Aggregate, Collect};
 use kinesis_dataflow::{AwsKinesis, OutgoingRecord, Publisher};
 use kinesis_dataflow_e2e::{
     CpuClock, Emulator, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR, counting_kinesis, entry,
@@ -324,10 +324,6 @@ async fn publish(
     let counting = counting_kinesis(Arc::new(AwsKinesis::new(client.clone())));
     let mut publisher = Publisher::new(counting.clone(), stream);
     let limited = Way::LIMITED.contains(&way);
-    if limited {
-        // Throttled entries are sent again until stored, as the raw loop does.
-        publisher = publisher.retry(RetryPolicy::default().max_attempts(100));
-    }
     if way == Way::AggregatedLimited {
         if let Some(linger) = options.linger {
             publisher = publisher.collect(Collect::default().linger(linger));
