@@ -158,6 +158,15 @@ impl Reader {
         }
     }
 
+    /// Opens with `iterator`, a LATEST iterator requested at `asked`, when no iterator was
+    /// fetched yet. An expiry before the first read re-opens at `asked`.
+    pub(crate) fn open_with(&mut self, iterator: String, asked: SystemTime) {
+        if self.first_iterator_at.is_none() && self.start == StartingPoint::Latest {
+            self.iterator = Some(iterator);
+            self.first_iterator_at = Some(asked);
+        }
+    }
+
     /// Fetches the first iterator now, fixing where the reader starts. A failure is left to
     /// the first step, which retries and reports it by the usual rules.
     pub(crate) async fn prime(&mut self) -> bool {

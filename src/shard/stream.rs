@@ -289,6 +289,14 @@ impl ShardStream {
         }
     }
 
+    /// Opens with `iterator`, a LATEST iterator requested at `asked`, instead of fetching the
+    /// first one (a stream that has not started reading yet).
+    pub(crate) fn open_with(&mut self, iterator: String, asked: std::time::SystemTime) {
+        if let State::Idle(reader) = &mut self.state {
+            reader.open_with(iterator, asked);
+        }
+    }
+
     /// [`prime`](Self::prime), saying why the position could not be fixed.
     pub(crate) async fn try_prime(&mut self) -> Result<(), KinesisError> {
         let span = self.span.clone();

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use futures::future::join_all;
 
@@ -11,7 +12,7 @@ use super::shared::Shared;
 use crate::api::{ShardDescription, list_all_shards};
 use crate::error::{KinesisError, Operation};
 use crate::lease::{Lease, LeaseError};
-use crate::position::{KinesisPosition, StartingPoint};
+use crate::position::{Checkpoint, KinesisPosition, StartingPoint};
 
 /// How many times one listing reads the table again after another instance created some of
 /// the same rows first.
@@ -23,6 +24,22 @@ pub(crate) struct Listing {
     pub(crate) shards: Vec<ShardDescription>,
     /// Every row of the stream (shards and workers), by id.
     pub(crate) rows: BTreeMap<String, Lease>,
+    /// The tips fetched for the rows this listing created (see [`NewRowRule::fetch_tips`]).
+    pub(crate) tips: HashMap<String, Tip>,
+}
+
+/// A LATEST iterator fetched for a shard right before this instance created the shard's row.
+///
+/// Any other instance learns of the shard from that row (it reads it, or fails to create it),
+/// so the iterator was issued before any other instance's `start` could return counting the
+/// shard: a reader opened with it misses nothing another instance promised. A LATEST iterator
+/// fetched at the take instead could be issued after another instance returned and records
+/// were written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tip {
+    pub(crate) iterator: String,
+    /// When the request was sent.
+    pub(crate) asked: SystemTime,
 }
 
 /// Why a listing failed.
@@ -48,6 +65,9 @@ pub(crate) struct NewRowRule {
     /// Rows nobody held at the previous listing (free, or not written for the lease
     /// duration): a row of an earlier stream of the same name among them may be replaced.
     pub(crate) replaceable: HashSet<String>,
+    /// Fetch a [`Tip`] for each new row that begins at `tip` before creating it (while
+    /// `start` runs).
+    pub(crate) fetch_tips: bool,
 }
 
 /// Lists the shards and the rows, and creates the rows of shards that have none.
@@ -62,18 +82,63 @@ pub(crate) async fn list(shared: Arc<Shared>, rule: NewRowRule) -> Result<Listin
         tip: rule.tip.clone(),
         recreated: &recreated,
     };
+    let mut tips = HashMap::new();
+    let mut created = HashSet::new();
     for _ in 0..CREATE_ROUNDS {
         let new = lineage::new_rows(&shared.stream, &shards, &rows, &frontier);
         if new.is_empty() {
             break;
         }
-        if create_all(&shared, new, &mut rows).await? {
+        if rule.fetch_tips {
+            fetch_tips(&shared, &new, &rule.tip, &mut tips).await;
+        }
+        if create_all(&shared, new, &mut rows, &mut created).await? {
             break;
         }
         // Another instance created some first: its rows are the ones to go by.
         rows = scan(&shared).await?;
     }
-    Ok(Listing { shards, rows })
+    tips.retain(|shard, _| created.contains(shard));
+    Ok(Listing { shards, rows, tips })
+}
+
+/// Fetches a LATEST iterator for each of the `new` rows that begin at `tip` and have none yet,
+/// side by side within the work bound. A failed request leaves the shard without one: it then
+/// opens at the time the subscription started.
+async fn fetch_tips(
+    shared: &Shared,
+    new: &[Lease],
+    tip: &StartingPoint,
+    tips: &mut HashMap<String, Tip>,
+) {
+    let begins_at_tip = Some(Checkpoint::Initial(tip.clone()));
+    let wanted: Vec<&str> = new
+        .iter()
+        .filter(|row| row.checkpoint == begins_at_tip && !tips.contains_key(&row.shard_id))
+        .map(|row| row.shard_id.as_str())
+        .collect();
+    let timeout = shared.config.call_timeout();
+    let fetched = join_all(wanted.iter().map(|&shard| async move {
+        let _permit = shared.permits.acquire().await;
+        let asked = SystemTime::now();
+        let call = shared
+            .api
+            .get_shard_iterator(&shared.stream, shard, &StartingPoint::Latest);
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(iterator)) => Some(Tip { iterator, asked }),
+            Ok(Err(e)) => {
+                tracing::debug!(shard, error = %e, "no tip iterator; the shard opens at the start time");
+                None
+            }
+            Err(_) => None,
+        }
+    }))
+    .await;
+    for (shard, tip) in wanted.into_iter().zip(fetched) {
+        if let Some(tip) = tip {
+            tips.insert(shard.to_owned(), tip);
+        }
+    }
 }
 
 /// Deletes the rows of listed shards that were written for an earlier stream of the same name,
@@ -139,12 +204,13 @@ async fn scan(shared: &Shared) -> Result<BTreeMap<String, Lease>, LeaseError> {
 }
 
 /// Creates `new` level by level (a row only once the rows of its new parents exist), each
-/// level side by side within the work bound. Returns false when another instance created one
-/// of them first.
+/// level side by side within the work bound; notes the rows it created in `created`. Returns
+/// false when another instance created one of them first.
 async fn create_all(
     shared: &Shared,
     new: Vec<Lease>,
     rows: &mut BTreeMap<String, Lease>,
+    created: &mut HashSet<String>,
 ) -> Result<bool, LeaseError> {
     let mut depth: HashMap<String, usize> = HashMap::new();
     for lease in &new {
@@ -168,10 +234,11 @@ async fn create_all(
         let mut raced = false;
         for (lease, result) in batch.into_iter().zip(results) {
             if result? {
-                if lease.checkpoint == Some(crate::position::Checkpoint::ShardEnd) {
+                if lease.checkpoint == Some(Checkpoint::ShardEnd) {
                     tracing::info!(shard = %lease.shard_id, "a closed shard nothing will read (the subscription began after it): recorded as finished");
                 }
                 rows.insert(lease.shard_id.clone(), lease.clone());
+                created.insert(lease.shard_id.clone());
             } else {
                 raced = true;
             }

@@ -110,6 +110,9 @@ struct Startup {
     tell: Option<oneshot::Sender<Option<KinesisError>>>,
     /// The first listing's takes still under way.
     pending: HashSet<String>,
+    /// The tips fetched for the rows this instance created while `start` runs (see
+    /// [`listing::Tip`]); dropped once `start` returned.
+    tips: HashMap<String, listing::Tip>,
 }
 
 pub(crate) struct Coordinator {
@@ -189,6 +192,7 @@ impl Coordinator {
                 shards: None,
                 tell: Some(first_sync),
                 pending: HashSet::new(),
+                tips: HashMap::new(),
             },
             held: BTreeMap::new(),
             taking: BTreeSet::new(),

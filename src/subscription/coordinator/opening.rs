@@ -2,6 +2,7 @@
 //! checkpoint, with what only the subscription knows (is this one of the shards it opens with,
 //! has `start` returned yet). Pure, tested without I/O.
 
+use super::listing::Tip;
 use crate::position::{Checkpoint, KinesisPosition, ShardOrigin, StartingPoint, starting_point};
 
 /// What the subscription knows about its own start.
@@ -14,6 +15,8 @@ pub(crate) struct StartContext<'a> {
     /// `start` has not returned yet: LATEST is asked for right now, so it is exact. Once it
     /// has returned, LATEST would skip what was written since, so the start time stands in.
     pub(crate) starting: bool,
+    /// This instance fetched a [`Tip`] for the shard before it created the shard's row.
+    pub(crate) fetched_tip: bool,
 }
 
 /// Where a taken shard's reader opens, and what to record about it.
@@ -28,6 +31,8 @@ pub(crate) struct Opening {
     pub(crate) record: bool,
     /// The shard's hash key range, from the listing (for aggregates put against a stale map).
     pub(crate) hash_range: Option<(String, String)>,
+    /// The LATEST iterator to open with, fetched before the row was created.
+    pub(crate) tip: Option<Tip>,
 }
 
 /// Decides where a shard opens. `at_startup` is true for the shards the subscription opens
@@ -54,11 +59,15 @@ pub(crate) fn opening(
         ShardOrigin::Takeover
     };
     let mut start = starting_point(shard, origin, context.start_at, checkpoint)?;
-    let own_tip = matches!(checkpoint, Some(Checkpoint::Initial(p)) if p == context.started);
+    let own_tip = context.fetched_tip
+        && matches!(checkpoint, Some(Checkpoint::Initial(p)) if p == context.started);
     if start == StartingPoint::Latest && !context.starting {
         start = context.started.clone();
     } else if own_tip && at_startup && context.starting {
-        // The tip this instance recorded for the rows it created is exact while `start` runs.
+        // A row this instance created at the tip opens with the LATEST iterator fetched just
+        // before the row was created: exact, and earlier than any other instance's `start`
+        // could return counting the shard. Another instance's tip, or a row created without
+        // one, opens at the start time it records.
         start = StartingPoint::Latest;
     }
     let record = overridden
@@ -71,6 +80,7 @@ pub(crate) fn opening(
         overridden,
         record,
         hash_range: None,
+        tip: None,
     })
 }
 
@@ -85,6 +95,7 @@ mod tests {
             start_at,
             started: &STARTED,
             starting,
+            fetched_tip: true,
         }
     }
 
@@ -132,6 +143,18 @@ mod tests {
     }
 
     #[test]
+    fn a_row_with_this_start_time_but_no_tip_fetched_opens_at_that_time() {
+        // Another instance that started in the same millisecond created it: its `start` may
+        // have returned already, so LATEST now could skip what it promised.
+        let same_time = Some(Checkpoint::Initial(STARTED));
+        let ctx = StartContext {
+            fetched_tip: false,
+            ..context(None, true)
+        };
+        assert_eq!(at(same_time, true, &ctx), Some(STARTED));
+    }
+
+    #[test]
     fn latest_does_not_skip_what_an_earlier_start_of_the_application_promised() {
         let latest = KinesisPosition::latest();
         let earlier = Some(Checkpoint::Initial(StartingPoint::AtTimestamp(500)));
@@ -158,6 +181,7 @@ mod tests {
                 overridden: false,
                 record: false,
                 hash_range: None,
+                tip: None,
             })
         );
         assert_eq!(
@@ -167,6 +191,7 @@ mod tests {
                 overridden: false,
                 record: true,
                 hash_range: None,
+                tip: None,
             })
         );
         assert_eq!(at(Some(Checkpoint::ShardEnd), false, &ctx), None);
@@ -178,6 +203,7 @@ mod tests {
                 overridden: true,
                 record: true,
                 hash_range: None,
+                tip: None,
             })
         );
     }

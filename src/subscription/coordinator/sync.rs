@@ -31,6 +31,7 @@ impl Coordinator {
                 StartingPoint::since(SystemTime::now())
             },
             replaceable: self.replaceable.clone(),
+            fetch_tips: self.startup.tell.is_some(),
         };
         let shared = self.shared.clone();
         self.jobs.push(Box::pin(async move {
@@ -72,8 +73,11 @@ impl Coordinator {
         let _ = self.commands.send(Command::Error(error));
     }
 
-    pub(super) fn on_listing(&mut self, listing: Listing) {
+    pub(super) fn on_listing(&mut self, mut listing: Listing) {
         self.listing = false;
+        if self.startup.tell.is_some() {
+            self.startup.tips.extend(std::mem::take(&mut listing.tips));
+        }
         self.health.listed(true);
         let now = self.config().clock.now();
         let lease_duration = self.config().lease_duration;
@@ -157,6 +161,7 @@ impl Coordinator {
 
     /// Tells `start` to return (once).
     pub(super) fn tell_started(&mut self) {
+        self.startup.tips.clear();
         if let Some(tell) = self.startup.tell.take() {
             let _ = tell.send(None);
         }
@@ -178,12 +183,16 @@ impl Coordinator {
             start_at: self.config().start_at.as_ref(),
             started: &self.startup.started,
             starting: self.startup.tell.is_some(),
+            fetched_tip: self.startup.tips.contains_key(&shard),
         };
         let Some(mut opening) = opening(&shard, lease.checkpoint.as_ref(), at_startup, &context)
         else {
             return;
         };
         opening.hash_range = hash_range;
+        if opening.start == StartingPoint::Latest {
+            opening.tip = self.startup.tips.remove(&shard);
+        }
         self.taking.insert(shard.clone());
         if first {
             self.startup.pending.insert(shard.clone());

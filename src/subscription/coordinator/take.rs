@@ -55,7 +55,13 @@ pub(crate) async fn take(shared: Arc<Shared>, lease: Lease, opening: Opening) ->
     };
     // Fix the position now, so that nothing written after this listing is missed. A LATEST
     // start is recorded as the time the request was sent.
-    let asked = SystemTime::now();
+    let asked = match &opening.tip {
+        Some(tip) => {
+            reader.open_with(tip.iterator.clone(), tip.asked);
+            tip.asked
+        }
+        None => SystemTime::now(),
+    };
     let primed = tokio::time::timeout(shared.config.call_timeout(), reader.prime())
         .await
         .unwrap_or(false);
