@@ -11,8 +11,20 @@ use super::{Publisher, check, error_kind};
 use crate::error::KinesisError;
 
 /// How many times user records that landed outside their shard are packed and put again
-/// before their places are accepted as they are (a stream resharding again and again).
+/// before their places are accepted as they are (a stream resharding again and again): the
+/// last put answers every user record it carried.
 const MAX_REPACKS: u32 = 3;
+
+/// One put of packed records: the user records `batch` (which are `todo` of the publish),
+/// packed by `shards`.
+struct Put<'a> {
+    batch: &'a [OutgoingRecord],
+    packed: &'a [Packed],
+    shards: &'a ShardMap,
+    todo: &'a [usize],
+    /// The last put allowed: user records outside the shard they landed on stay there.
+    last_put: bool,
+}
 
 /// What one put of packed records did for the user records it carried.
 enum Landed {
@@ -44,20 +56,16 @@ impl Publisher {
             };
             let batch: Vec<OutgoingRecord> = todo.iter().map(|&i| records[i].clone()).collect();
             let packed = pack(&batch, &shards, settings);
-            match self
-                .put_packed(&batch, &packed, &shards, map, &todo, &mut places)
-                .await
-            {
+            let last_put = repacks >= MAX_REPACKS;
+            let put = Put {
+                batch: &batch,
+                packed: &packed,
+                shards: &shards,
+                todo: &todo,
+                last_put,
+            };
+            match self.put_packed(put, map, &mut places).await {
                 Landed::Placed(again) if again.is_empty() => {
-                    return Ok(places.into_iter().flatten().collect());
-                }
-                Landed::Placed(again) if repacks >= MAX_REPACKS => {
-                    tracing::warn!(
-                        stream = %self.stream,
-                        user_records = again.len(),
-                        "user records landed outside their shard's range {MAX_REPACKS} times \
-                         (the stream keeps resharding); their last places stand"
-                    );
                     return Ok(places.into_iter().flatten().collect());
                 }
                 Landed::Placed(again) => {
@@ -71,17 +79,20 @@ impl Publisher {
         }
     }
 
-    /// Puts `packed` (of the user records `batch`, which are `todo` of the publish) and notes
-    /// each user record's place in `places`.
+    /// Carries out `put` and notes each user record's place in `places`.
     async fn put_packed(
         &self,
-        batch: &[OutgoingRecord],
-        packed: &[Packed],
-        shards: &ShardMap,
+        put: Put<'_>,
         map: &SharedMap,
-        todo: &[usize],
         places: &mut [Option<Published>],
     ) -> Landed {
+        let Put {
+            batch,
+            packed,
+            shards,
+            todo,
+            last_put,
+        } = put;
         let entries: Vec<OutgoingRecord> =
             packed.iter().map(|p| outgoing(p, batch, shards)).collect();
         let mut sizes = Vec::with_capacity(entries.len());
@@ -119,7 +130,16 @@ impl Publisher {
                         .filter(|&&m| !f.takes(&place.shard_id, &batch[m]))
                         .count()
                 });
-                if outside > 0 {
+                if outside > 0 && last_put {
+                    tracing::warn!(
+                        stream = %self.stream,
+                        landed = %place.shard_id,
+                        outside,
+                        "user records landed outside their shard's range {} times (the stream \
+                         keeps resharding); their last places stand",
+                        MAX_REPACKS + 1
+                    );
+                } else if outside > 0 {
                     tracing::warn!(
                         stream = %self.stream,
                         predicted = predicted.map(|id| &**id),
@@ -264,7 +284,8 @@ mod tests {
 
     use futures::StreamExt;
 
-    use crate::api::KinesisApi;
+    use crate::api::layer::{ApiCall, KinesisLayer, Layered};
+    use crate::api::{ApiFuture, KinesisApi, list_all_shards};
     use crate::error::Operation;
     use crate::publish::{Aggregate, Collect, OutgoingRecord, Publisher};
     use crate::{MemoryKinesis, ReadSettings, Record, ShardStream, StartingPoint};
@@ -381,6 +402,83 @@ mod tests {
         }
         // Listed at the first publish, and again when the aggregate landed on a child.
         assert_eq!(kinesis.call_count(Operation::ListShards), 2);
+    }
+
+    /// Splits the open shard with the highest hash keys in two before every PutRecords.
+    struct SplitBeforePut(MemoryKinesis);
+
+    impl KinesisLayer for SplitBeforePut {
+        fn around<'a, T: Send + 'a>(
+            &'a self,
+            call: ApiCall<'a>,
+            next: ApiFuture<'a, T>,
+        ) -> ApiFuture<'a, T> {
+            if !matches!(call, ApiCall::PutRecords { .. }) {
+                return next;
+            }
+            Box::pin(async move {
+                let shards = list_all_shards(&self.0, "orders").await.unwrap();
+                let key = |k: &str| k.parse::<u128>().unwrap();
+                let highest = shards
+                    .iter()
+                    .filter(|s| s.ending_sequence_number.is_none())
+                    .max_by_key(|s| key(&s.starting_hash_key))
+                    .unwrap();
+                let (low, high) = (
+                    key(&highest.starting_hash_key),
+                    key(&highest.ending_hash_key),
+                );
+                let middle = low + (high - low) / 2 + 1;
+                self.0
+                    .split_shard("orders", &highest.shard_id, &middle.to_string())
+                    .await
+                    .unwrap();
+                next.await
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_resharding_before_every_put_still_answers_every_record() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let api = Layered::new(Arc::new(kinesis.clone()), SplitBeforePut(kinesis.clone()));
+        let publisher = Publisher::new(Arc::new(api), "orders").aggregate(Aggregate::default());
+        // Spread over the whole key space: after each split, the upper half of what was put
+        // lands outside the shard the aggregate landed on, more times than it is put again.
+        let records: Vec<OutgoingRecord> = (0..64u128)
+            .map(|i| {
+                OutgoingRecord::new(format!("key-{i}"), format!("{i:04}"))
+                    .with_explicit_hash_key((i << 122).to_string())
+            })
+            .collect();
+        let places = tokio::time::timeout(
+            Duration::from_secs(60),
+            publisher.publish_batch(records.clone()),
+        )
+        .await
+        .expect("the publish is answered")
+        .expect("every record written");
+        assert_eq!(places.len(), records.len(), "one place per user record");
+        // The last places stand: every user record is where its answer says.
+        let mut stored = std::collections::HashSet::new();
+        for place in &places {
+            for user in read(&kinesis, &place.shard_id).await {
+                stored.insert((
+                    user.shard_id().to_owned(),
+                    user.sequence_number().to_owned(),
+                    user.sub_sequence_number(),
+                ));
+            }
+        }
+        for place in &places {
+            let at = (
+                place.shard_id.clone(),
+                place.sequence_number.clone(),
+                place.sub_sequence_number,
+            );
+            assert!(stored.contains(&at), "{at:?} holds a user record");
+        }
     }
 
     #[tokio::test(start_paused = true)]
