@@ -16,9 +16,10 @@
 //! [`crate::kpl`]). When a record (an aggregate, or a user record put alone) lands elsewhere
 //! than predicted, the publisher lists the shards again, so later batches are packed by the new
 //! listing; and if an aggregate's user records lie outside the range of the shard it landed
-//! on, it publishes all of them again, packed by the new listing, as the KPL does: each user
-//! record's answer is then its second place. Readers that deliver misplaced aggregates see
-//! those user records twice (at-least-once, as after any retried put).
+//! on, it publishes all of them again, packed by the new listing, as the KPL does, and with
+//! them every later record of the same predicted shard from that call, so that each key's
+//! copies put last are in order: each of those user records' answer is its second place.
+//! Readers see the records put again twice (at-least-once, as after any retried put).
 
 use std::sync::{Arc, Mutex};
 

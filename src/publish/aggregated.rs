@@ -1,7 +1,7 @@
 //! Sending a batch of user records as aggregates ([`super::aggregate`] packs them), mapping
 //! the aggregates' answers back to each user record, and putting misplaced ones again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::aggregate::{Aggregate, Packed, ShardMap, SharedMap, member_places, outgoing, pack};
@@ -116,6 +116,8 @@ impl Publisher {
             Err(error) => return Landed::Failed(error),
         };
         let mut again = Vec::new();
+        // Predicted shards with a record going out again.
+        let mut redone: HashSet<usize> = HashSet::new();
         let mut fresh: Option<Arc<ShardMap>> = None;
         for (p, place) in packed.iter().zip(&stored) {
             let predicted = p.shard.map(|s| shards.id(s));
@@ -123,36 +125,34 @@ impl Publisher {
             if predicted.is_some_and(|id| **id != *place.shard_id) && fresh.is_none() {
                 fresh = map.refresh(&self.api, &self.stream).await.ok();
             }
-            if p.members.len() > 1 && predicted.is_some_and(|id| **id != *place.shard_id) {
-                let outside = fresh.as_ref().map_or(0, |f| {
-                    p.members
-                        .iter()
-                        .filter(|&&m| !f.takes(&place.shard_id, &batch[m]))
-                        .count()
-                });
-                if outside > 0 && last_put {
-                    tracing::warn!(
-                        stream = %self.stream,
-                        landed = %place.shard_id,
-                        outside,
-                        "user records landed outside their shard's range {} times (the stream \
-                         keeps resharding); their last places stand",
-                        MAX_REPACKS + 1
-                    );
-                } else if outside > 0 {
-                    tracing::warn!(
-                        stream = %self.stream,
-                        predicted = predicted.map(|id| &**id),
-                        landed = %place.shard_id,
-                        outside,
-                        user_records = p.members.len(),
-                        "an aggregate landed on another shard than predicted (the stream was \
-                         resharded) with user records outside that shard's range; putting \
-                         its user records again by the new shard map"
-                    );
-                    again.extend(p.members.iter().map(|&m| todo[m]));
-                    continue;
-                }
+            // An aggregate put against a stale map with user records outside the range of the
+            // shard it landed on goes out again whole by the new map (a reader that drops such
+            // aggregates, as the KCL does, would lose its other user records), and with it
+            // every later record of the same predicted shard, so each key's last copies are in
+            // order. On the last put allowed, the places stand.
+            let misplaced =
+                p.members.len() > 1 && predicted.is_some_and(|id| **id != *place.shard_id);
+            let outside = match &fresh {
+                Some(f) if misplaced => p
+                    .members
+                    .iter()
+                    .filter(|&&m| !f.takes(&place.shard_id, &batch[m]))
+                    .count(),
+                _ => 0,
+            };
+            if outside > 0 {
+                self.warn_outside(
+                    predicted.map(|id| &**id),
+                    &place.shard_id,
+                    outside,
+                    last_put,
+                );
+            }
+            let behind_one = p.shard.is_some_and(|s| redone.contains(&s));
+            if !last_put && (outside > 0 || behind_one) {
+                redone.extend(p.shard);
+                again.extend(p.members.iter().map(|&m| todo[m]));
+                continue;
             }
             for (&m, member) in p.members.iter().zip(member_places(p, place)) {
                 places[todo[m]] = Some(member);
@@ -160,6 +160,29 @@ impl Publisher {
         }
         again.sort_unstable();
         Landed::Placed(again)
+    }
+
+    fn warn_outside(&self, predicted: Option<&str>, landed: &str, outside: usize, last_put: bool) {
+        if last_put {
+            tracing::warn!(
+                stream = %self.stream,
+                landed,
+                outside,
+                "user records landed outside their shard's range {} times (the stream keeps \
+                 resharding); their last places stand",
+                MAX_REPACKS + 1
+            );
+        } else {
+            tracing::warn!(
+                stream = %self.stream,
+                predicted,
+                landed,
+                outside,
+                "an aggregate landed on another shard than predicted (the stream was \
+                 resharded) with user records outside that shard's range; putting it and \
+                 the later records of its predicted shard again by the new shard map"
+            );
+        }
     }
 
     /// The failure of a publish whose put of `packed` (user records `todo`) failed with
@@ -287,7 +310,7 @@ mod tests {
     use crate::api::layer::{ApiCall, KinesisLayer, Layered};
     use crate::api::{ApiFuture, KinesisApi, list_all_shards};
     use crate::error::Operation;
-    use crate::publish::{Aggregate, Collect, OutgoingRecord, Publisher};
+    use crate::publish::{Aggregate, Collect, OutgoingRecord, Published, Publisher};
     use crate::{MemoryKinesis, ReadSettings, Record, ShardStream, StartingPoint};
 
     /// Every user record of `shard`, de-aggregated.
@@ -402,6 +425,60 @@ mod tests {
         }
         // Listed at the first publish, and again when the aggregate landed on a child.
         assert_eq!(kinesis.call_count(Operation::ListShards), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_keeps_its_order_when_an_aggregate_it_shares_is_put_again() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = Publisher::new(Arc::new(kinesis.clone()), "orders")
+            .aggregate(Aggregate::default().max_records(2));
+        publisher.publish("warm-up", "x").await.unwrap();
+        kinesis
+            .split_shard(
+                "orders",
+                "shardId-000000000000",
+                "170141183460469231731687303715884105728",
+            )
+            .await
+            .unwrap();
+        // By the stale map one shard: [j1, x1] and [j2, j3] are packed for it, both land on
+        // the lower child, and x1 is outside it.
+        let lower =
+            |data: &str| OutgoingRecord::new("j", data.to_owned()).with_explicit_hash_key("1");
+        let upper = OutgoingRecord::new("x", "x1")
+            .with_explicit_hash_key("170141183460469231731687303715884105729");
+        let records = vec![lower("j1"), upper, lower("j2"), lower("j3")];
+        let places = publisher.publish_batch(records).await.unwrap();
+        let at = |i: usize| {
+            let p: &Published = &places[i];
+            (
+                p.shard_id.clone(),
+                // Sequence numbers compare as numbers: by length, then digit by digit.
+                (p.sequence_number.len(), p.sequence_number.clone()),
+                p.sub_sequence_number.unwrap_or(0),
+            )
+        };
+        assert_eq!(
+            places[1].shard_id, "shardId-000000000002",
+            "x1 where it belongs"
+        );
+        assert!(
+            at(0) < at(2) && at(2) < at(3),
+            "j's records read in the order published: {:?}",
+            [at(0), at(2), at(3)]
+        );
+        // A de-aggregating reader of the lower child: j's first copies, then the copies put
+        // again, each run in order (the misplaced aggregate was put again whole, and with it
+        // the later one of the same predicted shard).
+        let j: Vec<Vec<u8>> = read(&kinesis, "shardId-000000000001")
+            .await
+            .into_iter()
+            .filter(|r| r.partition_key() == "j")
+            .map(|r| r.data().to_vec())
+            .collect();
+        let run = [b"j1".to_vec(), b"j2".to_vec(), b"j3".to_vec()];
+        assert_eq!(j, [run.clone(), run].concat());
     }
 
     /// Splits the open shard with the highest hash keys in two before every PutRecords.

@@ -151,8 +151,9 @@
 //! After a reshard an aggregate can land on another shard than predicted: the publisher then
 //! lists the shards again, and if some of its user records lie outside the range of the shard
 //! it landed on (a reader that drops such aggregates, as the KCL does, would lose them), it
-//! puts all of them again by the new listing and answers with their new places, as the KPL
-//! does. Readers that deliver such aggregates (this crate's, by default) see them twice.
+//! puts all of them again by the new listing, with every later record of the same predicted
+//! shard from that call (so each key's last copies keep their order), and answers with their
+//! new places, as the KPL does. Readers see the records put again twice.
 //!
 //! **Duplicates.** Delivery is at least once. Entries the answer marks stored are never sent
 //! again, but a whole call that failed may have been stored before its answer was lost (a
