@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::aggregate::{Aggregate, Packed, ShardMap, SharedMap, member_places, outgoing, pack};
-use super::failure::{EntryError, FailedRecord, PublishFailure};
+use super::failure::{EntryError, FailedRecord, FirstOfKey, PublishFailure};
 use super::record::{OutgoingRecord, Published};
 use super::{Publisher, check, error_kind};
 use crate::error::KinesisError;
@@ -259,19 +259,13 @@ impl Publisher {
         attempts: u32,
         stopped_early: bool,
     ) -> KinesisError {
-        let mut first_unwritten: HashMap<String, usize> = HashMap::new();
+        let mut first_of_key = FirstOfKey::new();
         let mut failed = Vec::new();
         for (index, record) in records.into_iter().enumerate() {
             if places[index].is_some() {
                 continue;
             }
-            let behind = match first_unwritten.get(&record.partition_key) {
-                Some(&first) => Some(first),
-                None => {
-                    first_unwritten.insert(record.partition_key.clone(), index);
-                    None
-                }
-            };
+            let behind = first_of_key.behind(record.partition_key.clone(), index);
             failed.push(FailedRecord {
                 index,
                 record,

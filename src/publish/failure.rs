@@ -1,8 +1,33 @@
 //! What a publish that could not write everything reports: [`PublishFailure`].
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
+use std::hash::Hash;
 
 use super::record::{OutgoingRecord, Published};
+
+/// Over the records not written, in order: the first of each key, which the later records of
+/// that key are [`behind`](FailedRecord::behind).
+pub(crate) struct FirstOfKey<K>(HashMap<K, usize>);
+
+impl<K: Hash + Eq> FirstOfKey<K> {
+    pub(crate) fn new() -> Self {
+        Self(HashMap::new())
+    }
+
+    /// What the record not written at `index`, of `key`, is behind: the first of its key
+    /// before it, or `None` when it is that first one.
+    pub(crate) fn behind(&mut self, key: K, index: usize) -> Option<usize> {
+        match self.0.entry(key) {
+            Entry::Occupied(first) => Some(*first.get()),
+            Entry::Vacant(first) => {
+                first.insert(index);
+                None
+            }
+        }
+    }
+}
 
 /// How many record positions a failure message lists before it says "and N more".
 const LISTED: usize = 10;

@@ -172,7 +172,7 @@ mod settings;
 mod sink;
 mod split;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -180,6 +180,7 @@ use tokio::time::{Duration, Instant};
 
 pub use aggregate::{Aggregate, DEFAULT_AGGREGATE_BYTES, MAX_AGGREGATE_BYTES};
 pub use collect::{Collect, DEFAULT_AGGREGATION_LINGER, DEFAULT_CALLS_IN_FLIGHT, DEFAULT_LINGER};
+use failure::FirstOfKey;
 pub use failure::{EntryError, FailedRecord, PublishFailure};
 pub use record::{OutgoingRecord, Published};
 pub use settings::{
@@ -838,7 +839,7 @@ impl<'p> Run<'p> {
             code: "Unknown".into(),
             message: "no error was recorded".into(),
         });
-        let mut first_unwritten: HashMap<usize, usize> = HashMap::new();
+        let mut first_of_key = FirstOfKey::new();
         let mut failed = Vec::new();
         for (index, (record, last_error)) in
             self.records.into_iter().zip(self.last_error).enumerate()
@@ -846,14 +847,7 @@ impl<'p> Run<'p> {
             if self.published[index].is_some() {
                 continue;
             }
-            let key = self.plan.key_of(index);
-            let behind = match first_unwritten.get(&key) {
-                Some(&first) => Some(first),
-                None => {
-                    first_unwritten.insert(key, index);
-                    None
-                }
-            };
+            let behind = first_of_key.behind(self.plan.key_of(index), index);
             failed.push(FailedRecord {
                 index,
                 record,

@@ -1,7 +1,7 @@
 //! Splitting the outcome of one publish made of several (a collected batch) into each one's
 //! outcome: a pure function over data.
 
-use super::failure::{FailedRecord, PublishFailure};
+use super::failure::{FailedRecord, FirstOfKey, PublishFailure};
 use super::record::Published;
 use crate::error::KinesisError;
 
@@ -48,12 +48,15 @@ fn split_failure(
         let end = start + n;
         let places: Vec<Option<Published>> = published.drain(..n).collect();
         let mut mine = Vec::new();
+        // Within this publish, the first record not written of each key: the one the later
+        // ones of that key are behind (the batch-wide one may belong to an earlier publish).
+        let mut first_of_key = FirstOfKey::new();
         while let Some(record) = failed.next_if(|f| f.index < end) {
+            let index = record.index - start;
+            let behind = first_of_key.behind(record.record.partition_key.clone(), index);
             mine.push(FailedRecord {
-                index: record.index - start,
-                // A record held behind one of another publish of the batch: within this
-                // publish it is the first not written of its key.
-                behind: record.behind.filter(|&b| b >= start).map(|b| b - start),
+                index,
+                behind,
                 ..record
             });
         }
@@ -156,6 +159,44 @@ mod tests {
         };
         assert_eq!((third.failed[0].index, third.failed[0].behind), (0, None));
         assert_eq!(third.last_code, "ProvisionedThroughputExceededException");
+    }
+
+    #[test]
+    fn a_record_behind_one_of_an_earlier_publish_is_behind_the_first_of_its_own() {
+        let record = |key: &str| OutgoingRecord::new(key.to_owned(), Bytes::from_static(b"x"));
+        let unwritten = |index: usize, behind: Option<usize>| FailedRecord {
+            index,
+            record: record("k"),
+            last_error: None,
+            behind,
+        };
+        // Publishes of 1 and 2 records, one key, nothing written: batch-wide, records 1 and 2
+        // are behind record 0, which belongs to the first publish.
+        let failure = PublishFailure {
+            stream: "orders".into(),
+            attempts: 1,
+            published: vec![None, None, None],
+            failed: vec![
+                unwritten(0, None),
+                unwritten(1, Some(0)),
+                unwritten(2, Some(0)),
+            ],
+            last_code: "InternalFailure".into(),
+            last_message: "try again".into(),
+            stopped_early: true,
+        };
+        let out = split(Err(KinesisError::PublishFailed(Box::new(failure))), &[1, 2]);
+        let Err(KinesisError::PublishFailed(second)) = &out[1] else {
+            panic!("the second publish failed: {:?}", out[1]);
+        };
+        assert_eq!(
+            second
+                .failed
+                .iter()
+                .map(|f| (f.index, f.behind))
+                .collect::<Vec<_>>(),
+            [(0, None), (1, Some(0))]
+        );
     }
 
     #[test]
