@@ -115,6 +115,31 @@ struct Request {
     records: Vec<OutgoingRecord>,
     sizes: Vec<usize>,
     answer: oneshot::Sender<Result<Vec<Published>, KinesisError>>,
+    /// Its records counted as outstanding until it is answered or lost.
+    _counted: Outstanding,
+}
+
+/// Records counted in a collector's outstanding total while this lives: a request lost with
+/// a runtime that shut down stops counting too.
+struct Outstanding {
+    total: Arc<AtomicUsize>,
+    records: usize,
+}
+
+impl Outstanding {
+    fn new(total: &Arc<AtomicUsize>, records: usize) -> Self {
+        total.fetch_add(records, Ordering::Relaxed);
+        Self {
+            total: total.clone(),
+            records,
+        }
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.records, Ordering::Relaxed);
+    }
 }
 
 /// A publisher's way to its collecting task (shared by its clones).
@@ -154,8 +179,8 @@ impl Collector {
         sizes: Vec<usize>,
     ) -> Result<Vec<Published>, KinesisError> {
         let (answer, answered) = oneshot::channel();
-        self.outstanding.fetch_add(records.len(), Ordering::Relaxed);
         let mut request = Request {
+            _counted: Outstanding::new(&self.outstanding, records.len()),
             records,
             sizes,
             answer,
@@ -297,13 +322,7 @@ async fn collect(
         };
         // The semaphore is never closed.
         let Ok(slot) = slot else { break };
-        tokio::spawn(send(
-            publisher.clone(),
-            batch,
-            aggregation.clone(),
-            outstanding.clone(),
-            slot,
-        ));
+        tokio::spawn(send(publisher.clone(), batch, aggregation.clone(), slot));
     }
 }
 
@@ -330,17 +349,17 @@ async fn send(
     publisher: Publisher,
     batch: Batch,
     aggregation: Option<(Aggregate, Arc<SharedMap>)>,
-    outstanding: Arc<AtomicUsize>,
     _slot: OwnedSemaphorePermit,
 ) {
-    let count = batch.records;
     let mut lengths = Vec::with_capacity(batch.requests.len());
     let mut answers = Vec::with_capacity(batch.requests.len());
+    let mut counted = Vec::with_capacity(batch.requests.len());
     let mut records = Vec::with_capacity(batch.records);
     let mut sizes = Vec::with_capacity(batch.records);
     for request in batch.requests {
         lengths.push(request.records.len());
         answers.push(request.answer);
+        counted.push(request._counted);
         records.extend(request.records);
         sizes.extend(request.sizes);
     }
@@ -348,7 +367,7 @@ async fn send(
         Some((settings, map)) => publisher.send_aggregated(records, settings, &map).await,
         None => publisher.send_checked(records, sizes).await,
     };
-    outstanding.fetch_sub(count, Ordering::Relaxed);
+    drop(counted);
     for (answer, outcome) in answers.into_iter().zip(split(outcome, &lengths)) {
         // A publish dropped while waiting: its records were sent all the same.
         let _ = answer.send(outcome);
@@ -414,6 +433,69 @@ mod tests {
                 assert_eq!(before.map_or(0, |b| b + 1), n, "task {task} in order");
             }
         }
+    }
+
+    /// PutRecords calls that never answer.
+    struct Stall;
+
+    impl crate::api::layer::KinesisLayer for Stall {
+        fn around<'a, T: Send + 'a>(
+            &'a self,
+            call: crate::api::layer::ApiCall<'a>,
+            next: crate::api::ApiFuture<'a, T>,
+        ) -> crate::api::ApiFuture<'a, T> {
+            match call {
+                crate::api::layer::ApiCall::PutRecords { .. } => Box::pin(std::future::pending()),
+                _ => next,
+            }
+        }
+    }
+
+    #[test]
+    fn records_lost_with_a_runtime_that_shut_down_are_no_longer_outstanding() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let api = crate::api::layer::Layered::new(Arc::new(kinesis), Stall);
+        let publisher = Publisher::new(Arc::new(api), "orders").collect(Collect::default());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let stalled = publisher.clone();
+        runtime.spawn(async move { stalled.publish("k", "x").await });
+        runtime.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
+        let collector = publisher.collector.clone().unwrap();
+        assert_eq!(
+            collector.outstanding.load(Ordering::Relaxed),
+            1,
+            "on its way"
+        );
+        // The runtime goes, and the collecting task and its call with it.
+        drop(runtime);
+        assert_eq!(collector.outstanding.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clone_configured_differently_sends_by_its_own_settings() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = publisher(&kinesis);
+        // The first publish starts the collecting task.
+        publisher.publish("k", "first").await.unwrap();
+        kinesis.clear_calls();
+        let small_calls = publisher.clone().max_records_per_call(1);
+        let records = (0..3).map(|i| OutgoingRecord::new("k", format!("{i}")));
+        small_calls.publish_batch(records.collect()).await.unwrap();
+        assert_eq!(
+            kinesis.call_count(Operation::PutRecords),
+            3,
+            "one record per call, as the clone was told"
+        );
+        // The original keeps its own.
+        kinesis.clear_calls();
+        let records = (0..3).map(|i| OutgoingRecord::new("k", format!("{i}")));
+        publisher.publish_batch(records.collect()).await.unwrap();
+        assert_eq!(kinesis.call_count(Operation::PutRecords), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -302,7 +302,7 @@ impl Publisher {
     #[must_use]
     pub fn max_records_per_call(mut self, records: usize) -> Self {
         self.limits.records = records;
-        self
+        self.own_collector()
     }
 
     /// The most bytes of data and partition keys one PutRecords call carries: 1 MiB to
@@ -310,28 +310,30 @@ impl Publisher {
     #[must_use]
     pub fn max_bytes_per_call(mut self, bytes: usize) -> Self {
         self.limits.bytes = bytes;
-        self
+        self.own_collector()
     }
 
     /// How failed records are retried (default [`RetryPolicy::default`]).
     #[must_use]
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
-        self
+        self.own_collector()
     }
 
     /// How a key's records share calls (default [`KeyOrder::Batched`]).
     #[must_use]
     pub fn key_order(mut self, order: KeyOrder) -> Self {
         self.key_order = order;
-        self
+        self.own_collector()
     }
 
     /// Collects the publishes of this publisher and its clones, from any number of tasks,
     /// into shared PutRecords calls: see [`Collect`] for how, and the [module docs](self)
     /// for what it keeps of the ordering guarantee. Off by default (each publish makes its
     /// own calls). Clones made after this call share one collecting task, started on the
-    /// tokio runtime of the first publish; clones made before it do not collect.
+    /// tokio runtime of the first publish; clones made before it do not collect. A clone
+    /// given other sending settings afterwards ([`retry`](Self::retry),
+    /// [`key_order`](Self::key_order), the per-call bounds) collects on its own.
     #[must_use]
     pub fn collect(mut self, settings: Collect) -> Self {
         let aggregate = self.collector.as_ref().and_then(|c| c.aggregate());
@@ -359,6 +361,19 @@ impl Publisher {
             |c| c.settings(),
         );
         self.collector = Some(Arc::new(Collector::new(collect, Some(settings))));
+        self
+    }
+
+    /// A collecting publisher whose sending settings change gets a collector of its own
+    /// (same settings, its own task): the task sends by the settings of the publisher that
+    /// started it, so a clone configured differently must not share it.
+    fn own_collector(mut self) -> Self {
+        if let Some(collector) = &self.collector {
+            self.collector = Some(Arc::new(Collector::new(
+                collector.settings(),
+                collector.aggregate(),
+            )));
+        }
         self
     }
 
