@@ -1,7 +1,10 @@
 //! The AWS SDK client behind [`KinesisApi`].
 
+mod fan_out;
+
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use aws_sdk_kinesis::Client;
@@ -12,7 +15,8 @@ use bytes::Bytes;
 
 use super::{
     ApiFuture, ChildShard, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordResult,
-    PutRecordsEntry, PutRecordsOutput, ShardDescription, StreamStatus, StreamSummary,
+    PutRecordsEntry, PutRecordsOutput, ShardDescription, ShardEvents, StreamConsumer, StreamStatus,
+    StreamSummary,
 };
 use crate::error::{ErrorSource, KinesisError, Operation};
 use crate::position::StartingPoint;
@@ -36,6 +40,8 @@ use crate::record::Record;
 pub struct AwsKinesis {
     client: Client,
     region: Arc<str>,
+    /// Stream ARNs by name, for the enhanced fan-out calls that name a stream by its ARN.
+    arns: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl fmt::Debug for AwsKinesis {
@@ -77,7 +83,12 @@ impl AwsKinesis {
         Self {
             client,
             region: region.into(),
+            arns: Arc::default(),
         }
+    }
+
+    fn lock_arns(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        self.arns.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Builds a client from a shared SDK configuration.
@@ -157,7 +168,10 @@ fn kind(code: &str, operation: Operation) -> Kind {
         "LimitExceededException"
             if matches!(
                 operation,
-                Operation::ListShards | Operation::DescribeStreamSummary
+                Operation::ListShards
+                    | Operation::DescribeStreamSummary
+                    | Operation::DescribeStreamConsumer
+                    | Operation::SubscribeToShard
             ) =>
         {
             Kind::Throttled
@@ -498,6 +512,40 @@ impl KinesisApi for AwsKinesis {
                 .map_err(|e| self.error(Operation::MergeShards, stream, Some(shard), e))?;
             Ok(())
         })
+    }
+
+    fn register_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer> {
+        Box::pin(self.register(stream, consumer))
+    }
+
+    fn describe_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer> {
+        Box::pin(self.describe(stream, consumer))
+    }
+
+    fn deregister_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        Box::pin(self.deregister(stream, consumer))
+    }
+
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a Arc<str>,
+        start: &'a StartingPoint,
+    ) -> ApiFuture<'a, ShardEvents> {
+        Box::pin(self.subscribe(stream, consumer_arn, shard, start))
     }
 }
 

@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use super::{
     ApiFuture, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordsEntry, PutRecordsOutput,
-    SharedKinesis, StreamSummary,
+    ShardEvents, SharedKinesis, StreamConsumer, StreamSummary,
 };
 use crate::error::Operation;
 use crate::position::StartingPoint;
@@ -103,6 +103,25 @@ pub enum ApiCall<'a> {
         /// The shard merged into it.
         adjacent: &'a str,
     },
+    /// `RegisterStreamConsumer`, `DescribeStreamConsumer` or `DeregisterStreamConsumer`.
+    Consumer {
+        /// Which of the three.
+        operation: Operation,
+        /// The stream.
+        stream: &'a str,
+        /// The consumer's name.
+        consumer: &'a str,
+    },
+    /// `SubscribeToShard` (the layer sees the call that opens the subscription, not its
+    /// events).
+    SubscribeToShard {
+        /// The stream.
+        stream: &'a str,
+        /// The shard.
+        shard: &'a str,
+        /// Where the subscription starts.
+        start: &'a StartingPoint,
+    },
 }
 
 impl ApiCall<'_> {
@@ -118,6 +137,8 @@ impl ApiCall<'_> {
             Self::DescribeStreamSummary { .. } => Operation::DescribeStreamSummary,
             Self::SplitShard { .. } => Operation::SplitShard,
             Self::MergeShards { .. } => Operation::MergeShards,
+            Self::Consumer { operation, .. } => *operation,
+            Self::SubscribeToShard { .. } => Operation::SubscribeToShard,
         }
     }
 
@@ -132,7 +153,9 @@ impl ApiCall<'_> {
             | Self::CreateStream { stream, .. }
             | Self::DescribeStreamSummary { stream }
             | Self::SplitShard { stream, .. }
-            | Self::MergeShards { stream, .. } => stream,
+            | Self::MergeShards { stream, .. }
+            | Self::Consumer { stream, .. }
+            | Self::SubscribeToShard { stream, .. } => stream,
         }
     }
 }
@@ -315,5 +338,65 @@ impl<L: KinesisLayer> KinesisApi for Layered<L> {
         };
         self.layer
             .around(call, self.inner.merge_shards(stream, shard, adjacent))
+    }
+
+    fn register_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer> {
+        let call = ApiCall::Consumer {
+            operation: Operation::RegisterStreamConsumer,
+            stream,
+            consumer,
+        };
+        let next = self.inner.register_stream_consumer(stream, consumer);
+        self.layer.around(call, next)
+    }
+
+    fn describe_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer> {
+        let call = ApiCall::Consumer {
+            operation: Operation::DescribeStreamConsumer,
+            stream,
+            consumer,
+        };
+        let next = self.inner.describe_stream_consumer(stream, consumer);
+        self.layer.around(call, next)
+    }
+
+    fn deregister_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        let call = ApiCall::Consumer {
+            operation: Operation::DeregisterStreamConsumer,
+            stream,
+            consumer,
+        };
+        let next = self.inner.deregister_stream_consumer(stream, consumer);
+        self.layer.around(call, next)
+    }
+
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a Arc<str>,
+        start: &'a StartingPoint,
+    ) -> ApiFuture<'a, ShardEvents> {
+        let call = ApiCall::SubscribeToShard {
+            stream,
+            shard,
+            start,
+        };
+        let next = self
+            .inner
+            .subscribe_to_shard(stream, consumer_arn, shard, start);
+        self.layer.around(call, next)
     }
 }

@@ -2,11 +2,11 @@
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`KinesisApi`] | the calls: ListShards, GetShardIterator, GetRecords, PutRecords, CreateStream, DescribeStreamSummary, SplitShard, MergeShards |
+//! | [`KinesisApi`] | the calls: ListShards, GetShardIterator, GetRecords, PutRecords, CreateStream, DescribeStreamSummary, SplitShard, MergeShards; for enhanced fan-out RegisterStreamConsumer, DescribeStreamConsumer, DeregisterStreamConsumer, SubscribeToShard |
 //! | [`AwsKinesis`] | the AWS SDK client behind the trait (AWS, LocalStack, emulators) |
 //! | [`MemoryKinesis`] | an in-memory Kinesis: the demo, in-process tests, deterministic fault injection |
 //! | [`layer`] | one way to wrap every call of the seam (counting, recording, faults) |
-//! | [`ShardDescription`], [`GetRecordsOutput`], [`ChildShard`], [`PutRecordsEntry`], [`PutRecordsOutput`], [`StreamSummary`] | what the calls take and return |
+//! | [`ShardDescription`], [`GetRecordsOutput`], [`ChildShard`], [`PutRecordsEntry`], [`PutRecordsOutput`], [`StreamSummary`], [`StreamConsumer`], [`ShardEvent`] | what the calls take and return |
 //!
 //! Everything above the seam (the shard reader, subscriptions, the broker) is written against
 //! [`KinesisApi`] only, so the in-memory transport exercises exactly the code that runs on AWS.
@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 
 pub use aws::AwsKinesis;
 pub use memory::MemoryKinesis;
@@ -100,6 +101,94 @@ pub trait KinesisApi: Send + Sync + 'static {
         shard: &'a str,
         adjacent: &'a str,
     ) -> ApiFuture<'a, ()>;
+
+    /// RegisterStreamConsumer: registers the enhanced fan-out consumer `consumer` of `stream`.
+    /// It is usually CREATING at first. A consumer of that name that exists already is
+    /// [`KinesisError::ResourceInUse`].
+    fn register_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer>;
+
+    /// DescribeStreamConsumer: the consumer `consumer` of `stream`;
+    /// [`KinesisError::StreamNotFound`] when there is no such consumer (or stream).
+    fn describe_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer>;
+
+    /// DeregisterStreamConsumer: removes the consumer `consumer` of `stream` (its
+    /// subscriptions end).
+    fn deregister_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, ()>;
+
+    /// SubscribeToShard: the events the service pushes to the consumer `consumer_arn` from
+    /// `shard` of `stream`, starting at `start` (an after-sub-sequence start subscribes at its
+    /// sequence number). The stream of events ends when the subscription does (the service
+    /// ends each after five minutes) or after the event that reaches the end of a closed shard;
+    /// an `Err` item is its last. Calling again within five seconds of a successful call for
+    /// the same consumer and shard is [`KinesisError::ResourceInUse`].
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a Arc<str>,
+        start: &'a StartingPoint,
+    ) -> ApiFuture<'a, ShardEvents>;
+}
+
+/// The events of one SubscribeToShard subscription, in shard order (see
+/// [`KinesisApi::subscribe_to_shard`]).
+pub type ShardEvents = BoxStream<'static, Result<ShardEvent, KinesisError>>;
+
+/// One event of a SubscribeToShard subscription.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShardEvent {
+    /// The records, in shard order (possibly none: the service also sends empty events).
+    pub records: Vec<Record>,
+    /// Where a new subscription resumes (after this sequence number); `None` in the event
+    /// that reaches the end of a closed shard.
+    pub continuation_sequence_number: Option<String>,
+    /// How far behind the shard's tip the event is.
+    pub millis_behind_latest: Option<u64>,
+    /// The children of a closed shard, given with the event that reaches its end.
+    pub child_shards: Vec<ChildShard>,
+}
+
+impl ShardEvent {
+    /// True for the event that reaches the end of a closed shard.
+    #[must_use]
+    pub fn ends_shard(&self) -> bool {
+        self.continuation_sequence_number.is_none()
+    }
+}
+
+/// An enhanced fan-out consumer of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamConsumer {
+    /// Its name, unique within the stream.
+    pub consumer_name: String,
+    /// Its ARN, which SubscribeToShard takes.
+    pub consumer_arn: String,
+    /// Its state.
+    pub status: ConsumerStatus,
+}
+
+/// An enhanced fan-out consumer's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConsumerStatus {
+    /// Being registered: it cannot subscribe yet.
+    Creating,
+    /// Being deregistered.
+    Deleting,
+    /// Ready to subscribe.
+    Active,
 }
 
 /// A shared handle to any implementation of the seam.

@@ -358,6 +358,24 @@ pub enum KinesisError {
 }
 
 impl KinesisError {
+    /// The same error, said of `operation` (for a call carried out through another one's
+    /// steps). Errors that name no operation stay as they are.
+    #[must_use]
+    pub(crate) fn with_operation(mut self, operation: Operation) -> Self {
+        match &mut self {
+            Self::StreamNotFound { operation: op, .. }
+            | Self::ShardNotFound { operation: op, .. }
+            | Self::InvalidArgument { operation: op, .. }
+            | Self::ResourceInUse { operation: op, .. }
+            | Self::AccessDenied { operation: op, .. }
+            | Self::Throttled { operation: op, .. }
+            | Self::ExpiredIterator { operation: op, .. }
+            | Self::Service { operation: op, .. } => *op = operation,
+            _ => {}
+        }
+        self
+    }
+
     /// True for a throttled call ([`KinesisError::Throttled`]).
     #[must_use]
     pub fn is_throttle(&self) -> bool {

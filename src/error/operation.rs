@@ -30,6 +30,14 @@ pub enum Operation {
     SplitShard,
     /// `MergeShards`.
     MergeShards,
+    /// `RegisterStreamConsumer` (enhanced fan-out).
+    RegisterStreamConsumer,
+    /// `DescribeStreamConsumer` (enhanced fan-out).
+    DescribeStreamConsumer,
+    /// `DeregisterStreamConsumer` (enhanced fan-out).
+    DeregisterStreamConsumer,
+    /// `SubscribeToShard` (enhanced fan-out).
+    SubscribeToShard,
     /// DynamoDB `DescribeTable` (the lease table).
     DescribeTable,
     /// DynamoDB `CreateTable`.
@@ -57,6 +65,10 @@ impl Operation {
             Self::DescribeStreamSummary => "DescribeStreamSummary",
             Self::SplitShard => "SplitShard",
             Self::MergeShards => "MergeShards",
+            Self::RegisterStreamConsumer => "RegisterStreamConsumer",
+            Self::DescribeStreamConsumer => "DescribeStreamConsumer",
+            Self::DeregisterStreamConsumer => "DeregisterStreamConsumer",
+            Self::SubscribeToShard => "SubscribeToShard",
             Self::DescribeTable => "DescribeTable",
             Self::CreateTable => "CreateTable",
             Self::Scan => "Scan",

@@ -21,6 +21,10 @@
 //!   `MillisBehindLatest`, and at the end of a closed shard no next iterator and its
 //!   `ChildShards`. Records older than the trim horizon ([`MemoryKinesis::trim`]) are gone: a
 //!   read from before it starts at it.
+//! - **Enhanced fan-out.** Registered consumers and SubscribeToShard subscriptions that push
+//!   each shard's records as they arrive, with the service's rules on consumer states, the
+//!   five-second resubscription limit, subscription lifetimes and the event that ends a closed
+//!   shard (see [`MemoryKinesis::with_subscription_lifetime`]).
 //! - **Faults.** [`MemoryKinesis::inject`] scripts throttles, failures, expired iterators and
 //!   latency, consumed one per call in injection order; [`MemoryKinesis::set_latency`] slows
 //!   every call. [`MemoryKinesis::calls`] logs every call made through the trait.
@@ -50,6 +54,7 @@
 //! # }
 //! ```
 
+mod fan_out;
 mod faults;
 mod hash;
 mod ops;
@@ -69,6 +74,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use tokio::time::Instant;
 
+pub use fan_out::DEFAULT_SUBSCRIPTION_LIFETIME;
 pub use faults::{CALL_LOG_CAPACITY, Call, Fault, FaultKind};
 
 use self::faults::{CallLog, FaultQueue};
@@ -77,7 +83,7 @@ use self::stream::{StreamState, check_stream_name};
 use self::token::IteratorToken;
 use super::{
     ApiFuture, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordsEntry, PutRecordsOutput,
-    StreamSummary,
+    ShardEvents, StreamConsumer, StreamSummary,
 };
 use crate::error::{KinesisError, Operation};
 use crate::position::StartingPoint;
@@ -143,6 +149,7 @@ struct State {
     iterator_ttl: Duration,
     list_page_size: usize,
     observer: Option<PutObserver>,
+    fan_out: fan_out::FanOut,
 }
 
 /// Told of every record stored: the stream's name and the record.
@@ -204,6 +211,7 @@ impl MemoryKinesis {
                 iterator_ttl: DEFAULT_ITERATOR_TTL,
                 list_page_size: DEFAULT_LIST_SHARDS_PAGE_SIZE,
                 observer: None,
+                fan_out: fan_out::FanOut::default(),
             })),
             region: DEFAULT_REGION.into(),
             instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
@@ -583,5 +591,39 @@ impl KinesisApi for MemoryKinesis {
             self.gate(call, &[shard, adjacent]).await?;
             self.merge(stream, shard, adjacent)
         })
+    }
+
+    fn register_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer> {
+        Box::pin(self.register(stream, consumer))
+    }
+
+    fn describe_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer> {
+        Box::pin(self.describe_consumer(stream, consumer))
+    }
+
+    fn deregister_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        Box::pin(self.deregister(stream, consumer))
+    }
+
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a Arc<str>,
+        start: &'a StartingPoint,
+    ) -> ApiFuture<'a, ShardEvents> {
+        Box::pin(self.subscribe(stream, consumer_arn, shard, start))
     }
 }

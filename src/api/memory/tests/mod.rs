@@ -2,6 +2,7 @@
 //! share.
 
 mod control;
+mod fan_out;
 mod reads;
 mod reshard;
 mod writes;
