@@ -8,12 +8,30 @@
 //! | [`SettledPosition`] | the settled sequence number an expired iterator is renewed after |
 //! | [`ShardEnd`] | what a closed shard reports when it is fully read |
 //! | [`KPL_MAGIC`] | the bytes that mark a KPL-aggregated record |
+//! | [`register_consumer`], [`deregister_consumer`] | the enhanced fan-out consumer ([`ReadSettings::fan_out`]) |
+//!
+//! **Enhanced fan-out.** With [`ReadSettings::fan_out`] a shard is read through
+//! SubscribeToShard instead of GetRecords: the reader registers the consumer when it is
+//! missing and waits until it is ACTIVE, subscribes where polling would open its first
+//! iterator, and hands on each event's records as a GetRecords answer's. A subscription ends
+//! after five minutes (the service's rule): the reader subscribes again right after the last
+//! event's continuation sequence number, so nothing is skipped or repeated. A failed
+//! subscription (another subscription of this consumer to the shard, as in a takeover race;
+//! a dropped connection; a deleted consumer, registered again) is reported on the stream and
+//! retried after the failure backoff, with polling's stop rule. Back-pressure: the next event
+//! is taken only when everything of the previous one was, so at most one event waits in the
+//! reader, beyond what the transport's flow control lets the service send ahead. The end of
+//! a closed shard comes with the event that names its children; where a service does not send
+//! it (the emulators), the reader confirms the end with one GetRecords after the continuation
+//! when the subscription is idle and caught up (at most every ten poll intervals).
 
+mod consumer;
 mod deaggregate;
 mod reader;
 mod settings;
 mod stream;
 
+pub use consumer::{CONSUMER_ACTIVATION_TIMEOUT, deregister_consumer, register_consumer};
 pub(crate) use reader::ReadProbe;
 pub use reader::SettledPosition;
 pub use settings::{

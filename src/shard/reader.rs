@@ -4,6 +4,8 @@
 //! what lets [`ShardStream`](super::ShardStream) unfold it: the stream only starts the next
 //! step once its consumer has taken everything the previous step returned.
 
+mod fan_out;
+
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -11,7 +13,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::ShardEnd;
 use super::settings::ReadSettings;
-use crate::api::{GetRecordsOutput, SharedKinesis};
+use crate::api::{ChildShard, GetRecordsOutput, SharedKinesis};
 use crate::error::KinesisError;
 use crate::position::StartingPoint;
 use crate::record::{Record, cmp_sequence};
@@ -121,6 +123,8 @@ pub(crate) struct Reader {
     /// No call before this instant (poll interval after an empty read, failure backoff).
     not_before: Option<Instant>,
     last_get_records: Option<Instant>,
+    /// Set when the shard is read with enhanced fan-out.
+    fan_out: Option<fan_out::FanOut>,
 }
 
 impl Reader {
@@ -133,6 +137,7 @@ impl Reader {
         settled: Option<SettledPosition>,
     ) -> Self {
         Self {
+            fan_out: settings.fan_out.clone().map(fan_out::FanOut::new),
             api,
             stream,
             shard,
@@ -161,6 +166,13 @@ impl Reader {
     /// Opens with `iterator`, a LATEST iterator requested at `asked`, when no iterator was
     /// fetched yet. An expiry before the first read re-opens at `asked`.
     pub(crate) fn open_with(&mut self, iterator: String, asked: SystemTime) {
+        if self.fan_out.is_some() && self.first_iterator_at.is_none() {
+            // A subscription cannot take an iterator: it opens at the time the iterator was
+            // asked for (with the clock allowance), so nothing after it is missed.
+            self.reopen_at = StartingPoint::since(asked);
+            self.first_iterator_at = Some(asked);
+            return;
+        }
         if self.first_iterator_at.is_none() && self.start == StartingPoint::Latest {
             self.iterator = Some(iterator);
             self.first_iterator_at = Some(asked);
@@ -175,6 +187,9 @@ impl Reader {
 
     /// [`prime`](Self::prime), saying why the position could not be fixed.
     pub(crate) async fn try_prime(&mut self) -> Result<(), KinesisError> {
+        if self.fan_out.is_some() {
+            return self.prime_fan_out().await;
+        }
         if self.iterator.is_some() {
             return Ok(());
         }
@@ -211,6 +226,12 @@ impl Reader {
             if let Some(at) = self.not_before.take() {
                 sleep_until(at).await;
             }
+            if self.fan_out.is_some() {
+                match self.fan_out_step().await {
+                    Some(step) => return step,
+                    None => continue,
+                }
+            }
             let iterator = match self.iterator.take() {
                 Some(iterator) => iterator,
                 None => match self.fetch_iterator().await {
@@ -245,36 +266,37 @@ impl Reader {
     /// A GetRecords answer: the records not handed on yet, and the shard's end when it came.
     /// `None` when there is nothing to hand on (read again).
     fn answered(&mut self, out: GetRecordsOutput) -> Option<Step> {
-        if let Some(probe) = &self.probe {
-            probe.succeeded();
-        }
-        self.failures = 0;
-        self.expiries_in_row = 0;
-        let answered_empty = out.records.is_empty();
-        let records = self.take_new(out.records);
-        let (records, errors) = if self.settings.deaggregate {
-            self.unpack_all(records)
-        } else {
-            (records, Vec::new())
-        };
-        let end = match out.next_shard_iterator {
-            Some(next) => {
-                self.iterator = Some(next);
-                None
-            }
-            None => Some(ShardEnd {
-                shard_id: self.shard.to_string(),
-                child_shards: out.child_shards,
-                last_sequence_number: self.last_read.clone(),
-            }),
-        };
-        if end.is_none() && answered_empty {
+        let ended = out.next_shard_iterator.is_none();
+        if !ended && out.records.is_empty() {
             self.not_before = Some(Instant::now() + self.settings.poll_interval);
             tracing::trace!(
                 millis_behind_latest = out.millis_behind_latest,
                 "empty read, waiting one poll interval"
             );
         }
+        self.iterator = out.next_shard_iterator;
+        self.hand_on(out.records, ended.then_some(out.child_shards))
+    }
+
+    /// Records read (by GetRecords or in a fan-out event): those not handed on yet, and the
+    /// shard's end when `ended` (with its children). `None` when there is nothing to hand on.
+    fn hand_on(&mut self, records: Vec<Record>, ended: Option<Vec<ChildShard>>) -> Option<Step> {
+        if let Some(probe) = &self.probe {
+            probe.succeeded();
+        }
+        self.failures = 0;
+        self.expiries_in_row = 0;
+        let records = self.take_new(records);
+        let (records, errors) = if self.settings.deaggregate {
+            self.unpack_all(records)
+        } else {
+            (records, Vec::new())
+        };
+        let end = ended.map(|child_shards| ShardEnd {
+            shard_id: self.shard.to_string(),
+            child_shards,
+            last_sequence_number: self.last_read.clone(),
+        });
         if records.is_empty() && errors.is_empty() && end.is_none() {
             return None;
         }

@@ -41,6 +41,8 @@ pub struct ReadSettings {
     pub(crate) background_reads: bool,
     pub(crate) deaggregate: bool,
     pub(crate) discard_misplaced: bool,
+    /// Enhanced fan-out with this consumer name; `None` for polling.
+    pub(crate) fan_out: Option<String>,
 }
 
 impl Default for ReadSettings {
@@ -54,6 +56,7 @@ impl Default for ReadSettings {
             background_reads: true,
             deaggregate: false,
             discard_misplaced: false,
+            fan_out: None,
         }
     }
 }
@@ -144,6 +147,32 @@ impl ReadSettings {
         self
     }
 
+    /// Reads with enhanced fan-out as the stream consumer `consumer` instead of polling
+    /// (default: polling). The consumer is registered when missing (never deregistered by the
+    /// reader: other instances use it; see [`crate::shard::deregister_consumer`]), and each
+    /// shard is read through SubscribeToShard: the service pushes records as they arrive, with
+    /// a read budget of its own for this consumer (2 MB/s per shard), and no GetRecords
+    /// polling. The starting rules, the records and the failure rules are those of polling;
+    /// see [`crate::shard`] for what differs.
+    #[must_use]
+    pub fn fan_out(mut self, consumer: impl Into<String>) -> Self {
+        self.fan_out = Some(consumer.into());
+        self
+    }
+
+    /// Reads by polling GetRecords (the default; undoes [`fan_out`](Self::fan_out)).
+    #[must_use]
+    pub fn polling(mut self) -> Self {
+        self.fan_out = None;
+        self
+    }
+
+    /// The fan-out consumer name, when reading with enhanced fan-out.
+    #[must_use]
+    pub fn fan_out_consumer(&self) -> Option<&str> {
+        self.fan_out.as_deref()
+    }
+
     /// The shortest gap between two GetRecords calls that the read-rate cap allows.
     pub(crate) fn min_gap(&self) -> Option<Duration> {
         self.max_reads_per_second
@@ -197,6 +226,19 @@ impl ReadSettings {
                 reason: "must be at least 1".into(),
             });
         }
+        if let Some(consumer) = &self.fan_out {
+            let valid = (1..=128).contains(&consumer.len())
+                && consumer
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            if !valid {
+                return Err(KinesisError::InvalidConfig {
+                    setting: "fan_out",
+                    value: consumer.clone(),
+                    reason: "a consumer name is 1 to 128 letters, digits, `_`, `.` or `-`".into(),
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -237,5 +279,16 @@ mod tests {
             Some(Duration::from_millis(200))
         );
         assert_eq!(ReadSettings::default().unlimited_reads().min_gap(), None);
+        let e = ReadSettings::default()
+            .fan_out("my app")
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("my app"), "{e}");
+        assert!(
+            ReadSettings::default()
+                .fan_out("my-app.v2")
+                .validate()
+                .is_ok()
+        );
     }
 }

@@ -1,0 +1,120 @@
+//! The enhanced fan-out consumer a reader subscribes as: registered when missing, waited for
+//! until ACTIVE, never deregistered implicitly.
+
+use std::time::Duration;
+
+use crate::api::{ConsumerStatus, KinesisApi, StreamConsumer};
+use crate::error::{KinesisError, Operation};
+
+/// How long [`register_consumer`] waits for a consumer to become ACTIVE.
+pub const CONSUMER_ACTIVATION_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often [`register_consumer`] asks whether the consumer is ACTIVE.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// The consumer `name` of `stream`, ACTIVE: registered first when it does not exist (another
+/// instance registering it at the same time is fine), then described once a second until it
+/// is ACTIVE (the service takes a few seconds), at most [`CONSUMER_ACTIVATION_TIMEOUT`].
+///
+/// # Errors
+///
+/// The failed call's error (a missing stream, missing permissions, throttling), or
+/// [`KinesisError::Service`] naming the consumer when it did not become ACTIVE in time.
+pub async fn register_consumer(
+    api: &dyn KinesisApi,
+    stream: &str,
+    name: &str,
+) -> Result<StreamConsumer, KinesisError> {
+    let deadline = tokio::time::Instant::now() + CONSUMER_ACTIVATION_TIMEOUT;
+    loop {
+        let described = match api.describe_stream_consumer(stream, name).await {
+            Ok(consumer) => consumer,
+            Err(KinesisError::StreamNotFound { .. }) => {
+                match api.register_stream_consumer(stream, name).await {
+                    Ok(consumer) => {
+                        tracing::info!(stream, consumer = name, "registered the fan-out consumer");
+                        consumer
+                    }
+                    // Registered meanwhile by another instance.
+                    Err(KinesisError::ResourceInUse { .. }) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) if e.is_throttle() => {
+                wait_or_give_up(deadline, stream, name, "throttled").await?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if described.status == ConsumerStatus::Active {
+            return Ok(described);
+        }
+        wait_or_give_up(deadline, stream, name, "not ACTIVE").await?;
+    }
+}
+
+async fn wait_or_give_up(
+    deadline: tokio::time::Instant,
+    stream: &str,
+    name: &str,
+    why: &str,
+) -> Result<(), KinesisError> {
+    if tokio::time::Instant::now() + CHECK_EVERY > deadline {
+        return Err(KinesisError::Service {
+            operation: Operation::DescribeStreamConsumer,
+            stream: stream.to_owned(),
+            message: format!(
+                "the fan-out consumer `{name}` was still {why} after {CONSUMER_ACTIVATION_TIMEOUT:?}"
+            ),
+            source: None,
+        });
+    }
+    tokio::time::sleep(CHECK_EVERY).await;
+    Ok(())
+}
+
+/// Deregisters the fan-out consumer `name` of `stream`: every subscription of it ends, in
+/// every instance. Readers never do this on their own (other instances of the application use
+/// the consumer); call it when the application is retired. A consumer that does not exist is
+/// fine.
+///
+/// # Errors
+///
+/// The failed call's error.
+pub async fn deregister_consumer(
+    api: &dyn KinesisApi,
+    stream: &str,
+    name: &str,
+) -> Result<(), KinesisError> {
+    match api.deregister_stream_consumer(stream, name).await {
+        Ok(()) | Err(KinesisError::StreamNotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryKinesis;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_consumer_is_registered_and_waited_for() {
+        let kinesis = MemoryKinesis::new().with_consumer_activation(Duration::from_secs(4));
+        kinesis.add_stream("s", 1).unwrap();
+        let consumer = register_consumer(&kinesis, "s", "app").await.unwrap();
+        assert_eq!(consumer.status, ConsumerStatus::Active);
+        // Again: found, not registered twice.
+        let again = register_consumer(&kinesis, "s", "app").await.unwrap();
+        assert_eq!(again.consumer_arn, consumer.consumer_arn);
+        deregister_consumer(&kinesis, "s", "app").await.unwrap();
+        deregister_consumer(&kinesis, "s", "app").await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_stream_is_its_error() {
+        let kinesis = MemoryKinesis::new();
+        let e = register_consumer(&kinesis, "nope", "app")
+            .await
+            .unwrap_err();
+        assert!(matches!(e, KinesisError::StreamNotFound { .. }), "{e:?}");
+    }
+}

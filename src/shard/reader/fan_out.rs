@@ -1,0 +1,206 @@
+//! The reader's enhanced fan-out mode: one step takes the next event of the shard's
+//! SubscribeToShard subscription (subscribing first when there is none), and hands its records
+//! on as a GetRecords answer's (see [`crate::shard`] for the rules).
+
+use futures::StreamExt;
+use tokio::time::Instant;
+
+use super::{Reader, Step};
+use crate::api::{ChildShard, ShardEvent, ShardEvents};
+use crate::error::{KinesisError, Operation};
+use crate::position::StartingPoint;
+use crate::shard::consumer::register_consumer;
+
+/// What the fan-out mode keeps between steps.
+pub(super) struct FanOut {
+    consumer: String,
+    /// The consumer's ARN once it is known to be ACTIVE.
+    arn: Option<String>,
+    events: Option<ShardEvents>,
+    /// Where the next subscription goes on (after this sequence number).
+    continuation: Option<String>,
+    last_end_probe: Option<Instant>,
+}
+
+impl FanOut {
+    pub(super) fn new(consumer: String) -> Self {
+        Self {
+            consumer,
+            arn: None,
+            events: None,
+            continuation: None,
+            last_end_probe: None,
+        }
+    }
+}
+
+impl Reader {
+    fn fan(&mut self) -> &mut FanOut {
+        self.fan_out.as_mut().expect("a fan-out reader")
+    }
+
+    /// One fan-out step: `None` when there is nothing to hand on yet (step again).
+    pub(super) async fn fan_out_step(&mut self) -> Option<Step> {
+        if self.fan().events.is_none()
+            && let Err(step) = self.subscribe().await
+        {
+            return step;
+        }
+        let next = self.fan().events.as_mut()?.next().await;
+        match next {
+            Some(Ok(event)) => self.event(event).await,
+            Some(Err(e)) => {
+                self.fan().events = None;
+                Some(self.subscription_failed(e))
+            }
+            None => {
+                self.fan().events = None;
+                tracing::debug!("the subscription ended; subscribing again after its last event");
+                None
+            }
+        }
+    }
+
+    /// Subscribes now, fixing where the reader starts (see [`Reader::try_prime`]).
+    pub(super) async fn prime_fan_out(&mut self) -> Result<(), KinesisError> {
+        if self.fan().events.is_some() {
+            return Ok(());
+        }
+        match self.subscribe().await {
+            Ok(()) => Ok(()),
+            Err(Some(Step::Failed(e) | Step::Stopped(e))) => Err(e),
+            Err(_) => Err(KinesisError::Throttled {
+                operation: Operation::SubscribeToShard,
+                stream: self.stream.to_string(),
+                source: None,
+            }),
+        }
+    }
+
+    /// Subscribes where the reader goes on. `Err(None)`: throttled, step again after the
+    /// poll interval; `Err(Some(step))`: a failure to report.
+    async fn subscribe(&mut self) -> Result<(), Option<Step>> {
+        let arn = match self.fan().arn.clone() {
+            Some(arn) => arn,
+            None => {
+                let consumer = self.fan().consumer.clone();
+                match register_consumer(self.api.as_ref(), &self.stream, &consumer).await {
+                    Ok(registered) => {
+                        self.fan().arn = Some(registered.consumer_arn.clone());
+                        registered.consumer_arn
+                    }
+                    Err(e) => return Err(Some(self.subscription_failed(e))),
+                }
+            }
+        };
+        let at = self.subscribe_at();
+        let subscribed = self
+            .api
+            .subscribe_to_shard(&self.stream, &arn, &self.shard, &at)
+            .await;
+        match subscribed {
+            Ok(events) => {
+                tracing::debug!(position = ?at, "subscribed");
+                self.fan().events = Some(events);
+                Ok(())
+            }
+            Err(e) if e.is_throttle() => {
+                tracing::debug!("SubscribeToShard throttled, retrying after one poll interval");
+                self.not_before = Some(Instant::now() + self.settings.poll_interval);
+                Err(None)
+            }
+            Err(e) => {
+                if matches!(e, KinesisError::StreamNotFound { .. }) {
+                    // The consumer was deleted: registered again at the next try.
+                    self.fan().arn = None;
+                }
+                Err(Some(self.subscription_failed(e)))
+            }
+        }
+    }
+
+    /// Where a subscription starts: after the last event's continuation, else where the
+    /// reader opens (a LATEST start asked again becomes the time it was first asked for).
+    fn subscribe_at(&mut self) -> StartingPoint {
+        if let Some(continuation) = &self.fan().continuation {
+            return StartingPoint::AfterSequence(continuation.clone());
+        }
+        match self.first_iterator_at {
+            None => self.first_iterator_at = Some(std::time::SystemTime::now()),
+            Some(first) if self.reopen_at == StartingPoint::Latest => {
+                self.reopen_at = StartingPoint::since(first);
+            }
+            Some(_) => {}
+        }
+        self.reopen_at.clone()
+    }
+
+    /// A failed subscription (or consumer registration): retried after the failure backoff
+    /// with polling's stop rule when retrying can help, else the reader stops.
+    fn subscription_failed(&mut self, e: KinesisError) -> Step {
+        let retry = e.is_retryable()
+            || matches!(
+                e,
+                KinesisError::ResourceInUse { .. } | KinesisError::StreamNotFound { .. }
+            );
+        if retry {
+            self.failed(e)
+        } else {
+            tracing::error!(error = %e, "cannot subscribe to the shard");
+            Step::Stopped(e)
+        }
+    }
+
+    /// An event: its records, and the shard's end when it names the children (or, idle and
+    /// caught up, when one GetRecords confirms it).
+    async fn event(&mut self, event: ShardEvent) -> Option<Step> {
+        let ends = event.ends_shard();
+        let ShardEvent {
+            records,
+            continuation_sequence_number,
+            millis_behind_latest,
+            child_shards,
+        } = event;
+        if continuation_sequence_number.is_some() {
+            self.fan().continuation = continuation_sequence_number;
+        }
+        let idle = records.is_empty() && !ends && millis_behind_latest == Some(0);
+        let end = if ends {
+            Some(child_shards)
+        } else if idle {
+            self.probe_end().await
+        } else {
+            None
+        };
+        if end.is_some() {
+            self.fan().events = None;
+        }
+        self.hand_on(records, end)
+    }
+
+    /// Whether the shard ended, by one GetRecords right after the continuation, for services
+    /// that do not send the closing event; at most every ten poll intervals.
+    async fn probe_end(&mut self) -> Option<Vec<ChildShard>> {
+        let every = self.settings.poll_interval * 10;
+        if self
+            .fan()
+            .last_end_probe
+            .is_some_and(|t| t.elapsed() < every)
+        {
+            return None;
+        }
+        self.fan().last_end_probe = Some(Instant::now());
+        let at = StartingPoint::AfterSequence(self.fan().continuation.clone()?);
+        let iterator = self
+            .api
+            .get_shard_iterator(&self.stream, &self.shard, &at)
+            .await
+            .ok()?;
+        let out = self
+            .api
+            .get_records(&self.stream, &self.shard, iterator, 1)
+            .await
+            .ok()?;
+        (out.records.is_empty() && out.next_shard_iterator.is_none()).then_some(out.child_shards)
+    }
+}
