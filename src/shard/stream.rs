@@ -51,6 +51,7 @@ pub struct ShardStreamBuilder {
     settled: Option<SettledPosition>,
     probe: Option<Arc<ReadProbe>>,
     hash_range: Option<crate::kpl::HashRange>,
+    consumer_arn: Option<String>,
 }
 
 impl fmt::Debug for ShardStreamBuilder {
@@ -78,6 +79,7 @@ impl ShardStreamBuilder {
             settled: None,
             probe: None,
             hash_range: None,
+            consumer_arn: None,
         }
     }
 
@@ -109,6 +111,13 @@ impl ShardStreamBuilder {
         self
     }
 
+    /// With [`ReadSettings::fan_out`]: the consumer's ARN, known ACTIVE (a subscription
+    /// registers the consumer once for all its readers).
+    pub(crate) fn consumer_arn(mut self, arn: Option<String>) -> Self {
+        self.consumer_arn = arn;
+        self
+    }
+
     /// Opens the shard at `start`. Nothing is read until the stream is polled.
     ///
     /// # Errors
@@ -128,6 +137,9 @@ impl ShardStreamBuilder {
         );
         reader.probe = self.probe;
         reader.hash_range = self.hash_range;
+        if let Some(arn) = self.consumer_arn {
+            reader.known_consumer(arn);
+        }
         Ok(ShardStream {
             state: State::Idle(Box::new(reader)),
             buffer: VecDeque::new(),
@@ -294,6 +306,19 @@ impl ShardStream {
     pub(crate) fn open_with(&mut self, iterator: String, asked: std::time::SystemTime) {
         if let State::Idle(reader) = &mut self.state {
             reader.open_with(iterator, asked);
+        }
+    }
+
+    /// With enhanced fan-out: opens with `events`, a subscription at LATEST requested at
+    /// `asked`, instead of subscribing (a stream that has not started reading yet). Without
+    /// them, it opens at `asked` (with the clock allowance).
+    pub(crate) fn open_subscribed(
+        &mut self,
+        events: Option<crate::api::ShardEvents>,
+        asked: std::time::SystemTime,
+    ) {
+        if let State::Idle(reader) = &mut self.state {
+            reader.open_subscribed(events, asked);
         }
     }
 

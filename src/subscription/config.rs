@@ -43,6 +43,8 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) settle_within: Option<Duration>,
     pub(crate) dead_letters: Option<Arc<dyn crate::ack::DeadLetters>>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// With [`ReadSettings::fan_out`]: the consumer's ARN, registered at `start`.
+    pub(crate) consumer_arn: Option<String>,
 }
 
 impl SubscriptionConfig {
@@ -63,6 +65,7 @@ impl SubscriptionConfig {
             settle_within: None,
             dead_letters: None,
             clock: Arc::new(TokioClock),
+            consumer_arn: None,
         }
     }
 

@@ -287,12 +287,19 @@ impl SubscriptionBuilder {
     pub async fn start(self) -> Result<Subscription, KinesisError> {
         self.config.validate()?;
         self.store.prepare().await?;
+        let mut config = self.config;
+        if let Some(consumer) = config.read.fan_out_consumer() {
+            // Registered (or found) once, for every reader of the subscription.
+            let registered =
+                crate::shard::register_consumer(self.api.as_ref(), &self.stream, consumer).await?;
+            config.consumer_arn = Some(registered.consumer_arn);
+        }
         let (commands_tx, commands) = mpsc::unbounded_channel();
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let shutdown_tx = Arc::new(shutdown_tx);
         let shutdown_tx_for_error = shutdown_tx.clone();
         let (done_tx, done_rx) = watch::channel(false);
-        let owner = self.config.owner.clone();
+        let owner = config.owner.clone();
         let span = tracing::info_span!("subscription", stream = %self.stream, owner = %owner);
         let (first_sync_tx, first_sync) = tokio::sync::oneshot::channel();
         let (seeks_tx, seeks) = mpsc::unbounded_channel();
@@ -307,10 +314,9 @@ impl SubscriptionBuilder {
         };
         let store: SharedLeaseStore = Arc::new(LayeredStore::new(
             self.store,
-            bounded::CallTimeout(self.config.call_timeout()),
+            bounded::CallTimeout(config.call_timeout()),
         ));
-        let coordinator =
-            Coordinator::new(self.api, store, self.stream.clone(), self.config, links);
+        let coordinator = Coordinator::new(self.api, store, self.stream.clone(), config, links);
         let run = tracing::Instrument::instrument(coordinator.run(), span);
         let task = match &self.runtime {
             Some(runtime) => runtime.spawn(run),

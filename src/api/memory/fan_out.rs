@@ -6,7 +6,8 @@
 //! subscribe until ACTIVE; a consumer may subscribe to a shard once every five seconds
 //! (ResourceInUse otherwise); a subscription ends after [`MemoryKinesis::with_subscription_lifetime`]
 //! (five minutes by default, like the service), after the event that reaches a closed shard's
-//! end (which names the children), or with an error once its consumer is deregistered. Events
+//! end (which names the children), or with an error once its consumer is deregistered or its
+//! connection is cut ([`MemoryKinesis::cut_subscriptions`]). Events
 //! carry every record that arrived since the previous one (checked every 10 ms of the tokio
 //! clock), or none once a second while nothing arrives.
 
@@ -66,6 +67,9 @@ pub(super) struct FanOut {
     pub(super) lifetime: Duration,
     pub(super) activation: Duration,
     pub(super) next_consumer: u64,
+    /// Moved on by [`MemoryKinesis::cut_subscriptions`]: a subscription of an older
+    /// generation fails at its next event.
+    pub(super) generation: u64,
 }
 
 impl Default for FanOut {
@@ -76,6 +80,7 @@ impl Default for FanOut {
             lifetime: DEFAULT_SUBSCRIPTION_LIFETIME,
             activation: Duration::ZERO,
             next_consumer: 1,
+            generation: 0,
         }
     }
 }
@@ -113,6 +118,16 @@ impl MemoryKinesis {
     pub fn with_subscription_lifetime(self, lifetime: Duration) -> Self {
         self.lock().fan_out.lifetime = lifetime;
         self
+    }
+
+    /// Cuts every live subscription, as a dropped connection would: each fails at its next
+    /// event with a service error ("connection reset") and ends.
+    pub fn cut_subscriptions(&self) {
+        self.lock().fan_out.generation += 1;
+    }
+
+    fn generation(&self) -> u64 {
+        self.lock().fan_out.generation
     }
 
     fn consumer_call(&self, operation: Operation, stream: &str) -> Call {
@@ -217,6 +232,7 @@ impl MemoryKinesis {
             ends_at: Instant::now() + lifetime,
             last_event: Instant::now(),
             continuation: None,
+            generation: self.generation(),
         };
         Ok(futures::stream::unfold(subscription, |mut s| async move {
             let event = s.next_event().await?;
@@ -280,6 +296,7 @@ struct Subscription {
     ends_at: Instant,
     last_event: Instant,
     continuation: Option<String>,
+    generation: u64,
 }
 
 impl Subscription {
@@ -294,6 +311,14 @@ impl Subscription {
                     &self.stream,
                     &region,
                 )));
+            }
+            if self.kinesis.generation() != self.generation {
+                return Some(Err(KinesisError::Service {
+                    operation: Operation::SubscribeToShard,
+                    stream: self.stream.to_string(),
+                    message: format!("shard `{}`: connection reset", self.shard),
+                    source: None,
+                }));
             }
             if Instant::now() >= self.ends_at {
                 return None;

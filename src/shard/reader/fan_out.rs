@@ -2,12 +2,14 @@
 //! SubscribeToShard subscription (subscribing first when there is none), and hands its records
 //! on as a GetRecords answer's (see [`crate::shard`] for the rules).
 
+use std::time::SystemTime;
+
 use futures::StreamExt;
 use tokio::time::Instant;
 
 use super::{Reader, Step};
 use crate::api::{ChildShard, ShardEvent, ShardEvents};
-use crate::error::{KinesisError, Operation};
+use crate::error::KinesisError;
 use crate::position::StartingPoint;
 use crate::shard::consumer::register_consumer;
 
@@ -35,6 +37,26 @@ impl FanOut {
 }
 
 impl Reader {
+    /// The consumer's ARN, known ACTIVE: the reader does not register it.
+    pub(crate) fn known_consumer(&mut self, arn: String) {
+        if let Some(fan_out) = &mut self.fan_out {
+            fan_out.arn = Some(arn);
+        }
+    }
+
+    /// Opens with `events`, a subscription at LATEST requested at `asked`; without them (or
+    /// with a reader that is not fanning out) at `asked`, with the clock allowance.
+    pub(crate) fn open_subscribed(&mut self, events: Option<ShardEvents>, asked: SystemTime) {
+        if self.first_iterator_at.is_some() {
+            return;
+        }
+        self.first_iterator_at = Some(asked);
+        match (&mut self.fan_out, events) {
+            (Some(fan_out), Some(events)) => fan_out.events = Some(events),
+            _ => self.reopen_at = StartingPoint::since(asked),
+        }
+    }
+
     fn fan(&mut self) -> &mut FanOut {
         self.fan_out.as_mut().expect("a fan-out reader")
     }
@@ -61,19 +83,39 @@ impl Reader {
         }
     }
 
-    /// Subscribes now, fixing where the reader starts (see [`Reader::try_prime`]).
+    /// Fixes where the reader starts (see [`Reader::try_prime`]): a LATEST start subscribes
+    /// now; any other position is fixed already (a sequence number is checked with one
+    /// GetShardIterator) and subscribes at the first step. A LATEST
+    /// subscription refused for now (the five-second rule, after a seek) or throttled opens at
+    /// the time it was asked for instead.
     pub(super) async fn prime_fan_out(&mut self) -> Result<(), KinesisError> {
-        if self.fan().events.is_some() {
+        if self.fan().events.is_some() || self.fan().continuation.is_some() {
             return Ok(());
+        }
+        if self.reopen_at != StartingPoint::Latest {
+            // Fixed already; a sequence number the shard does not have is refused here, as
+            // when polling (a subscription might be refused for now by the five-second rule).
+            return match &self.reopen_at {
+                StartingPoint::AtSequence(_)
+                | StartingPoint::AfterSequence(_)
+                | StartingPoint::AfterSubSequence(..) => self
+                    .api
+                    .get_shard_iterator(&self.stream, &self.shard, &self.reopen_at)
+                    .await
+                    .map(drop),
+                _ => Ok(()),
+            };
         }
         match self.subscribe().await {
             Ok(()) => Ok(()),
+            // Refused for now (or throttled): it opens at the time it was asked for.
+            Err(None) => {
+                let asked = self.first_iterator_at.unwrap_or_else(SystemTime::now);
+                self.reopen_at = StartingPoint::since(asked);
+                Ok(())
+            }
             Err(Some(Step::Failed(e) | Step::Stopped(e))) => Err(e),
-            Err(_) => Err(KinesisError::Throttled {
-                operation: Operation::SubscribeToShard,
-                stream: self.stream.to_string(),
-                source: None,
-            }),
+            Err(Some(Step::Batch(..))) => Ok(()),
         }
     }
 
@@ -108,6 +150,16 @@ impl Reader {
                 tracing::debug!("SubscribeToShard throttled, retrying after one poll interval");
                 self.not_before = Some(Instant::now() + self.settings.poll_interval);
                 Err(None)
+            }
+            Err(e @ KinesisError::ResourceInUse { .. }) => {
+                // Another subscription of this consumer to the shard (the previous owner's, or
+                // this reader's own within five seconds): waited out like a throttle, not
+                // reported, but counted, so a conflict that lasts stops the reader.
+                tracing::debug!(error = %e, "subscription refused for now, retrying after the failure backoff");
+                match self.failed(e) {
+                    Step::Failed(_) => Err(None),
+                    stopped => Err(Some(stopped)),
+                }
             }
             Err(e) => {
                 if matches!(e, KinesisError::StreamNotFound { .. }) {

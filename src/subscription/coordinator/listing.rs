@@ -2,14 +2,15 @@
 //! (parents before children, as [`lineage::new_rows`] decides them).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use futures::future::join_all;
 
 use super::lineage::{self, Frontier};
 use super::shared::Shared;
-use crate::api::{ShardDescription, list_all_shards};
+use crate::api::{ShardDescription, ShardEvents, list_all_shards};
 use crate::error::{KinesisError, Operation};
 use crate::lease::{Lease, LeaseError};
 use crate::position::{Checkpoint, KinesisPosition, StartingPoint};
@@ -28,18 +29,54 @@ pub(crate) struct Listing {
     pub(crate) tips: HashMap<String, Tip>,
 }
 
-/// A LATEST iterator fetched for a shard right before this instance created the shard's row.
+/// The tip of a shard fixed right before this instance created the shard's row: a LATEST
+/// iterator, or with enhanced fan-out a subscription at LATEST.
 ///
 /// Any other instance learns of the shard from that row (it reads it, or fails to create it),
-/// so the iterator was issued before any other instance's `start` could return counting the
-/// shard: a reader opened with it misses nothing another instance promised. A LATEST iterator
-/// fetched at the take instead could be issued after another instance returned and records
-/// were written.
+/// so the position was fixed before any other instance's `start` could return counting the
+/// shard: a reader opened there misses nothing another instance promised. LATEST asked for at
+/// the take instead could come after another instance returned and records were written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tip {
-    pub(crate) iterator: String,
+    pub(crate) at: TipAt,
     /// When the request was sent.
     pub(crate) asked: SystemTime,
+}
+
+/// What fixes a [`Tip`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TipAt {
+    Iterator(String),
+    Subscription(SharedEvents),
+}
+
+/// A subscription's events, handed over once (to the reader of the shard).
+#[derive(Clone)]
+pub(crate) struct SharedEvents(Arc<Mutex<Option<ShardEvents>>>);
+
+impl SharedEvents {
+    fn new(events: ShardEvents) -> Self {
+        Self(Arc::new(Mutex::new(Some(events))))
+    }
+
+    /// The events, unless they were taken already.
+    pub(crate) fn take(&self) -> Option<ShardEvents> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+impl PartialEq for SharedEvents {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedEvents {}
+
+impl fmt::Debug for SharedEvents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SharedEvents")
+    }
 }
 
 /// Why a listing failed.
@@ -117,17 +154,13 @@ async fn fetch_tips(
         .filter(|row| row.checkpoint == begins_at_tip && !tips.contains_key(&row.shard_id))
         .map(|row| row.shard_id.as_str())
         .collect();
-    let timeout = shared.config.call_timeout();
     let fetched = join_all(wanted.iter().map(|&shard| async move {
         let _permit = shared.permits.acquire().await;
         let asked = SystemTime::now();
-        let call = shared
-            .api
-            .get_shard_iterator(&shared.stream, shard, &StartingPoint::Latest);
-        match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(iterator)) => Some(Tip { iterator, asked }),
+        match tokio::time::timeout(shared.config.call_timeout(), fix_tip(shared, shard)).await {
+            Ok(Ok(at)) => Some(Tip { at, asked }),
             Ok(Err(e)) => {
-                tracing::debug!(shard, error = %e, "no tip iterator; the shard opens at the start time");
+                tracing::debug!(shard, error = %e, "no tip fixed; the shard opens at the start time");
                 None
             }
             Err(_) => None,
@@ -201,6 +234,28 @@ async fn scan(shared: &Shared) -> Result<BTreeMap<String, Lease>, LeaseError> {
         .into_iter()
         .map(|l| (l.shard_id.clone(), l))
         .collect())
+}
+
+/// Fixes the tip of `shard`: a LATEST iterator, or with enhanced fan-out a subscription.
+async fn fix_tip(shared: &Shared, shard: &str) -> Result<TipAt, KinesisError> {
+    let latest = StartingPoint::Latest;
+    match &shared.config.consumer_arn {
+        Some(arn) => {
+            let shard: Arc<str> = shard.into();
+            let events = shared
+                .api
+                .subscribe_to_shard(&shared.stream, arn, &shard, &latest)
+                .await?;
+            Ok(TipAt::Subscription(SharedEvents::new(events)))
+        }
+        None => {
+            let iterator = shared
+                .api
+                .get_shard_iterator(&shared.stream, shard, &latest)
+                .await?;
+            Ok(TipAt::Iterator(iterator))
+        }
+    }
 }
 
 /// Creates `new` level by level (a row only once the rows of its new parents exist), each

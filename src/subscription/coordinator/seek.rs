@@ -127,6 +127,7 @@ async fn open_at(
             .settings(shared.config.read.clone())
             .settled(acks.settled_position())
             .probe(shared.probe.clone())
+            .consumer_arn(shared.config.consumer_arn.clone())
             .open(start.clone())?;
     match tokio::time::timeout(shared.config.call_timeout(), reader.try_prime()).await {
         Ok(Ok(())) => Ok((shard, start, acks, reader)),

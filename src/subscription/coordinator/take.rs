@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use tokio::time::Instant;
 
+use super::listing::TipAt;
 use super::opening::Opening;
 use super::shared::Shared;
 use crate::ack::ShardAcks;
@@ -57,7 +58,10 @@ pub(crate) async fn take(shared: Arc<Shared>, lease: Lease, opening: Opening) ->
     // start is recorded as the time the request was sent.
     let asked = match &opening.tip {
         Some(tip) => {
-            reader.open_with(tip.iterator.clone(), tip.asked);
+            match &tip.at {
+                TipAt::Iterator(iterator) => reader.open_with(iterator.clone(), tip.asked),
+                TipAt::Subscription(events) => reader.open_subscribed(events.take(), tip.asked),
+            }
             tip.asked
         }
         None => SystemTime::now(),
@@ -119,6 +123,7 @@ fn open(
         .settings(shared.config.read.clone())
         .settled(acks.settled_position())
         .probe(shared.probe.clone())
+        .consumer_arn(shared.config.consumer_arn.clone())
         .open(opening.start.clone())?;
     Ok((acks, reader))
 }
