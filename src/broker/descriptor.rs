@@ -124,7 +124,24 @@ impl KinesisStream {
         self
     }
 
-    /// Every read setting at once (replaces `poll_interval`, `batch_size` and `deaggregate`).
+    /// Reads with enhanced fan-out as the stream consumer `consumer` instead of polling
+    /// (default: polling): each shard's records are pushed through SubscribeToShard, with a
+    /// read budget of their own. The consumer is registered when missing and never
+    /// deregistered by the application. See [`ReadSettings::fan_out`].
+    ///
+    /// ```
+    /// use kinesis_dataflow::broker::KinesisStream;
+    ///
+    /// let shipments = KinesisStream::new("shipments").fan_out("shipping-service");
+    /// # let _ = shipments;
+    /// ```
+    pub fn fan_out(mut self, consumer: impl Into<String>) -> Self {
+        self.read = self.read.fan_out(consumer);
+        self
+    }
+
+    /// Every read setting at once (replaces `poll_interval`, `batch_size`, `deaggregate` and
+    /// `fan_out`).
     pub fn read_settings(mut self, settings: ReadSettings) -> Self {
         self.read = settings;
         self
