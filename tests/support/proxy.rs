@@ -16,6 +16,12 @@
 //!   kept alive with it (re-opened when the emulator closed it while idle).
 //! * Requests are forwarded byte for byte (headers included, so SigV4 signatures are those
 //!   the client computed for the proxy's address; neither emulator checks them).
+//! * Answers are read whole before they are handed on, except a successful (2xx) answer to
+//!   `Kinesis_20131202.SubscribeToShard`: an event stream (a chunked body of
+//!   `application/vnd.amazon.eventstream` messages that lasts up to five minutes), relayed as
+//!   it arrives: its head, then its body bytes, chunked framing included, until upstream ends
+//!   it. A client that closes the connection meanwhile ends the relay and the upstream
+//!   connection with it. [`Fault::CutStreamAfter`] cuts such a stream inside an event.
 //! * Rules are consulted in the order they were added; the first one that matches the target
 //!   and fires decides the request's fate. A rule fires with its probability (a seeded RNG
 //!   per rule, so a given sequence of requests always meets the same faults), at most its
@@ -42,6 +48,11 @@ use tokio::task::JoinSet;
 const MAX_HEAD: usize = 64 * 1024;
 /// The `__type` prefix DynamoDB puts on its error codes.
 const DYNAMODB_ERROR_PREFIX: &str = "com.amazonaws.dynamodb.v20120810#";
+/// The target whose successful answers are relayed as a stream (an event stream).
+const STREAMED_TARGET: &str = "Kinesis_20131202.SubscribeToShard";
+/// How much of the message a stream cut falls in is relayed: its prelude (total length,
+/// headers length, prelude CRC), so the client sees a message begin, then the connection drop.
+const CUT_INSIDE: usize = 12;
 
 // ---------------------------------------------------------------------------------------------
 // Faults and rules
@@ -59,8 +70,21 @@ pub enum Fault {
     /// Closes the connection after reading the request, without forwarding or answering.
     Drop,
     /// Forwards the request (it takes effect), then closes the connection without answering:
-    /// the answer is lost.
+    /// the answer is lost (a streamed answer's once its head came back: the subscription was
+    /// made, then the connection closes).
     DropAfterForward,
+    /// Forwards the request; when its answer is relayed as a stream (see the module docs),
+    /// relays the head, the body's first `n` event-stream messages whole, then the prelude
+    /// (the first 12 bytes) of the next message as it arrives, and closes both connections:
+    /// the client's with a FIN after the bytes relayed (no further byte, no terminating
+    /// chunk: the client sees the connection drop inside an event it never receives whole),
+    /// the emulator's with a reset, so that it ends the subscription soon. With kinesis-local
+    /// each message is one `SubscribeToShardEvent`, about one a second (it sends no
+    /// `initial-response` message; a service that does has it counted as the first). Nothing
+    /// is cut when the stream ends first, nor when the answer is not streamed (another target,
+    /// an error answer): those are forwarded as they are. Counted as injected when the rule
+    /// fires, like every fault.
+    CutStreamAfter(u64),
     /// 400 `ProvisionedThroughputExceededException` (Kinesis or DynamoDB by the target).
     Throttled,
     /// 400 `ExpiredIteratorException` (Kinesis).
@@ -87,6 +111,7 @@ impl Fault {
             Self::Latency(d) => format!("latency-{}ms", d.as_millis()),
             Self::Drop => "drop".into(),
             Self::DropAfterForward => "drop-after-forward".into(),
+            Self::CutStreamAfter(n) => format!("cut-stream-after-{n}"),
             Self::Throttled => "throttled".into(),
             Self::ExpiredIterator => "expired-iterator".into(),
             Self::ConditionalCheckFailed => "conditional-check-failed".into(),
@@ -152,7 +177,9 @@ impl Fault {
                 error_type,
                 message,
             } => (*status, error_type.clone(), message.clone()),
-            Self::Latency(_) | Self::Drop | Self::DropAfterForward => return None,
+            Self::Latency(_) | Self::Drop | Self::DropAfterForward | Self::CutStreamAfter(_) => {
+                return None;
+            }
         };
         let body = format!(
             "{{\"__type\":\"{}\",\"message\":\"{}\"}}",
@@ -537,7 +564,8 @@ impl FaultProxy {
         self.inner.requests.load(Ordering::Relaxed)
     }
 
-    /// The targets of the requests being handled right now (read, not yet answered).
+    /// The targets of the requests being handled right now (read, not yet answered; a streamed
+    /// answer until its end).
     pub fn in_flight(&self) -> Vec<String> {
         self.inner.lock().pending.values().cloned().collect()
     }
@@ -673,14 +701,7 @@ impl Wire {
         let mut raw = Vec::new();
         loop {
             let line = self.read_line().await?;
-            let size_text = String::from_utf8_lossy(&line[..line.len() - 2]).into_owned();
-            let size_text = size_text.split(';').next().unwrap_or("").trim().to_owned();
-            let size = usize::from_str_radix(&size_text, 16).map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("bad chunk size {size_text:?}"),
-                )
-            })?;
+            let size = chunk_size(&line)?;
             raw.extend_from_slice(&line);
             if size == 0 {
                 // Trailers, through the blank line.
@@ -713,6 +734,18 @@ impl Wire {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock
         )
     }
+}
+
+/// The size of a chunk, from its size line (CRLF included; extensions ignored).
+fn chunk_size(line: &[u8]) -> io::Result<usize> {
+    let text = String::from_utf8_lossy(&line[..line.len().saturating_sub(2)]).into_owned();
+    let text = text.split(';').next().unwrap_or("").trim();
+    usize::from_str_radix(text, 16).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("bad chunk size {text:?}"),
+        )
+    })
 }
 
 /// A parsed message head.
@@ -831,15 +864,45 @@ async fn read_request(client: &mut Wire) -> io::Result<Option<Request>> {
     Ok(Some(Request { head, body }))
 }
 
+/// How a response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// Chunked, through its last chunk and trailers.
+    Chunked,
+    /// `Content-Length` bytes.
+    Length(usize),
+    /// Up to the end of the connection.
+    ToEnd,
+}
+
+impl Framing {
+    /// How the body of the final response `head` is delimited; `None` when it has none.
+    fn of(head: &Head, status: u16) -> io::Result<Option<Self>> {
+        if status == 204 || status == 304 || (100..200).contains(&status) {
+            return Ok(None);
+        }
+        if head.is_chunked() {
+            return Ok(Some(Self::Chunked));
+        }
+        Ok(Some(
+            head.content_length()?.map_or(Self::ToEnd, Self::Length),
+        ))
+    }
+}
+
 /// A response as read from upstream: every byte to hand on (interim 1xx answers included),
 /// and whether the connection ends after it.
 struct Response {
     bytes: Vec<u8>,
     closes: bool,
+    /// A body left upstream to be relayed as it arrives ([`Relay`]); `bytes` holds the heads
+    /// only then.
+    streamed: Option<Framing>,
 }
 
-/// Reads one response; `Ok(None)` when the connection ended before its first byte.
-async fn read_response(upstream: &mut Wire) -> io::Result<Option<Response>> {
+/// The response heads through the final one (interim 1xx answers first, all in the bytes);
+/// `Ok(None)` when the connection ended before the first byte.
+async fn read_final_head(upstream: &mut Wire) -> io::Result<Option<(Vec<u8>, Head, u16)>> {
     let mut bytes = Vec::new();
     loop {
         let Some(raw) = upstream.read_head().await? else {
@@ -852,32 +915,48 @@ async fn read_response(upstream: &mut Wire) -> io::Result<Option<Response>> {
         let head = Head::parse(raw)?;
         let status = head.status()?;
         bytes.extend_from_slice(&head.raw);
-        if (100..200).contains(&status) && status != 101 {
-            // An interim answer (100 Continue): the real one follows.
-            continue;
+        // The final answer; an interim one (100 Continue) is followed by the real one.
+        if !(100..200).contains(&status) || status == 101 {
+            return Ok(Some((bytes, head, status)));
         }
-        let mut closes = head.closes();
-        if status == 204 || status == 304 || (100..200).contains(&status) {
-            // No body.
-        } else if head.is_chunked() {
-            bytes.extend_from_slice(&upstream.read_chunked().await?);
-        } else if let Some(n) = head.content_length()? {
-            bytes.extend_from_slice(&upstream.read_exact(n).await?);
-        } else {
-            // Delimited by the end of the connection.
-            bytes.extend_from_slice(&upstream.read_to_end().await?);
-            closes = true;
-        }
-        return Ok(Some(Response { bytes, closes }));
     }
 }
 
+/// Reads one response, leaving a successful answer's body upstream when `stream`;
+/// `Ok(None)` when the connection ended before its first byte.
+async fn read_response(upstream: &mut Wire, stream: bool) -> io::Result<Option<Response>> {
+    let Some((mut bytes, head, status)) = read_final_head(upstream).await? else {
+        return Ok(None);
+    };
+    let framing = Framing::of(&head, status)?;
+    let closes = head.closes() || framing == Some(Framing::ToEnd);
+    if stream && (200..300).contains(&status) && framing.is_some() {
+        return Ok(Some(Response {
+            bytes,
+            closes,
+            streamed: framing,
+        }));
+    }
+    match framing {
+        Some(Framing::Chunked) => bytes.extend_from_slice(&upstream.read_chunked().await?),
+        Some(Framing::Length(n)) => bytes.extend_from_slice(&upstream.read_exact(n).await?),
+        Some(Framing::ToEnd) => bytes.extend_from_slice(&upstream.read_to_end().await?),
+        None => {}
+    }
+    Ok(Some(Response {
+        bytes,
+        closes,
+        streamed: None,
+    }))
+}
+
 /// Sends `request` upstream (re-opening a connection the emulator closed while idle) and
-/// reads the answer.
+/// reads the answer (its head only when it is to be streamed: see [`read_response`]).
 async fn forward(
     upstream_addr: &str,
     upstream: &mut Option<Wire>,
     request: &Request,
+    stream: bool,
 ) -> io::Result<Response> {
     let bytes = request.bytes();
     for attempt in 0..2 {
@@ -896,12 +975,13 @@ async fn forward(
         wire.used = true;
         let sent = wire.stream.write_all(&bytes).await;
         let answer = match sent {
-            Ok(()) => read_response(wire).await,
+            Ok(()) => read_response(wire, stream).await,
             Err(e) => Err(e),
         };
         match answer {
             Ok(Some(response)) => {
-                if response.closes {
+                // A streamed body still needs the connection (dropped after the relay).
+                if response.closes && response.streamed.is_none() {
                     *upstream = None;
                 }
                 return Ok(response);
@@ -949,61 +1029,295 @@ impl Drop for Pending<'_> {
 async fn serve(inner: Arc<Inner>, client: TcpStream) {
     let mut client = Wire::new(client);
     let mut upstream: Option<Wire> = None;
-    loop {
-        let request = match read_request(&mut client).await {
-            Ok(Some(request)) => request,
-            // The client closed the connection, or sent something unreadable.
-            Ok(None) | Err(_) => return,
-        };
-        let request_id = inner.requests.fetch_add(1, Ordering::Relaxed);
-        let target = request
-            .head
-            .header("x-amz-target")
-            .unwrap_or("(none)")
-            .to_owned();
-        let client_closes = request.head.closes();
-        let _pending = Pending::new(&inner, request_id, &target);
-        let fault = inner.decide(&target);
-        if let Some(answer) = fault.as_ref().and_then(|f| f.answer(&target, request_id)) {
-            if client.stream.write_all(&answer).await.is_err() || client_closes {
-                return;
+    // Ends when the client closed the connection, or sent something unreadable.
+    while let Ok(Some(request)) = read_request(&mut client).await {
+        if !exchange(&inner, &mut client, &mut upstream, &request).await {
+            return;
+        }
+    }
+}
+
+/// Handles one request: decides its fault, forwards it and hands the answer on. False when
+/// the client connection ends with it (dropping both connections).
+async fn exchange(
+    inner: &Inner,
+    client: &mut Wire,
+    upstream: &mut Option<Wire>,
+    request: &Request,
+) -> bool {
+    let request_id = inner.requests.fetch_add(1, Ordering::Relaxed);
+    let target = request
+        .head
+        .header("x-amz-target")
+        .unwrap_or("(none)")
+        .to_owned();
+    let client_closes = request.head.closes();
+    let _pending = Pending::new(inner, request_id, &target);
+    let fault = inner.decide(&target);
+    if let Some(answer) = fault.as_ref().and_then(|f| f.answer(&target, request_id)) {
+        return client.stream.write_all(&answer).await.is_ok() && !client_closes;
+    }
+    match fault {
+        Some(Fault::Drop) => return false,
+        Some(Fault::Latency(wait)) => tokio::time::sleep(wait).await,
+        _ => {}
+    }
+    let stream = target == STREAMED_TARGET;
+    let response = match forward(&inner.upstream, upstream, request, stream).await {
+        Ok(response) => response,
+        Err(e) => {
+            bad_gateway(inner, client, &e).await;
+            return false;
+        }
+    };
+    if fault == Some(Fault::DropAfterForward) || !hand_on(client, upstream, &response, fault).await
+    {
+        return false;
+    }
+    if response.closes || client_closes {
+        let _ = client.stream.shutdown().await;
+        return false;
+    }
+    true
+}
+
+/// Answers 502 for a forward that failed for a reason of the proxy's own, and counts it.
+async fn bad_gateway(inner: &Inner, client: &mut Wire, e: &io::Error) {
+    inner.upstream_errors.fetch_add(1, Ordering::Relaxed);
+    let body = format!(
+        "{{\"__type\":\"FaultProxyUpstreamError\",\"message\":\"{}\"}}",
+        json_escape(&format!(
+            "fault proxy: forwarding to the emulator failed: {e}"
+        ))
+    );
+    let answer = format!(
+        "HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.stream.write_all(answer.as_bytes()).await;
+}
+
+/// Writes `response` to the client, relaying its streamed body (cut when `fault` says so).
+/// False when the connections are to be dropped: a write failed, the stream broke or was cut.
+async fn hand_on(
+    client: &mut Wire,
+    upstream: &mut Option<Wire>,
+    response: &Response,
+    fault: Option<Fault>,
+) -> bool {
+    if client.stream.write_all(&response.bytes).await.is_err() {
+        return false;
+    }
+    let (Some(framing), Some(upstream)) = (response.streamed, upstream.as_mut()) else {
+        return response.streamed.is_none();
+    };
+    let cut_after = match fault {
+        Some(Fault::CutStreamAfter(n)) => Some(n),
+        _ => None,
+    };
+    let mut relay = Relay {
+        upstream,
+        client,
+        events: EventCounter::default(),
+        cut_after,
+        inside: 0,
+    };
+    let relayed = relay.body(framing).await;
+    if matches!(relayed, Ok(false)) {
+        relay.reset_upstream();
+    }
+    matches!(relayed, Ok(true))
+}
+
+/// Copies a streamed body from upstream to the client as its bytes arrive, chunked framing
+/// included, and cuts it inside an event-stream message when asked.
+struct Relay<'a> {
+    upstream: &'a mut Wire,
+    client: &'a mut Wire,
+    /// The event-stream messages of the body relayed whole so far.
+    events: EventCounter,
+    /// Cut the body inside the message after this many.
+    cut_after: Option<u64>,
+    /// The bytes relayed of the message the cut falls in.
+    inside: usize,
+}
+
+impl Relay<'_> {
+    /// Relays the body: `Ok(true)` when it ended, `Ok(false)` when it was cut.
+    async fn body(&mut self, framing: Framing) -> io::Result<bool> {
+        match framing {
+            Framing::Chunked => self.chunked().await,
+            Framing::Length(n) => self.data(Some(n)).await,
+            Framing::ToEnd => self.data(None).await,
+        }
+    }
+
+    /// A chunked body: size lines, CRLFs and trailers relayed as they are, chunk data through
+    /// [`data`](Self::data).
+    async fn chunked(&mut self) -> io::Result<bool> {
+        loop {
+            let size = chunk_size(&self.line().await?)?;
+            if size == 0 {
+                // Trailers, through the blank line.
+                while self.line().await? != b"\r\n" {}
+                return Ok(true);
             }
-            continue;
-        }
-        match fault {
-            Some(Fault::Drop) => return,
-            Some(Fault::Latency(wait)) => tokio::time::sleep(wait).await,
-            _ => {}
-        }
-        let response = match forward(&inner.upstream, &mut upstream, &request).await {
-            Ok(response) => response,
-            Err(e) => {
-                inner.upstream_errors.fetch_add(1, Ordering::Relaxed);
-                let body = format!(
-                    "{{\"__type\":\"FaultProxyUpstreamError\",\"message\":\"{}\"}}",
-                    json_escape(&format!(
-                        "fault proxy: forwarding to the emulator failed: {e}"
-                    ))
-                );
-                let answer = format!(
-                    "HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = client.stream.write_all(answer.as_bytes()).await;
-                return;
+            if !self.data(Some(size)).await? {
+                return Ok(false);
             }
-        };
-        if fault == Some(Fault::DropAfterForward) {
-            return;
+            if self.line().await? != b"\r\n" {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "chunk data not followed by CRLF",
+                ));
+            }
         }
-        if client.stream.write_all(&response.bytes).await.is_err() {
-            return;
+    }
+
+    /// Relays `n` body bytes (`None`: up to upstream's end) as they arrive; `Ok(false)` when
+    /// the cut falls among them (the bytes after it are not relayed).
+    async fn data(&mut self, mut left: Option<usize>) -> io::Result<bool> {
+        loop {
+            if self.is_cut() {
+                return Ok(false);
+            }
+            if left == Some(0) {
+                return Ok(true);
+            }
+            if self.upstream.buf.is_empty() {
+                if !self.more().await? {
+                    return left.map_or(Ok(true), |_| Err(io::ErrorKind::UnexpectedEof.into()));
+                }
+                continue;
+            }
+            let ready = left.map_or(self.upstream.buf.len(), |n| n.min(self.upstream.buf.len()));
+            let take = self.take(ready);
+            self.client
+                .stream
+                .write_all(&self.upstream.buf[..take])
+                .await?;
+            self.upstream.buf.drain(..take);
+            left = left.map(|n| n - take);
         }
-        if response.closes || client_closes {
-            let _ = client.stream.shutdown().await;
-            return;
+    }
+
+    /// How many of the first `ready` buffered bytes go through before the cut: the whole
+    /// messages up to `cut_after`, then [`CUT_INSIDE`] bytes of the next one.
+    fn take(&mut self, ready: usize) -> usize {
+        let whole = self
+            .events
+            .take(&self.upstream.buf[..ready], self.cut_after);
+        if self.cut_after.is_none_or(|n| self.events.complete < n) {
+            return whole;
         }
+        let inside = (ready - whole).min(CUT_INSIDE - self.inside);
+        self.inside += inside;
+        whole + inside
+    }
+
+    fn is_cut(&self) -> bool {
+        self.cut_after
+            .is_some_and(|n| self.events.complete >= n && self.inside >= CUT_INSIDE)
+    }
+
+    /// Makes the upstream connection close with a reset (RST) rather than a FIN, so the
+    /// emulator sees its stream fail at once (kinesis-local then ends the subscription within
+    /// about one event interval, instead of two after a FIN).
+    fn reset_upstream(&self) {
+        // A zero linger never blocks on drop (the deprecation is about the others);
+        // `set_zero_linger` needs a newer tokio than the manifest asks for.
+        #[allow(deprecated)]
+        let _ = self.upstream.stream.set_linger(Some(Duration::ZERO));
+    }
+
+    /// One line through its CRLF, relayed.
+    async fn line(&mut self) -> io::Result<Vec<u8>> {
+        loop {
+            if let Some(at) = find(&self.upstream.buf, b"\r\n") {
+                let line: Vec<u8> = self.upstream.buf.drain(..at + 2).collect();
+                self.client.stream.write_all(&line).await?;
+                return Ok(line);
+            }
+            if self.upstream.buf.len() > MAX_HEAD {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "line too long"));
+            }
+            if !self.more().await? {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    /// Waits for more bytes from upstream (false at its end), watching the client meanwhile:
+    /// a client that closed the connection (gave up on the stream) ends the relay with an
+    /// error; bytes it sends stay buffered.
+    async fn more(&mut self) -> io::Result<bool> {
+        loop {
+            tokio::select! {
+                more = self.upstream.fill() => return more,
+                read = self.client.fill() => {
+                    if !read? {
+                        return Err(io::Error::new(
+                            io::ErrorKind::ConnectionAborted,
+                            "the client closed the connection during the stream",
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Counts the event-stream messages of a body as its bytes go by. Each message begins with
+/// its total length (a big-endian `u32`, these four bytes included).
+#[derive(Debug, Default)]
+struct EventCounter {
+    /// The first bytes of the message under way, while its length is not known yet.
+    prelude: Vec<u8>,
+    /// The bytes of the message under way still to come, once its length is known.
+    left: usize,
+    /// The messages complete so far.
+    complete: u64,
+}
+
+impl EventCounter {
+    /// Counts the messages in `data`, the body's next bytes; returns how many of those bytes
+    /// go through: all of them, or those through the end of message number `limit`.
+    fn take(&mut self, data: &[u8], limit: Option<u64>) -> usize {
+        let mut at = 0;
+        while at < data.len() && limit.is_none_or(|n| self.complete < n) {
+            at += if self.left == 0 {
+                self.prelude(&data[at..])
+            } else {
+                self.rest(data.len() - at)
+            };
+        }
+        at
+    }
+
+    /// Reads (part of) the next message's length from the start of `data`; returns the bytes
+    /// used.
+    fn prelude(&mut self, data: &[u8]) -> usize {
+        let used = (4 - self.prelude.len()).min(data.len());
+        self.prelude.extend_from_slice(&data[..used]);
+        if let Ok(length) = <[u8; 4]>::try_from(self.prelude.as_slice()) {
+            self.prelude.clear();
+            self.left = (u32::from_be_bytes(length) as usize).saturating_sub(4);
+            if self.left == 0 {
+                self.complete += 1;
+            }
+        }
+        used
+    }
+
+    /// Goes through up to `available` bytes of the message under way; returns the bytes used.
+    fn rest(&mut self, available: usize) -> usize {
+        let used = self.left.min(available);
+        self.left -= used;
+        if self.left == 0 {
+            self.complete += 1;
+        }
+        used
     }
 }
 

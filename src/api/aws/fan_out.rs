@@ -3,10 +3,13 @@
 
 use std::sync::Arc;
 
+use aws_sdk_kinesis::error::SdkError;
 use aws_sdk_kinesis::primitives::DateTime;
+use aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError;
 use aws_sdk_kinesis::types::{
     ConsumerStatus as SdkStatus, ShardIteratorType, StartingPosition, SubscribeToShardEventStream,
 };
+use aws_smithy_types::event_stream::RawMessage;
 use bytes::Bytes;
 use futures::StreamExt;
 
@@ -144,7 +147,7 @@ impl AwsKinesis {
                         Ok(Some(_)) => {}
                         Ok(None) => return None,
                         Err(e) => {
-                            let error = this.error(op, &stream, Some(&shard), e);
+                            let error = this.event_error(&stream, &shard, e);
                             return Some((Err(error), None));
                         }
                     }
@@ -152,6 +155,44 @@ impl AwsKinesis {
             }
         });
         Ok(events.boxed())
+    }
+}
+
+impl AwsKinesis {
+    /// An error inside a subscription's event stream. The SDK knows its kind by the event's
+    /// type, not always by an error code (kinesis-local's refusal of a second subscription
+    /// comes without one): the kinds the reader handles apart are taken from the type.
+    fn event_error(
+        &self,
+        stream: &str,
+        shard: &str,
+        e: SdkError<SubscribeToShardEventStreamError, RawMessage>,
+    ) -> KinesisError {
+        let op = Operation::SubscribeToShard;
+        let code = match &e {
+            SdkError::ServiceError(service) => match service.err() {
+                SubscribeToShardEventStreamError::ResourceInUseException(_) => {
+                    Some("ResourceInUseException")
+                }
+                SubscribeToShardEventStreamError::ResourceNotFoundException(_) => {
+                    Some("ResourceNotFoundException")
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        match code {
+            Some(code) => super::classify(
+                op,
+                stream,
+                Some(shard),
+                &self.region,
+                Some(code),
+                crate::error::brief(&e),
+                Some(Arc::new(e)),
+            ),
+            None => self.error(op, stream, Some(shard), e),
+        }
     }
 }
 

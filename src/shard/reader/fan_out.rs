@@ -73,7 +73,7 @@ impl Reader {
             Some(Ok(event)) => self.event(event).await,
             Some(Err(e)) => {
                 self.fan().events = None;
-                Some(self.subscription_failed(e))
+                self.refused_or_failed(e).err().flatten()
             }
             None => {
                 self.fan().events = None;
@@ -151,24 +151,28 @@ impl Reader {
                 self.not_before = Some(Instant::now() + self.settings.poll_interval);
                 Err(None)
             }
-            Err(e @ KinesisError::ResourceInUse { .. }) => {
-                // Another subscription of this consumer to the shard (the previous owner's, or
-                // this reader's own within five seconds): waited out like a throttle, not
-                // reported, but counted, so a conflict that lasts stops the reader.
-                tracing::debug!(error = %e, "subscription refused for now, retrying after the failure backoff");
-                match self.failed(e) {
-                    Step::Failed(_) => Err(None),
-                    stopped => Err(Some(stopped)),
-                }
-            }
-            Err(e) => {
-                if matches!(e, KinesisError::StreamNotFound { .. }) {
-                    // The consumer was deleted: registered again at the next try.
-                    self.fan().arn = None;
-                }
-                Err(Some(self.subscription_failed(e)))
-            }
+            Err(e) => self.refused_or_failed(e),
         }
+    }
+
+    /// A subscription that failed, at the call or in its event stream. Refused for now
+    /// (ResourceInUse: another subscription of this consumer to the shard, the previous
+    /// owner's, or this reader's own within five seconds): waited out like a throttle, not
+    /// reported (`Err(None)`), but counted, so a conflict that lasts stops the reader. Any
+    /// other failure is `Err(Some(step))` to report; a deleted consumer is registered again
+    /// at the next try.
+    fn refused_or_failed(&mut self, e: KinesisError) -> Result<(), Option<Step>> {
+        if matches!(e, KinesisError::ResourceInUse { .. }) {
+            tracing::debug!(error = %e, "subscription refused for now, retrying after the failure backoff");
+            return match self.failed(e) {
+                Step::Failed(_) => Err(None),
+                stopped => Err(Some(stopped)),
+            };
+        }
+        if matches!(e, KinesisError::StreamNotFound { .. }) {
+            self.fan().arn = None;
+        }
+        Err(Some(self.subscription_failed(e)))
     }
 
     /// Where a subscription starts: after the last event's continuation, else where the
