@@ -1,7 +1,8 @@
 //! Every AWS call of a full run, recorded by the fault proxy (`X-Amz-Target`) in front of both
 //! emulators, is an action of the minimal IAM policy the README documents: the broker face
-//! creating its stream and lease table, publishing, consuming, seeking and shutting down, and
-//! the core subscription and publisher doing the same.
+//! creating its stream and lease table, publishing, consuming, seeking and shutting down, the
+//! core subscription and publisher doing the same, and a subscription reading with enhanced
+//! fan-out, its consumer retired afterwards.
 
 #![forbid(unsafe_code)]
 
@@ -14,7 +15,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
-use kinesis_dataflow::{AwsKinesis, DynamoLeaseStore, KinesisPosition, Publisher, Subscription};
+use kinesis_dataflow::{
+    AwsKinesis, DynamoLeaseStore, KinesisPosition, Publisher, ReadSettings, Subscription,
+};
 use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher as _, Seekable, Seeker};
 use ruststream::{Positioned, Subscriber, SubscriptionSource};
 use support::proxy::{self, FaultProxy};
@@ -120,7 +123,7 @@ async fn every_call_of_a_full_run_is_in_the_documented_policy() {
         .publish("k", "core")
         .await
         .unwrap();
-    let mut subscription = Subscription::builder(api, store, stream.as_str())
+    let mut subscription = Subscription::builder(api.clone(), store.clone(), stream.as_str())
         .start_at(KinesisPosition::horizon())
         .checkpoint_interval(Duration::from_millis(100))
         .start()
@@ -135,6 +138,28 @@ async fn every_call_of_a_full_run_is_in_the_documented_policy() {
         delivery.ack();
     }
     subscription.shutdown().await;
+
+    // The core again, reading with enhanced fan-out (the consumer registered at start, each
+    // shard subscribed to), and the consumer retired afterwards.
+    let mut fan_out = Subscription::builder(api.clone(), store, stream.as_str())
+        .owner("iam-fan-out")
+        .start_at(KinesisPosition::horizon())
+        .read_settings(ReadSettings::default().fan_out("iam-consumer"))
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        let delivery = tokio::time::timeout(Duration::from_secs(30), fan_out.next())
+            .await
+            .expect("a delivery in time")
+            .unwrap()
+            .unwrap();
+        delivery.ack();
+    }
+    fan_out.shutdown().await;
+    kinesis_dataflow::shard::deregister_consumer(api.as_ref(), &stream, "iam-consumer")
+        .await
+        .unwrap();
 
     let used: BTreeSet<String> = kinesis
         .distinct_targets()
@@ -156,6 +181,10 @@ async fn every_call_of_a_full_run_is_in_the_documented_policy() {
         "dynamodb:UpdateItem",
         "dynamodb:DeleteItem",
         "dynamodb:Scan",
+        "kinesis:RegisterStreamConsumer",
+        "kinesis:DescribeStreamConsumer",
+        "kinesis:SubscribeToShard",
+        "kinesis:DeregisterStreamConsumer",
     ] {
         assert!(used.contains(needed), "the run used {needed}: {used:?}");
     }
