@@ -22,6 +22,9 @@ pub(super) struct FanOut {
     /// Where the next subscription goes on (after this sequence number).
     continuation: Option<String>,
     last_end_probe: Option<Instant>,
+    /// The wait before the next end probe: ten poll intervals, doubling while the shard stays
+    /// idle, at most eighty; back to ten once records arrive.
+    probe_every: Option<std::time::Duration>,
 }
 
 impl FanOut {
@@ -32,6 +35,7 @@ impl FanOut {
             events: None,
             continuation: None,
             last_end_probe: None,
+            probe_every: None,
         }
     }
 }
@@ -220,6 +224,9 @@ impl Reader {
         if continuation_sequence_number.is_some() {
             self.fan().continuation = continuation_sequence_number;
         }
+        if !records.is_empty() {
+            self.fan().probe_every = None;
+        }
         let idle = records.is_empty() && !ends && millis_behind_latest == Some(0);
         let end = if ends {
             Some(child_shards)
@@ -235,15 +242,21 @@ impl Reader {
     }
 
     /// Whether the shard ended, by one GetRecords right after the continuation, for services
-    /// that do not send the closing event; at most every ten poll intervals.
+    /// that do not send the closing event: at the first idle event, then after ten poll
+    /// intervals, doubling while the shard stays idle up to eighty (100 idle shards at the
+    /// default 1 s: fewer than 2 probes a second once settled).
     async fn probe_end(&mut self) -> Option<Vec<ChildShard>> {
-        let every = self.settings.poll_interval * 10;
+        let poll = self.settings.poll_interval;
+        let every = self.fan().probe_every.unwrap_or(poll * 10);
         if self
             .fan()
             .last_end_probe
             .is_some_and(|t| t.elapsed() < every)
         {
             return None;
+        }
+        if self.fan().last_end_probe.is_some() {
+            self.fan().probe_every = Some((every * 2).min(poll * 80));
         }
         self.fan().last_end_probe = Some(Instant::now());
         let at = StartingPoint::AfterSequence(self.fan().continuation.clone()?);
