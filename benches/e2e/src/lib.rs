@@ -361,7 +361,10 @@ pub struct ApiCounts {
     pub get_records: u64,
     /// PutRecords calls.
     pub put_records: u64,
-    /// Every other call (CreateStream, DescribeStreamSummary, SplitShard, MergeShards).
+    /// SubscribeToShard calls (enhanced fan-out).
+    pub subscribe_to_shard: u64,
+    /// Every other call (CreateStream, DescribeStreamSummary, SplitShard, MergeShards, the
+    /// stream consumer calls).
     pub other: u64,
 }
 
@@ -374,6 +377,7 @@ impl std::ops::Sub for ApiCounts {
             get_shard_iterator: self.get_shard_iterator - earlier.get_shard_iterator,
             get_records: self.get_records - earlier.get_records,
             put_records: self.put_records - earlier.put_records,
+            subscribe_to_shard: self.subscribe_to_shard - earlier.subscribe_to_shard,
             other: self.other - earlier.other,
         }
     }
@@ -385,6 +389,7 @@ struct ApiCounters {
     get_shard_iterator: AtomicU64,
     get_records: AtomicU64,
     put_records: AtomicU64,
+    subscribe_to_shard: AtomicU64,
     other: AtomicU64,
 }
 
@@ -408,6 +413,7 @@ impl CallCounter {
             get_shard_iterator: c.get_shard_iterator.load(Ordering::Relaxed),
             get_records: c.get_records.load(Ordering::Relaxed),
             put_records: c.put_records.load(Ordering::Relaxed),
+            subscribe_to_shard: c.subscribe_to_shard.load(Ordering::Relaxed),
             other: c.other.load(Ordering::Relaxed),
         }
     }
@@ -425,6 +431,7 @@ impl KinesisLayer for CallCounter {
             ApiCall::GetShardIterator { .. } => &c.get_shard_iterator,
             ApiCall::GetRecords { .. } => &c.get_records,
             ApiCall::PutRecords { .. } => &c.put_records,
+            ApiCall::SubscribeToShard { .. } => &c.subscribe_to_shard,
             _ => &c.other,
         });
         next

@@ -8,7 +8,7 @@
 //! run as `drain --serve-emulator`), so the CPU time read from `/proc/self/stat` is the
 //! client's alone. It creates a 4-shard stream, loads a backlog of N 100-byte records with
 //! PutRecords (500 a call, several calls in flight, spread over the shards by partition key),
-//! then drains the backlog from TRIM_HORIZON four ways (five with `--diagnose`), in a rotating
+//! then drains the backlog from TRIM_HORIZON five ways (six with `--diagnose`), in a rotating
 //! order over the rounds:
 //!
 //! * (a) baseline: the raw SDK, one tokio task per shard, GetShardIterator then GetRecords
@@ -21,7 +21,9 @@
 //!   every shard;
 //! * (e) the RustStream broker face: an app on `KinesisBroker` (the SDK configuration of the
 //!   others, in-memory leases, a fresh broker each round) with one trivial handler that counts
-//!   each record's bytes and acks it, timed from `start()` to the N-th handled record.
+//!   each record's bytes and acks it, timed from `start()` to the N-th handled record;
+//! * (f) (b) reading with enhanced fan-out (`ReadSettings::fan_out`): the records are pushed
+//!   through SubscribeToShard instead of polled.
 //!
 //! It prints, per way, the median records/s, the median of the per-round ratios to (a), and
 //! the CPU seconds per 100,000 records of this process and of the emulator process. Times are
@@ -58,7 +60,7 @@ const PUTS_IN_FLIGHT: usize = 4;
 const GET_LIMIT: u32 = 10_000;
 const DEFAULT_RECORDS: usize = 200_000;
 /// As many rounds as the default ways: each way runs once in each position of the order.
-const DEFAULT_ROUNDS: usize = 4;
+const DEFAULT_ROUNDS: usize = 5;
 const QUICK_RECORDS: usize = 20_000;
 /// A drain that takes longer than this has stalled (the emulator serves 200,000 records in
 /// a few seconds).
@@ -90,7 +92,7 @@ drain: end-to-end drain benchmark of kinesis-dataflow against ferrokinesis
 usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
 
   --records N   backlog size, 100-byte records (default 200000)
-  --rounds R    timed rounds; each round drains the backlog once per way (default 4)
+  --rounds R    timed rounds; each round drains the backlog once per way (default 5)
   --quick       smoke run: --records 20000 --rounds 1
   --diagnose    also time (d): 4 ShardReaders, each drained on a task of its own
   --aggregated  load the backlog as KPL aggregates of up to 100 user records (this crate's
@@ -104,7 +106,8 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
   --help        this text
 
 ways: (a) raw SDK loop (the baseline), (b) Subscription + AckSink, (c) 4 ShardReaders merged
-with select_all, (e) a RustStream app on KinesisBroker; (d) with --diagnose.";
+with select_all, (e) a RustStream app on KinesisBroker, (f) (b) reading with enhanced fan-out;
+(d) with --diagnose.";
 
 #[derive(Debug)]
 struct Options {
@@ -182,25 +185,34 @@ enum Way {
     SelectAll,
     TaskPerReader,
     BrokerFace,
+    FanOut,
 }
 
 impl Way {
-    const ALL: [Way; 5] = [
+    const ALL: [Way; 6] = [
         Way::Sdk,
         Way::Subscription,
         Way::SelectAll,
         Way::TaskPerReader,
         Way::BrokerFace,
+        Way::FanOut,
     ];
     /// The ways of a run without `--diagnose`, in the first round's order.
-    const DEFAULT: [Way; 4] = [Way::Sdk, Way::Subscription, Way::SelectAll, Way::BrokerFace];
+    const DEFAULT: [Way; 5] = [
+        Way::Sdk,
+        Way::Subscription,
+        Way::SelectAll,
+        Way::BrokerFace,
+        Way::FanOut,
+    ];
     /// The ways of a `--diagnose` run, in the first round's order.
-    const DIAGNOSE: [Way; 5] = [
+    const DIAGNOSE: [Way; 6] = [
         Way::Sdk,
         Way::Subscription,
         Way::SelectAll,
         Way::TaskPerReader,
         Way::BrokerFace,
+        Way::FanOut,
     ];
 
     fn label(self) -> &'static str {
@@ -210,6 +222,7 @@ impl Way {
             Way::SelectAll => "(c) 4 ShardReaders, select_all",
             Way::TaskPerReader => "(d) 4 ShardReaders, a task each",
             Way::BrokerFace => "(e) RustStream app, KinesisBroker",
+            Way::FanOut => "(f) Subscription + AckSink, enhanced fan-out",
         }
     }
 }
@@ -496,7 +509,8 @@ impl Bench {
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
             match way {
                 Way::Sdk => self.drain_sdk().await,
-                Way::Subscription => self.drain_subscription(round).await,
+                Way::Subscription => self.drain_subscription(round, false).await,
+                Way::FanOut => self.drain_subscription(round, true).await,
                 Way::SelectAll => self.drain_select_all().await,
                 Way::TaskPerReader => self.drain_task_per_reader().await,
                 Way::BrokerFace => self.drain_broker_face().await,
@@ -595,13 +609,19 @@ impl Bench {
     }
 
     /// (b) The core: a subscription with in-memory leases, every delivery acked.
-    async fn drain_subscription(&self, round: usize) -> Result<Drained> {
+    /// (b), or (f) with `fan_out`: a subscription reading with enhanced fan-out.
+    async fn drain_subscription(&self, round: usize, fan_out: bool) -> Result<Drained> {
         let leases = MemoryLeaseStore::new();
+        let settings = if fan_out {
+            self.read_settings().fan_out("e2e-drain")
+        } else {
+            self.read_settings()
+        };
         let mut subscription =
             Subscription::builder(self.api.clone(), Arc::new(leases.clone()), STREAM)
                 .owner(format!("e2e-drain-{round}"))
                 .start_at(KinesisPosition::horizon())
-                .read_settings(self.read_settings())
+                .read_settings(settings)
                 .start()
                 .await?;
         let (records, bytes, errors) = (
@@ -636,7 +656,8 @@ impl Bench {
             .keys()
             .map(|shard| leases.checkpoint_writes(STREAM, shard))
             .collect();
-        println!("      (b) checkpoint writes per shard: {writes:?}");
+        let way = if fan_out { "(f)" } else { "(b)" };
+        println!("      {way} checkpoint writes per shard: {writes:?}");
         Ok(Drained {
             records: records.into_inner(),
             bytes: bytes.into_inner(),

@@ -408,16 +408,47 @@ async fn consume_core(
     (subscription, errors)
 }
 
+/// How a latency run reads: polling with this `poll_interval`, or enhanced fan-out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadMode {
+    Polling(Duration),
+    FanOut,
+}
+
+impl ReadMode {
+    fn settings(self) -> ReadSettings {
+        match self {
+            ReadMode::Polling(poll) => ReadSettings::default().poll_interval(poll),
+            ReadMode::FanOut => ReadSettings::default().fan_out("latency-probe"),
+        }
+    }
+
+    fn label(self) -> String {
+        match self {
+            ReadMode::Polling(poll) => format!("polling, poll_interval {} ms", poll.as_millis()),
+            ReadMode::FanOut => "enhanced fan-out".to_owned(),
+        }
+    }
+
+    /// How long the last records may take after the producer stopped.
+    fn patience(self) -> Duration {
+        match self {
+            ReadMode::Polling(poll) => poll + Duration::from_secs(3),
+            ReadMode::FanOut => Duration::from_secs(4),
+        }
+    }
+}
+
 async fn latency_run(
     env: &Env,
     face: Face,
     stream: &str,
     rate: f64,
-    poll: Duration,
+    mode: ReadMode,
     duration: Duration,
 ) -> Result<LatencyRun> {
     let sink = Arc::new(Latencies::default());
-    let settings = ReadSettings::default().poll_interval(poll);
+    let settings = mode.settings();
     // Opens at the tip (LATEST; no checkpoint in the fresh lease store): earlier runs' records
     // are not read.
     let api = counting_kinesis(env.aws.clone());
@@ -460,7 +491,7 @@ async fn latency_run(
     let sent = produce(env.client.clone(), stream.to_owned(), rate, duration).await?;
     // The last records get one poll interval and a margin to arrive (missing ones are counted
     // below).
-    let patience = poll + Duration::from_secs(3);
+    let patience = mode.patience();
     let _ = wait_for("every record handled", patience, HANDLED_POLL, || {
         sink.count() >= sent as usize
     })
@@ -509,7 +540,7 @@ async fn latency(env: &Env, options: &Options) -> Result<()> {
         WARM_UP.as_secs()
     );
     println!(
-        "| path | stream | rate | poll_interval | sent | handled | p50 ms | p99 ms | max ms | \
+        "| path | stream | rate | read mode | sent | handled | p50 ms | p99 ms | max ms | \
          first {} s: max ms | GetRecords/s | client CPU share |",
         WARM_UP.as_secs()
     );
@@ -517,19 +548,24 @@ async fn latency(env: &Env, options: &Options) -> Result<()> {
     let mut summary = Vec::new();
     let mut missing = 0;
     for (stream, shards, rate) in [(one, 1, 10.0), (four, 4, 1_000.0)] {
-        for poll in [Duration::from_secs(1), Duration::from_millis(100)] {
+        let modes = [
+            ReadMode::Polling(Duration::from_secs(1)),
+            ReadMode::Polling(Duration::from_millis(100)),
+            ReadMode::FanOut,
+        ];
+        for mode in modes {
             for face in [Face::Core, Face::Broker] {
-                let run = latency_run(env, face, stream, rate, poll, duration).await?;
+                let run = latency_run(env, face, stream, rate, mode, duration).await?;
                 let (p50, p99, max) = (
                     percentile(&run.steady, 50.0),
                     percentile(&run.steady, 99.0),
                     run.steady.last().copied().unwrap_or(0),
                 );
                 println!(
-                    "| {} | {shards} shard(s) | {rate:.0}/s | {} ms | {} | {} | {:.0} | {:.0} | \
+                    "| {} | {shards} shard(s) | {rate:.0}/s | {} | {} | {} | {:.0} | {:.0} | \
                      {:.0} | {:.0} | {} | {:.1}% |",
                     face.label(),
-                    poll.as_millis(),
+                    mode.label(),
                     run.sent,
                     run.handled,
                     ms(p50),
@@ -542,9 +578,9 @@ async fn latency(env: &Env, options: &Options) -> Result<()> {
                 );
                 missing += (run.sent as usize).saturating_sub(run.handled);
                 summary.push(format!(
-                    "{} {rate:.0}/s poll {} ms {:.0}/{:.0}",
+                    "{} {rate:.0}/s {} {:.0}/{:.0}",
                     if face == Face::Core { "core" } else { "broker" },
-                    poll.as_millis(),
+                    mode.label(),
                     ms(p50),
                     ms(p99)
                 ));
@@ -555,6 +591,70 @@ async fn latency(env: &Env, options: &Options) -> Result<()> {
     if missing > 0 {
         return Err(format!("{missing} records sent were not handled").into());
     }
+    latency_in_memory(duration).await
+}
+
+/// The same comparison on the in-memory transport, whose subscriptions look for new records
+/// every 10 ms: what the library's own two read paths add, without an emulator's push cadence
+/// (ferrokinesis pushes every 200 ms, kinesis-local about every second). Polling keeps the
+/// service's 5 reads a second per shard.
+async fn latency_in_memory(duration: Duration) -> Result<()> {
+    println!(
+        "in memory (MemoryKinesis, subscriptions checked every 10 ms), core Subscription, 1 \
+         shard, 100 records/s, {} s per run:",
+        duration.as_secs()
+    );
+    println!("| read mode | sent | handled | p50 ms | p99 ms | max ms |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut summary = Vec::new();
+    for mode in [
+        ReadMode::Polling(Duration::from_millis(100)),
+        ReadMode::FanOut,
+    ] {
+        let memory = kinesis_dataflow::MemoryKinesis::new();
+        memory.add_stream("latency-memory", 1)?;
+        let api: SharedKinesis = Arc::new(memory.clone());
+        let sink = Arc::new(Latencies::default());
+        let subscription =
+            Subscription::builder(api, Arc::new(MemoryLeaseStore::new()), "latency-memory")
+                .read_settings(mode.settings())
+                .start()
+                .await?;
+        let handle = subscription.shutdown_handle();
+        let consumer = tokio::spawn(consume_core(subscription, sink.clone()));
+        let mut sent = 0_u64;
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        let until = Instant::now() + duration;
+        while Instant::now() < until {
+            tick.tick().await;
+            memory.put("latency-memory", "k", stamped_record(now_micros(), sent))?;
+            sent += 1;
+        }
+        let _ = wait_for(
+            "every record handled",
+            mode.patience(),
+            HANDLED_POLL,
+            || sink.count() >= sent as usize,
+        )
+        .await;
+        handle.shutdown().await;
+        let (_subscription, _errors) = consumer.await?;
+        let (_, all) = sink.split_at(0);
+        let (p50, p99) = (percentile(&all, 50.0), percentile(&all, 99.0));
+        println!(
+            "| {} | {sent} | {} | {:.1} | {:.1} | {:.1} |",
+            mode.label(),
+            sink.count(),
+            ms(p50),
+            ms(p99),
+            ms(all.last().copied().unwrap_or(0))
+        );
+        summary.push(format!("{} {:.1}/{:.1}", mode.label(), ms(p50), ms(p99)));
+    }
+    println!(
+        "summary: in-memory latency p50/p99 ms: {}",
+        summary.join("; ")
+    );
     Ok(())
 }
 
@@ -628,24 +728,67 @@ fn lease_line(counts: LeaseCounts, seconds: f64) -> String {
 
 fn api_line(counts: ApiCounts, seconds: f64) -> String {
     format!(
-        "GetRecords {:.1}/s, GetShardIterator {:.2}/s, ListShards {:.2}/s",
+        "GetRecords {:.1}/s, GetShardIterator {:.2}/s, ListShards {:.2}/s, SubscribeToShard \
+         {:.2}/s",
         per_second(counts.get_records, seconds),
         per_second(counts.get_shard_iterator, seconds),
         per_second(counts.list_shards, seconds),
+        per_second(counts.subscribe_to_shard, seconds),
     )
 }
 
+/// This process's established TCP connections to `port` (from `/proc/net/tcp` and `tcp6`).
+fn connections_to(port: u16) -> usize {
+    let remote = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    // rem_address ends with the port; state 01 is ESTABLISHED.
+                    fields.len() > 3 && fields[2].ends_with(&remote) && fields[3] == "01"
+                })
+                .count()
+        })
+        .sum()
+}
+
+/// The idle probe, polling and then with enhanced fan-out.
 async fn idle(env: &Env, options: &Options) -> Result<()> {
+    idle_run(env, options, false).await?;
+    idle_run(env, options, true).await
+}
+
+async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
     const SHARDS: usize = 100;
     let window = options.phase(60, 5);
-    let stream = "idle-100";
+    let stream = if fan_out {
+        "idle-100-fan-out"
+    } else {
+        "idle-100"
+    };
+    let mode = if fan_out {
+        "enhanced fan-out"
+    } else {
+        "polling"
+    };
     create_stream_shards(&env.client, stream, SHARDS).await?;
     let api = counting_kinesis(env.aws.clone());
     let table = Arc::new(MemoryLeaseStore::new());
     let leases = counting_lease_store(table.clone());
     let rss_before = rss_bytes();
     let started = Instant::now();
+    let settings = if fan_out {
+        ReadSettings::default().fan_out("idle-probe")
+    } else {
+        ReadSettings::default()
+    };
     let subscription = Subscription::builder(api.clone(), leases.clone(), stream)
+        .read_settings(settings)
         .start()
         .await?;
     let startup = started.elapsed().as_secs_f64();
@@ -664,6 +807,7 @@ async fn idle(env: &Env, options: &Options) -> Result<()> {
     let seconds = t0.elapsed().as_secs_f64();
     let (api1, leases1, (cpu1, emu1)) = (api.layer().counts(), leases.layer().counts(), env.cpu());
     let rss_end = rss_bytes();
+    let connections = connections_to(env.emulator.port);
     let samples = sampler.stop().await?;
     // Read from the table itself, past the counting decorator.
     let held = table
@@ -680,10 +824,11 @@ async fn idle(env: &Env, options: &Options) -> Result<()> {
     let rss_min = samples.iter().map(|s| s.rss).min().unwrap_or(0);
     let rss_max = samples.iter().map(|s| s.rss).max().unwrap_or(0);
     println!(
-        "idle: one core Subscription (default settings) holding {held} of {SHARDS} shards of an \
-         idle stream (leases held at the window's end); window {seconds:.1} s after start() \
-         returned"
+        "idle ({mode}): one core Subscription (default settings) holding {held} of {SHARDS} \
+         shards of an idle stream (leases held at the window's end); window {seconds:.1} s \
+         after start() returned"
     );
+    println!("  open connections to the emulator at the window's end: {connections}");
     println!(
         "  start(): {startup:.2} s; before the window: {} (lease store: {})",
         api_line(api0, 1.0).replace("/s", ""),
@@ -719,8 +864,9 @@ async fn idle(env: &Env, options: &Options) -> Result<()> {
         sink.count()
     );
     println!(
-        "summary: idle, 100 shards: CPU {:.2}% of a core, RSS {:.1} -> {:.1} MiB, GetRecords \
-         {:.1}/s, lease-store calls {:.1}/s ({:.1} writes/s)",
+        "summary: idle, 100 shards, {mode}: CPU {:.2}% of a core, RSS {:.1} -> {:.1} MiB, \
+         GetRecords {:.1}/s, lease-store calls {:.1}/s ({:.1} writes/s), {connections} \
+         connections",
         (cpu1 - cpu0) / seconds * 100.0,
         mib(rss_start),
         mib(rss_end),
