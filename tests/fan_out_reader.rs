@@ -102,6 +102,37 @@ async fn a_failed_subscription_is_reported_and_one_refused_for_now_is_retried_qu
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_throttled_subscription_waits_quietly_and_a_deleted_consumer_is_registered_again() {
+    let memory = MemoryKinesis::new();
+    memory.add_stream("s", 1).unwrap();
+    let api: SharedKinesis = Arc::new(memory.clone());
+    // The first subscription is throttled (the rate limit per shard and consumer): waited
+    // out, not reported.
+    memory.inject(Fault::throttle(Operation::SubscribeToShard));
+    let mut stream = fan_out(api.clone(), "s", SHARD, StartingPoint::TrimHorizon);
+    memory.put("s", "k", "a").unwrap();
+    let (got, errors) = read(&mut stream, 1).await;
+    assert_eq!(got, ["a"]);
+    assert!(errors.is_empty(), "a throttle is not reported: {errors:?}");
+    // The consumer is deleted under the reader: its subscription fails (reported), and the
+    // reader registers the consumer again and goes on after the last record.
+    api.deregister_stream_consumer("s", "app").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    memory.put("s", "k", "b").unwrap();
+    let (got, errors) = read(&mut stream, 1).await;
+    assert_eq!(got, ["b"], "nothing skipped or repeated");
+    assert!(
+        errors
+            .iter()
+            .any(|e| matches!(e, KinesisError::StreamNotFound { .. })),
+        "the deleted consumer is reported: {errors:?}"
+    );
+    assert_eq!(memory.call_count(Operation::RegisterStreamConsumer), 2);
+    let consumer = api.describe_stream_consumer("s", "app").await.unwrap();
+    assert_eq!(consumer.consumer_name, "app");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_closed_shard_ends_with_the_children_its_last_event_names() {
     let memory = MemoryKinesis::new();
     memory.add_stream("s", 1).unwrap();
