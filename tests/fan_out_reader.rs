@@ -133,6 +133,35 @@ async fn a_throttled_subscription_waits_quietly_and_a_deleted_consumer_is_regist
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_reader_that_is_not_pulled_holds_one_event_at_most_and_resumes_after_it() {
+    // Subscriptions of a minute; the consumer stops pulling for ten.
+    let memory = MemoryKinesis::new().with_subscription_lifetime(Duration::from_secs(60));
+    memory.add_stream("s", 1).unwrap();
+    let api: SharedKinesis = Arc::new(memory.clone());
+    let mut stream = fan_out(api, "s", SHARD, StartingPoint::TrimHorizon);
+    memory.put("s", "k", "first").unwrap();
+    assert_eq!(read(&mut stream, 1).await.0, ["first"]);
+    let mut expected = Vec::new();
+    for minute in 0..10 {
+        for i in 0..2_500 {
+            let payload = format!("{minute}:{i:04}");
+            memory.put("s", "k", payload.clone()).unwrap();
+            expected.push(payload);
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+    // 25,000 records arrived meanwhile; the reader holds no more than one event (at most
+    // 10,000 records in the in-memory transport), and the service's side waits.
+    assert!(stream.buffered_len() <= 10_000, "{}", stream.buffered_len());
+    let (got, errors) = read(&mut stream, expected.len()).await;
+    assert_eq!(
+        got, expected,
+        "every record once, in order, across subscriptions"
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_closed_shard_ends_with_the_children_its_last_event_names() {
     let memory = MemoryKinesis::new();
     memory.add_stream("s", 1).unwrap();
