@@ -16,23 +16,6 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 const CUSTOMERS: usize = 6;
 const PER_CUSTOMER: u64 = 20;
 
-/// (customer, seq) of a "shipped" log line.
-fn shipped(line: &str) -> Option<(String, u64)> {
-    let field = |name: &str| {
-        let start = line.find(name)? + name.len();
-        let rest = &line[start..];
-        let end = rest.find(' ').unwrap_or(rest.len());
-        Some(rest[..end].trim_matches('"').to_owned())
-    };
-    if !line.contains("shipped") {
-        return None;
-    }
-    Some((
-        field("shipment.customer=")?,
-        field("shipment.seq=")?.parse().ok()?,
-    ))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shards_example_with_deaggregation_handles_every_aggregated_shipment_in_order() {
     let client = support::kinesis_client();
@@ -82,7 +65,7 @@ async fn the_shards_example_with_deaggregation_handles_every_aggregated_shipment
     let read = tokio::time::timeout(Duration::from_secs(90), async {
         while handled.values().map(Vec::len).sum::<usize>() < total {
             let line = lines.next_line().await.unwrap().expect("the example runs");
-            if let Some((customer, seq)) = shipped(&line) {
+            if let Some((customer, seq)) = support::shipped::shipped_line(&line) {
                 handled.entry(customer).or_default().push(seq);
             }
         }

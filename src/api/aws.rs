@@ -238,6 +238,40 @@ fn to_system_time(time: Option<&DateTime>) -> Option<SystemTime> {
     time.and_then(|t| SystemTime::try_from(*t).ok())
 }
 
+/// The SDK's records of `shard` as the seam's (their strings moved, not copied).
+fn records(
+    records: Vec<aws_sdk_kinesis::types::Record>,
+    shard: &Arc<str>,
+    millis_behind_latest: Option<u64>,
+) -> Vec<Record> {
+    records
+        .into_iter()
+        .map(|r| {
+            let arrival = to_system_time(r.approximate_arrival_timestamp.as_ref());
+            Record::new(
+                shard.clone(),
+                r.sequence_number,
+                r.partition_key.unwrap_or_default(),
+                Bytes::from(r.data.into_inner()),
+                arrival,
+            )
+            .with_millis_behind_latest(millis_behind_latest)
+        })
+        .collect()
+}
+
+/// The SDK's child shards as the seam's.
+fn child_shards(children: Option<Vec<aws_sdk_kinesis::types::ChildShard>>) -> Vec<ChildShard> {
+    children
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| ChildShard {
+            shard_id: c.shard_id,
+            parent_shards: c.parent_shards,
+        })
+        .collect()
+}
+
 fn not_negative(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
@@ -354,30 +388,8 @@ impl KinesisApi for AwsKinesis {
                 .await
                 .map_err(|e| self.error(Operation::GetRecords, stream, Some(shard), e))?;
             let millis_behind_latest = out.millis_behind_latest.map(not_negative);
-            let records = out
-                .records
-                .into_iter()
-                .map(|r| {
-                    let arrival = to_system_time(r.approximate_arrival_timestamp.as_ref());
-                    Record::new(
-                        shard.clone(),
-                        r.sequence_number,
-                        r.partition_key.unwrap_or_default(),
-                        Bytes::from(r.data.into_inner()),
-                        arrival,
-                    )
-                    .with_millis_behind_latest(millis_behind_latest)
-                })
-                .collect();
-            let child_shards = out
-                .child_shards
-                .unwrap_or_default()
-                .into_iter()
-                .map(|c| ChildShard {
-                    shard_id: c.shard_id,
-                    parent_shards: c.parent_shards,
-                })
-                .collect();
+            let records = records(out.records, shard, millis_behind_latest);
+            let child_shards = child_shards(out.child_shards);
             Ok(GetRecordsOutput {
                 records,
                 next_shard_iterator: out.next_shard_iterator,

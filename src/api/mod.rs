@@ -179,6 +179,22 @@ pub struct StreamConsumer {
     pub status: ConsumerStatus,
 }
 
+/// Checks an enhanced fan-out consumer name as the service does: 1 to 128 letters, digits,
+/// `_`, `.` or `-`. The error names the name.
+pub(crate) fn check_consumer_name(name: &str) -> Result<(), String> {
+    let valid = (1..=128).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "ConsumerName `{name}` must be 1 to 128 letters, digits, `_`, `.` or `-`"
+        ))
+    }
+}
+
 /// An enhanced fan-out consumer's lifecycle state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -166,12 +166,10 @@ impl Reader {
     /// Opens with `iterator`, a LATEST iterator requested at `asked`, when no iterator was
     /// fetched yet. An expiry before the first read re-opens at `asked`.
     pub(crate) fn open_with(&mut self, iterator: String, asked: SystemTime) {
-        if self.fan_out.is_some() && self.first_iterator_at.is_none() {
+        if self.fan_out.is_some() {
             // A subscription cannot take an iterator: it opens at the time the iterator was
             // asked for (with the clock allowance), so nothing after it is missed.
-            self.reopen_at = StartingPoint::since(asked);
-            self.first_iterator_at = Some(asked);
-            return;
+            return self.open_subscribed(None, asked);
         }
         if self.first_iterator_at.is_none() && self.start == StartingPoint::Latest {
             self.iterator = Some(iterator);

@@ -226,18 +226,14 @@ impl ReadSettings {
                 reason: "must be at least 1".into(),
             });
         }
-        if let Some(consumer) = &self.fan_out {
-            let valid = (1..=128).contains(&consumer.len())
-                && consumer
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-            if !valid {
-                return Err(KinesisError::InvalidConfig {
-                    setting: "fan_out",
-                    value: consumer.clone(),
-                    reason: "a consumer name is 1 to 128 letters, digits, `_`, `.` or `-`".into(),
-                });
-            }
+        if let Some(consumer) = &self.fan_out
+            && let Err(reason) = crate::api::check_consumer_name(consumer)
+        {
+            return Err(KinesisError::InvalidConfig {
+                setting: "fan_out",
+                value: consumer.clone(),
+                reason,
+            });
         }
         Ok(())
     }

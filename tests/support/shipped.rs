@@ -25,3 +25,20 @@ pub fn clear_shipped() {
 pub fn record_shipments() {
     events::record_events();
 }
+
+/// (customer, seq) of a `shipped` line the example binary printed, if `line` is one.
+pub fn shipped_line(line: &str) -> Option<(String, u64)> {
+    let field = |name: &str| {
+        let start = line.find(name)? + name.len();
+        let rest = &line[start..];
+        let end = rest.find(' ').unwrap_or(rest.len());
+        Some(rest[..end].trim_matches('"').to_owned())
+    };
+    if !line.contains("shipped") {
+        return None;
+    }
+    Some((
+        field("shipment.customer=")?,
+        field("shipment.seq=")?.parse().ok()?,
+    ))
+}

@@ -10,14 +10,12 @@ use aws_sdk_kinesis::types::{
     ConsumerStatus as SdkStatus, ShardIteratorType, StartingPosition, SubscribeToShardEventStream,
 };
 use aws_smithy_types::event_stream::RawMessage;
-use bytes::Bytes;
 use futures::StreamExt;
 
-use super::{AwsKinesis, not_negative, to_system_time};
-use crate::api::{ChildShard, ConsumerStatus, ShardEvent, ShardEvents, StreamConsumer};
+use super::{AwsKinesis, child_shards, not_negative, records};
+use crate::api::{ConsumerStatus, ShardEvent, ShardEvents, StreamConsumer};
 use crate::error::{KinesisError, Operation};
 use crate::position::StartingPoint;
-use crate::record::Record;
 
 impl AwsKinesis {
     /// The ARN of `stream` (DescribeStreamSummary at the first use, then remembered).
@@ -242,30 +240,8 @@ fn starting_position(
 /// One SDK event as the seam's.
 fn event(e: aws_sdk_kinesis::types::SubscribeToShardEvent, shard: &Arc<str>) -> ShardEvent {
     let millis_behind_latest = Some(not_negative(e.millis_behind_latest));
-    let records = e
-        .records
-        .into_iter()
-        .map(|r| {
-            let arrival = to_system_time(r.approximate_arrival_timestamp.as_ref());
-            Record::new(
-                shard.clone(),
-                r.sequence_number,
-                r.partition_key.unwrap_or_default(),
-                Bytes::from(r.data.into_inner()),
-                arrival,
-            )
-            .with_millis_behind_latest(millis_behind_latest)
-        })
-        .collect();
-    let child_shards: Vec<ChildShard> = e
-        .child_shards
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| ChildShard {
-            shard_id: c.shard_id,
-            parent_shards: c.parent_shards,
-        })
-        .collect();
+    let records = records(e.records, shard, millis_behind_latest);
+    let child_shards = child_shards(e.child_shards);
     // The event that reaches a closed shard's end names the children and no continuation.
     let continuation_sequence_number =
         Some(e.continuation_sequence_number).filter(|c| !c.is_empty() || child_shards.is_empty());

@@ -141,7 +141,7 @@ impl MemoryKinesis {
     ) -> Result<StreamConsumer, KinesisError> {
         let op = Operation::RegisterStreamConsumer;
         self.gate(self.consumer_call(op, stream), &[]).await?;
-        check_consumer_name(name).map_err(|m| super::ops::invalid(op, stream, m))?;
+        crate::api::check_consumer_name(name).map_err(|m| super::ops::invalid(op, stream, m))?;
         let mut state = self.lock();
         self.stream_mut(&mut state, op, stream)?;
         let fan_out = &mut state.fan_out;
@@ -366,20 +366,5 @@ impl Subscription {
             millis_behind_latest,
             child_shards,
         })
-    }
-}
-
-/// A consumer name is 1 to 128 characters of letters, digits, `_`, `.` and `-`.
-fn check_consumer_name(name: &str) -> Result<(), String> {
-    let valid = (1..=128).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if valid {
-        Ok(())
-    } else {
-        Err(format!(
-            "ConsumerName `{name}` must be 1 to 128 letters, digits, `_`, `.` or `-`"
-        ))
     }
 }
