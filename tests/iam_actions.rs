@@ -181,6 +181,7 @@ async fn every_call_of_a_full_run_is_in_the_documented_policy() {
         "dynamodb:UpdateItem",
         "dynamodb:DeleteItem",
         "dynamodb:Scan",
+        "dynamodb:BatchGetItem",
         "kinesis:RegisterStreamConsumer",
         "kinesis:DescribeStreamConsumer",
         "kinesis:SubscribeToShard",

@@ -116,6 +116,7 @@ both_stores!(
     streams_share_a_table_without_mixing,
     parents_round_trip,
     list_paginates_and_orders_by_shard,
+    get_reads_the_named_rows_as_they_are_now,
     writes_by_a_non_holder_are_lost,
     delete_is_conditional_on_owner_and_counter,
 );
@@ -383,6 +384,42 @@ async fn list_paginates_and_orders_by_shard(store: SharedLeaseStore) {
     assert_eq!(listed.len(), SHARDS, "{}", logs());
     assert_eq!(listed, expected);
     assert_eq!(store.list("other").await.expect("list other").len(), 10);
+}
+
+async fn get_reads_the_named_rows_as_they_are_now(store: SharedLeaseStore) {
+    // More ids than one BatchGetItem call takes, some of rows that do not exist, and rows of
+    // another stream with the same ids.
+    for i in 0..150 {
+        assert!(
+            store
+                .create(&Lease::new(STREAM, shard(i), vec![]))
+                .await
+                .expect("create")
+        );
+    }
+    for i in 0..5 {
+        assert!(
+            store
+                .create(&Lease::new("other", shard(i), vec![]))
+                .await
+                .expect("create")
+        );
+    }
+    let seen = current(&store, STREAM, &shard(3)).await;
+    let held = store.take(&seen, "a").await.expect("take");
+    let wanted: Vec<String> = (0..130).rev().map(shard).chain([shard(900)]).collect();
+    let rows = store.get(STREAM, &wanted).await.expect("get");
+    let ids: Vec<String> = rows.iter().map(|r| r.shard_id.clone()).collect();
+    assert_eq!(ids, (0..130).map(shard).collect::<Vec<_>>(), "{}", logs());
+    assert!(rows.iter().all(|r| r.stream == STREAM));
+    assert_eq!(rows[3], held);
+    assert!(
+        store
+            .get(STREAM, &[])
+            .await
+            .expect("get nothing")
+            .is_empty()
+    );
 }
 
 async fn writes_by_a_non_holder_are_lost(store: SharedLeaseStore) {

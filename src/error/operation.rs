@@ -44,6 +44,8 @@ pub enum Operation {
     CreateTable,
     /// DynamoDB `Scan`.
     Scan,
+    /// DynamoDB `BatchGetItem`.
+    BatchGetItem,
     /// DynamoDB `PutItem`.
     PutItem,
     /// DynamoDB `UpdateItem`.
@@ -72,6 +74,7 @@ impl Operation {
             Self::DescribeTable => "DescribeTable",
             Self::CreateTable => "CreateTable",
             Self::Scan => "Scan",
+            Self::BatchGetItem => "BatchGetItem",
             Self::PutItem => "PutItem",
             Self::UpdateItem => "UpdateItem",
             Self::DeleteItem => "DeleteItem",
@@ -85,6 +88,7 @@ impl Operation {
             Self::DescribeTable
             | Self::CreateTable
             | Self::Scan
+            | Self::BatchGetItem
             | Self::PutItem
             | Self::UpdateItem
             | Self::DeleteItem => "dynamodb",

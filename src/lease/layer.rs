@@ -53,6 +53,13 @@ pub enum LeaseCall<'a> {
         /// The stream.
         stream: &'a str,
     },
+    /// [`LeaseStore::get`].
+    Get {
+        /// The stream.
+        stream: &'a str,
+        /// The ids of the rows read.
+        ids: &'a [String],
+    },
     /// [`LeaseStore::create`].
     Create {
         /// The row.
@@ -97,6 +104,7 @@ impl LeaseCall<'_> {
         match self {
             Self::Prepare => Operation::DescribeTable,
             Self::List { .. } => Operation::Scan,
+            Self::Get { .. } => Operation::BatchGetItem,
             Self::Create { .. } => Operation::PutItem,
             Self::Delete { .. } => Operation::DeleteItem,
             Self::Take { .. }
@@ -112,6 +120,7 @@ impl LeaseCall<'_> {
         match self {
             Self::Prepare => "prepare",
             Self::List { .. } => "list",
+            Self::Get { .. } => "get",
             Self::Create { .. } => "create",
             Self::Take { .. } => "take",
             Self::Renew { .. } => "renew",
@@ -181,6 +190,11 @@ impl<L: LeaseLayer> LeaseStore for LayeredStore<L> {
     fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
         self.layer
             .around(LeaseCall::List { stream }, self.inner.list(stream))
+    }
+
+    fn get<'a>(&'a self, stream: &'a str, ids: &'a [String]) -> LeaseFuture<'a, Vec<Lease>> {
+        self.layer
+            .around(LeaseCall::Get { stream, ids }, self.inner.get(stream, ids))
     }
 
     fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {

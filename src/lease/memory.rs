@@ -24,6 +24,7 @@ fn call_of(operation: &str) -> Operation {
     match operation {
         "prepare" => Operation::DescribeTable,
         "list" => Operation::Scan,
+        "get" => Operation::BatchGetItem,
         "create" => Operation::PutItem,
         "delete" => Operation::DeleteItem,
         _ => Operation::UpdateItem,
@@ -158,6 +159,18 @@ impl MemoryLeaseStore {
             .collect())
     }
 
+    fn do_get(&self, stream: &str, ids: &[String]) -> Result<Vec<Lease>, LeaseError> {
+        self.check_available("get")?;
+        let state = self.lock();
+        let mut rows: Vec<Lease> = ids
+            .iter()
+            .filter_map(|id| state.rows.get(&(stream.to_owned(), id.clone())).cloned())
+            .collect();
+        rows.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        rows.dedup_by(|a, b| a.shard_id == b.shard_id);
+        Ok(rows)
+    }
+
     fn do_create(&self, lease: &Lease) -> Result<bool, LeaseError> {
         self.check_available("create")?;
         let mut state = self.lock();
@@ -247,6 +260,13 @@ impl LeaseStore for MemoryLeaseStore {
         Box::pin(async move {
             self.delay().await;
             self.do_list(stream)
+        })
+    }
+
+    fn get<'a>(&'a self, stream: &'a str, ids: &'a [String]) -> LeaseFuture<'a, Vec<Lease>> {
+        Box::pin(async move {
+            self.delay().await;
+            self.do_get(stream, ids)
         })
     }
 

@@ -111,6 +111,21 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Every lease of `stream`.
     fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>>;
 
+    /// The rows of `stream` with these ids, read consistently, in id order (rows that do not
+    /// exist are left out). A subscription reads a few rows this way many times a second (the worker
+    /// rows it watches), so a store should make it cheap: [`DynamoLeaseStore`] reads them with
+    /// `BatchGetItem`, which costs the rows named, not the table. The default lists the whole
+    /// stream and picks the rows out.
+    fn get<'a>(&'a self, stream: &'a str, ids: &'a [String]) -> LeaseFuture<'a, Vec<Lease>> {
+        Box::pin(async move {
+            let rows = self.list(stream).await?;
+            Ok(rows
+                .into_iter()
+                .filter(|row| ids.contains(&row.shard_id))
+                .collect())
+        })
+    }
+
     /// Adds an unowned lease for a shard unless a row exists; `true` when it was added.
     fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool>;
 

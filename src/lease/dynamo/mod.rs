@@ -36,8 +36,8 @@ mod writes;
 /// `leaseKey`) when it is missing.
 ///
 /// The IAM actions it needs on the table: `dynamodb:DescribeTable`, `dynamodb:CreateTable`
-/// (unless the table already exists), `dynamodb:Scan`, `dynamodb:PutItem`,
-/// `dynamodb:UpdateItem` and `dynamodb:DeleteItem`.
+/// (unless the table already exists), `dynamodb:Scan`, `dynamodb:BatchGetItem`,
+/// `dynamodb:PutItem`, `dynamodb:UpdateItem` and `dynamodb:DeleteItem`.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), kinesis_dataflow::lease::LeaseError> {
@@ -169,6 +169,10 @@ impl LeaseStore for DynamoLeaseStore {
 
     fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
         Box::pin(self.do_list(stream))
+    }
+
+    fn get<'a>(&'a self, stream: &'a str, ids: &'a [String]) -> LeaseFuture<'a, Vec<Lease>> {
+        Box::pin(self.do_get(stream, ids))
     }
 
     fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnValue};
 
 use super::DynamoLeaseStore;
 use super::errors::is_condition_failure;
@@ -11,6 +11,9 @@ use super::row::{
 };
 use crate::error::Operation;
 use crate::lease::{Lease, LeaseError};
+
+/// The most keys one `BatchGetItem` call may name.
+const BATCH_GET_KEYS: usize = 100;
 
 /// The owner named in [`LeaseError::Lost`] when the caller's lease had no owner at all.
 const NO_OWNER: &str = "(no owner)";
@@ -40,6 +43,57 @@ impl DynamoLeaseStore {
             match page.last_evaluated_key {
                 Some(key) if !key.is_empty() => start = Some(key),
                 _ => break,
+            }
+        }
+        leases.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        Ok(leases)
+    }
+
+    /// Reads the named rows with `BatchGetItem` (consistent reads, 100 keys a call, keys the
+    /// service left unprocessed asked for again).
+    pub(super) async fn do_get(
+        &self,
+        stream: &str,
+        ids: &[String],
+    ) -> Result<Vec<Lease>, LeaseError> {
+        let call = Operation::BatchGetItem;
+        let mut leases = Vec::new();
+        for chunk in ids.chunks(BATCH_GET_KEYS) {
+            let keys = chunk
+                .iter()
+                .map(|id| {
+                    let key = key_value(&Lease::new(stream, id.as_str(), Vec::new()));
+                    HashMap::from([(KEY.to_owned(), key)])
+                })
+                .collect();
+            let mut wanted = KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .consistent_read(true)
+                .build()
+                .map_err(|err| self.invalid(call, &err.to_string()))?;
+            loop {
+                let answer = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&*self.table, wanted)
+                    .send()
+                    .await
+                    .map_err(|err| self.error(call, err))?;
+                for item in answer
+                    .responses()
+                    .and_then(|tables| tables.get(&*self.table))
+                    .into_iter()
+                    .flatten()
+                {
+                    leases.push(parse_row(&self.table, call, item)?);
+                }
+                match answer
+                    .unprocessed_keys
+                    .and_then(|mut tables| tables.remove(&*self.table))
+                {
+                    Some(rest) if !rest.keys().is_empty() => wanted = rest,
+                    _ => break,
+                }
             }
         }
         leases.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
