@@ -7,7 +7,13 @@
 //! have passed since then. The check is made where records are handed out, so a
 //! coordinator that is busy (a slow listing, a hanging call) cannot let a reader run past
 //! its lease.
+//!
+//! Every reader of an instance also stops once the instance's own worker row has not been
+//! renewed for two thirds of the lease duration ([`WorkerGate`]): another instance that sees
+//! the worker row unchanged for the whole lease duration may declare the instance gone and
+//! take all its shards at once, without waiting for each lease to expire in its view.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -21,16 +27,20 @@ pub(crate) struct LeaseGate {
     /// Nanoseconds after `base` until which the lease is safely ours.
     valid_until: AtomicU64,
     give_up_after: Duration,
+    /// The instance's worker row, which must be fresh too.
+    worker: Arc<WorkerGate>,
 }
 
 impl LeaseGate {
-    /// A gate for a lease whose counter last moved by a write sent at `sent`.
-    pub(crate) fn new(sent: Instant, give_up_after: Duration) -> Self {
+    /// A gate for a lease whose counter last moved by a write sent at `sent`, read by an
+    /// instance whose worker row `worker` times.
+    pub(crate) fn new(sent: Instant, give_up_after: Duration, worker: Arc<WorkerGate>) -> Self {
         let gate = Self {
             revoked: AtomicBool::new(false),
             base: sent,
             valid_until: AtomicU64::new(0),
             give_up_after,
+            worker,
         };
         gate.renewed(sent);
         gate
@@ -44,6 +54,7 @@ impl LeaseGate {
             base: previous.base,
             valid_until: AtomicU64::new(previous.valid_until.load(Ordering::Acquire)),
             give_up_after: previous.give_up_after,
+            worker: previous.worker.clone(),
         }
     }
 
@@ -76,7 +87,8 @@ impl LeaseGate {
 
     /// True while records of this shard may be handed out.
     pub(crate) fn is_open(&self) -> bool {
-        !self.is_revoked() && Instant::now() < self.deadline()
+        let now = Instant::now();
+        !self.is_revoked() && now < self.deadline() && self.worker.is_open(now)
     }
 
     /// True when the lease ran out without a renewal (as opposed to a revocation).
@@ -85,14 +97,70 @@ impl LeaseGate {
     }
 }
 
+/// Whether an instance's worker row is fresh enough for its readers to go on, shared by every
+/// [`LeaseGate`] of the instance.
+///
+/// Unbound (always open) while the instance has no worker row: nobody can declare an instance
+/// gone through a row that does not exist, and each lease still has its own gate. Bound from
+/// the first write of the row on, it closes two thirds of the lease duration after the last
+/// write that succeeded was sent, exactly like a lease.
+#[derive(Debug)]
+pub(crate) struct WorkerGate {
+    base: Instant,
+    bound: AtomicBool,
+    /// Nanoseconds after `base` until which the worker row is safely this instance's.
+    valid_until: AtomicU64,
+    give_up_after: Duration,
+}
+
+impl WorkerGate {
+    /// An unbound gate.
+    pub(crate) fn new(give_up_after: Duration) -> Self {
+        Self {
+            base: Instant::now(),
+            bound: AtomicBool::new(false),
+            valid_until: AtomicU64::new(0),
+            give_up_after,
+        }
+    }
+
+    /// A write of the worker row sent at `sent` succeeded.
+    pub(crate) fn renewed(&self, sent: Instant) {
+        let until = sent.saturating_duration_since(self.base) + self.give_up_after;
+        let nanos = u64::try_from(until.as_nanos()).unwrap_or(u64::MAX);
+        if self.bound.load(Ordering::Acquire) {
+            self.valid_until.fetch_max(nanos, Ordering::AcqRel);
+        } else {
+            self.valid_until.store(nanos, Ordering::Release);
+            self.bound.store(true, Ordering::Release);
+        }
+    }
+
+    /// The instance deleted its own worker row: its readers answer to their leases only.
+    pub(crate) fn unbind(&self) {
+        self.bound.store(false, Ordering::Release);
+    }
+
+    /// True while the readers may hand out records (as far as the worker row goes).
+    pub(crate) fn is_open(&self, now: Instant) -> bool {
+        !self.bound.load(Ordering::Acquire)
+            || now.saturating_duration_since(self.base)
+                < Duration::from_nanos(self.valid_until.load(Ordering::Acquire))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn unbound() -> Arc<WorkerGate> {
+        Arc::new(WorkerGate::new(Duration::from_secs(6)))
+    }
+
     #[test]
     fn a_renewal_extends_from_when_it_was_sent_and_never_shortens() {
         let start = Instant::now();
-        let gate = LeaseGate::new(start, Duration::from_secs(6));
+        let gate = LeaseGate::new(start, Duration::from_secs(6), unbound());
         assert_eq!(gate.deadline(), start + Duration::from_secs(6));
         gate.renewed(start + Duration::from_secs(3));
         assert_eq!(gate.deadline(), start + Duration::from_secs(9));
@@ -107,9 +175,30 @@ mod tests {
 
     #[test]
     fn a_lease_not_renewed_in_time_closes_the_gate() {
-        let gate = LeaseGate::new(Instant::now(), Duration::ZERO);
+        let gate = LeaseGate::new(Instant::now(), Duration::ZERO, unbound());
         assert!(gate.is_expired());
         assert!(!gate.is_open());
         assert!(!gate.is_revoked());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_worker_row_closes_every_gate_of_the_instance_until_unbound() {
+        let worker = unbound();
+        let gate = LeaseGate::new(Instant::now(), Duration::from_secs(60), worker.clone());
+        assert!(gate.is_open(), "no worker row yet: the lease alone decides");
+        worker.renewed(Instant::now());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(gate.is_open());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(
+            !gate.is_open(),
+            "six seconds after the last worker row write"
+        );
+        assert!(!gate.is_expired(), "the lease itself is still fresh");
+        worker.renewed(Instant::now());
+        assert!(gate.is_open());
+        tokio::time::advance(Duration::from_secs(7)).await;
+        worker.unbind();
+        assert!(gate.is_open(), "the row was deleted on purpose");
     }
 }

@@ -722,15 +722,20 @@ async fn a_shard_past_the_retention_period_loses_its_row_and_its_children_go_on(
     .await;
     assert_eq!(
         rows(&store).await,
-        vec!["shardId-000000000001", "shardId-000000000002", "worker:a"],
-        "the children's rows and the live worker row are kept"
+        vec![
+            "shardId-000000000001",
+            "shardId-000000000002",
+            "worker:",
+            "worker:a"
+        ],
+        "the children's rows, the roster row and the live worker row are kept"
     );
 
     sub.shutdown().await;
     assert_eq!(
         rows(&store).await,
-        vec!["shardId-000000000001", "shardId-000000000002"],
-        "a graceful stop deletes the worker row"
+        vec!["shardId-000000000001", "shardId-000000000002", "worker:"],
+        "a graceful stop deletes the worker row (the stream's one roster row stays)"
     );
 
     // A new instance takes the children: a parent with no row that the stream no longer lists

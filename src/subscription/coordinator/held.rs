@@ -33,7 +33,11 @@ impl Coordinator {
         } else {
             tracing::info!(shard = %shard, parents = ?lease.parents, position = ?start, "lease taken; child started after its parents");
         }
-        let gate = Arc::new(LeaseGate::new(sent, self.config().give_up_after()));
+        let gate = Arc::new(LeaseGate::new(
+            sent,
+            self.config().give_up_after(),
+            self.shared.worker_gate.clone(),
+        ));
         self.start_reading(shard, lease, written, acks, reader, gate);
     }
 

@@ -26,6 +26,12 @@ pub(crate) struct Liveness {
 impl Liveness {
     /// Records the rows of a listing made at `now`; forgets rows that are gone.
     pub(crate) fn observe(&mut self, rows: &BTreeMap<String, Lease>, now: Instant) {
+        self.observe_some(rows, now);
+        self.seen.retain(|id, _| rows.contains_key(id));
+    }
+
+    /// Records some rows read at `now` (the others are left as they were).
+    pub(crate) fn observe_some(&mut self, rows: &BTreeMap<String, Lease>, now: Instant) {
         for row in rows.values() {
             let changed = self
                 .seen
@@ -42,12 +48,24 @@ impl Liveness {
                 );
             }
         }
-        self.seen.retain(|id, _| rows.contains_key(id));
     }
 
     /// Forgets a row (it was deleted).
     pub(crate) fn forget(&mut self, id: &str) {
         self.seen.remove(id);
+    }
+
+    /// How long until the row expires as of `now` if nobody writes it; `None` for a row
+    /// never seen.
+    pub(crate) fn remaining(
+        &self,
+        row: &Lease,
+        now: Instant,
+        lease_duration: Duration,
+    ) -> Option<Duration> {
+        self.seen
+            .get(&row.shard_id)
+            .map(|seen| lease_duration.saturating_sub(now.saturating_duration_since(seen.since)))
     }
 
     /// True when nobody has written the row for `lease_duration` as of `now`.

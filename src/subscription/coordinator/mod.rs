@@ -16,6 +16,7 @@ mod listing;
 mod liveness;
 mod opening;
 mod plan;
+mod roster;
 mod rows;
 mod seek;
 mod shared;
@@ -43,7 +44,7 @@ pub(crate) use self::shared::Shared;
 use self::take::TakeOutcome;
 use self::worker::WorkerDone;
 use super::config::SubscriptionConfig;
-use super::gate::LeaseGate;
+use super::gate::{LeaseGate, WorkerGate};
 use super::pump::{PumpEvent, ShardPump};
 use super::seeker::SeekRequest;
 use crate::ack::ShardAcks;
@@ -97,6 +98,9 @@ enum Done {
     Take(String, TakeOutcome),
     Worker(WorkerDone),
     Deleted(Vec<(Lease, Result<(), LeaseError>)>),
+    Watched(Result<BTreeMap<String, Lease>, LeaseError>),
+    Declared(Lease, Result<(), LeaseError>),
+    RosterMoved,
 }
 
 /// Where the subscription stands with its start.
@@ -131,6 +135,7 @@ pub(crate) struct Coordinator {
     /// A delete was refused in a way retrying cannot fix (already said at warn level).
     delete_refused: bool,
     worker: worker::WorkerRow,
+    watch: roster::Watch,
     health: Health,
     /// A listing job is running.
     listing: bool,
@@ -172,6 +177,7 @@ impl Coordinator {
         let (events_tx, events) = unbounded_channel();
         let (reports_tx, reports) = unbounded_channel();
         let health = Health::new(config.lease_duration * 3);
+        let config_give_up = config.give_up_after();
         Self {
             shared: Arc::new(Shared {
                 api,
@@ -182,6 +188,7 @@ impl Coordinator {
                 probe: Arc::new(ReadProbe::default()),
                 policy,
                 releases: Arc::default(),
+                worker_gate: Arc::new(WorkerGate::new(config_give_up)),
             }),
             commands,
             shutdown,
@@ -201,6 +208,7 @@ impl Coordinator {
             unlisted: HashMap::new(),
             delete_refused: false,
             worker: worker::WorkerRow::default(),
+            watch: roster::Watch::default(),
             health,
             listing: false,
             next_listing: Instant::now(),
@@ -222,6 +230,7 @@ impl Coordinator {
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             let next_listing = self.next_listing;
+            let next_watch = self.watch.next;
             tokio::select! {
                 biased;
                 changed = self.shutdown.changed() => {
@@ -235,6 +244,7 @@ impl Coordinator {
                 Some(request) = self.seeks.recv() => self.on_seek(request).await,
                 _ = renew.tick() => self.keep_worker_row(),
                 _ = sleep_until(next_listing), if !self.listing => self.start_listing(),
+                _ = sleep_until(next_watch), if !self.watch.busy => self.start_watch(),
             }
         }
         self.stop().await;
@@ -248,6 +258,9 @@ impl Coordinator {
             Done::Take(shard, outcome) => self.on_take(shard, outcome),
             Done::Worker(done) => self.on_worker(done),
             Done::Deleted(results) => self.on_deleted(results),
+            Done::Watched(read) => self.on_watched(read),
+            Done::Declared(row, result) => self.on_declared(&row, result),
+            Done::RosterMoved => {}
         }
     }
 
@@ -275,6 +288,8 @@ impl Coordinator {
             let _ = task.await;
         }
         self.worker.delete_at_stop(&self.shared).await;
+        // The others list at once and take what was released.
+        roster::bump_roster(&self.shared).await;
         let (all_released, all_failed) = self.shared.releases.counts();
         let (released, failed) = (all_released - before.0, all_failed - before.1);
         if failed == 0 {

@@ -13,6 +13,26 @@ use crate::lease::Lease;
 /// The prefix of the lease rows that record live instances (one per owner).
 pub(crate) const WORKER_PREFIX: &str = "worker:";
 
+/// The row whose counter moves whenever the set of instances changes (one joined, left, or
+/// was declared gone), so the others list again at once. Its id is the worker prefix alone,
+/// which no owner id can give (an owner id is never empty).
+pub(crate) const ROSTER_ROW: &str = WORKER_PREFIX;
+
+/// The owner a worker row stands for; `None` for shard rows and the roster row.
+pub(crate) fn worker_owner(id: &str) -> Option<&str> {
+    id.strip_prefix(WORKER_PREFIX)
+        .filter(|owner| !owner.is_empty())
+}
+
+/// The owners declared gone: another instance saw their worker row unchanged for the lease
+/// duration and released it. Their leases are free at once.
+pub(crate) fn declared_gone(rows: &BTreeMap<String, Lease>) -> HashSet<&str> {
+    rows.values()
+        .filter(|row| row.owner.is_none())
+        .filter_map(|row| worker_owner(&row.shard_id))
+        .collect()
+}
+
 /// How many stale rows one listing deletes at most.
 pub(crate) const MAX_DELETES_PER_LISTING: usize = 16;
 
@@ -67,8 +87,10 @@ pub(crate) struct Shares {
 ///   do the work (`can_work`): an instance that cannot reach Kinesis takes nothing and does
 ///   not count, so the others take what it cannot read.
 /// * The target is the eligible shards divided by the live workers, rounded up.
-/// * A lease is free when nobody holds it, this instance holds it (a view it lost), or its
-///   holder has not written it for the lease duration (`expired`).
+/// * A lease is free when nobody holds it, this instance holds it (a view it lost), its
+///   holder has not written it for the lease duration (`expired`), or its holder was declared
+///   gone ([`declared_gone`]).
+/// * An instance declared gone itself takes nothing until it holds a worker row again.
 /// * Above the target, the held shards last in shard order are handed off, so the instances
 ///   agree on which shards move without talking to each other. Nothing is handed off while
 ///   this instance is the only worker, or while it cannot work (its readers stop on their own
@@ -81,10 +103,11 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
         expired,
         ..
     } = view;
-    let own_worker = format!("{WORKER_PREFIX}{owner}");
+    let declared = declared_gone(rows);
+    let can_work = can_work && !declared.contains(owner);
     let others = rows
         .values()
-        .filter(|row| row.shard_id.starts_with(WORKER_PREFIX) && row.shard_id != own_worker)
+        .filter(|row| worker_owner(&row.shard_id).is_some_and(|o| o != *owner))
         .filter(|row| row.owner.is_some() && !expired(row))
         .count();
     let live_workers = (others + usize::from(can_work)).max(1);
@@ -104,7 +127,7 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
         }
         let free = match lease.owner.as_deref() {
             None => true,
-            Some(holder) => holder == *owner || expired(lease),
+            Some(holder) => holder == *owner || expired(lease) || declared.contains(holder),
         };
         if free {
             take.push((*lease).clone());
@@ -127,7 +150,8 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
 /// The rows nobody needs any more, at most [`MAX_DELETES_PER_LISTING`]:
 ///
 /// * another instance's worker row nobody has written for the lease duration (it stopped
-///   without deleting it, or crashed);
+///   without deleting it, or crashed; a row released to declare its owner gone goes a lease
+///   duration after the release); never the roster row;
 /// * the row of a shard the stream has not listed for `unlisted_for` (past the retention
 ///   period: nothing to read, no child waits for it), not held here, and not written for the
 ///   lease duration.
@@ -146,12 +170,11 @@ pub(crate) fn stale_rows(
         holdings,
         expired,
     } = view;
-    let own_worker = format!("{WORKER_PREFIX}{owner}");
     let listed: HashSet<&str> = shards.iter().map(|s| s.shard_id.as_str()).collect();
     rows.values()
         .filter(|row| {
             if row.shard_id.starts_with(WORKER_PREFIX) {
-                return row.shard_id != own_worker && expired(row);
+                return worker_owner(&row.shard_id).is_some_and(|o| o != *owner) && expired(row);
             }
             if holdings.has(&row.shard_id) {
                 return false;
@@ -239,6 +262,31 @@ mod tests {
         let plan = share(&rows, &eligible, "a", &Holdings::default(), true, &expired);
         assert_eq!((plan.live_workers, plan.target), (1, 2));
         assert_eq!(ids(&plan.take), ["0", "1"]);
+    }
+
+    #[test]
+    fn the_leases_of_an_instance_declared_gone_are_free_at_once() {
+        let rows = table(vec![
+            lease("0", Some("b")),
+            lease("1", Some("b")),
+            lease("2", Some("c")),
+            lease("worker:a", Some("a")),
+            lease("worker:b", None),
+            lease("worker:c", Some("c")),
+            lease(ROSTER_ROW, Some("c")),
+        ]);
+        let eligible: Vec<&Lease> = ["0", "1", "2"].iter().map(|id| &rows[*id]).collect();
+        let plan = share(&rows, &eligible, "a", &Holdings::default(), true, &never);
+        // b is gone (not counted, its leases free); c is live, the roster row is nobody.
+        assert_eq!((plan.live_workers, plan.target), (2, 2));
+        assert_eq!(ids(&plan.take), ["0", "1"]);
+        // b itself, back before it holds a worker row again, takes nothing.
+        let plan = share(&rows, &eligible, "b", &Holdings::default(), true, &never);
+        assert_eq!(plan.target, 0);
+        assert!(plan.take.is_empty());
+        assert_eq!(declared_gone(&rows).into_iter().collect::<Vec<_>>(), ["b"]);
+        assert_eq!(worker_owner(ROSTER_ROW), None);
+        assert_eq!(worker_owner("shardId-1"), None);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::api::SharedKinesis;
 use crate::lease::SharedLeaseStore;
 use crate::shard::ReadProbe;
 use crate::subscription::config::SubscriptionConfig;
+use crate::subscription::gate::WorkerGate;
 
 /// What the coordinator's jobs share.
 pub(crate) struct Shared {
@@ -23,6 +24,8 @@ pub(crate) struct Shared {
     pub(crate) policy: crate::ack::AckPolicy,
     /// How hand-backs went, for the stop log.
     pub(crate) releases: Arc<ReleaseTally>,
+    /// Whether this instance's worker row is fresh (every reader's gate asks it).
+    pub(crate) worker_gate: Arc<WorkerGate>,
 }
 
 /// How the hand-backs of a subscription went: final checkpoint written and lease released, or

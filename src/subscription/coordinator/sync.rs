@@ -10,7 +10,7 @@ use super::listing::{self, Listing, ListingFailure, NewRowRule};
 use super::opening::{StartContext, opening};
 use super::plan::{self, Holdings, WORKER_PREFIX};
 use super::take::{self, TakeOutcome};
-use super::{Command, Coordinator, Done, lineage};
+use super::{Command, Coordinator, Done, lineage, roster};
 use crate::lease::Lease;
 use crate::position::StartingPoint;
 
@@ -107,6 +107,7 @@ impl Coordinator {
             .health
             .can_work(self.shared.probe.count(), Instant::now());
         let shares = plan::shares(&view, &eligible, can_work);
+        self.watch.ring = roster::ring(&listing.rows, &self.shared.config.owner, &expired);
         self.replaceable = replaceable;
         tracing::debug!(
             shards = listing.shards.len(),

@@ -1,6 +1,16 @@
-//! This instance's worker row: the other instances count it when they share the shards. It is
-//! kept (created, taken, renewed) while the instance can do the work, deleted while it cannot,
-//! and deleted at a graceful stop.
+//! This instance's worker row: the other instances count it when they share the shards, and
+//! watch it (see [`super::roster`]) to learn within a second of the lease duration that the
+//! instance is gone. It is kept (created, renewed) while the instance can do the work,
+//! deleted while it cannot, and deleted at a graceful stop.
+//!
+//! Another instance that saw the row unchanged for the lease duration *declares* this one
+//! gone by releasing the row (its owner removed) and then takes its shards without waiting for
+//! each of their leases to expire. That is safe because every reader here stops once the row
+//! has not been renewed for two thirds of the lease duration ([`WorkerGate`]). Once the row was
+//! released or deleted by someone else, this instance forgets every shard it held (they may be
+//! another's already) and starts over with a row of its own.
+//!
+//! [`WorkerGate`]: crate::subscription::gate::WorkerGate
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,13 +26,24 @@ use crate::lease::{Lease, LeaseError};
 #[derive(Debug)]
 pub(crate) enum WorkerDone {
     /// The row is held, as written by a call sent at that instant.
-    Held(Lease, Instant),
+    Held(Lease, Instant, Held),
     /// Someone else wrote the row.
     Lost,
     /// The table failed.
     Failed(LeaseError),
     /// The row is gone.
     Deleted,
+}
+
+/// How the worker row came to be held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// Renewed as held before.
+    Renewed,
+    /// Created or taken again. `kept` when nobody else wrote or removed it since this instance
+    /// last held it (or this instance never had one, or deleted it itself); otherwise the
+    /// instance was declared gone meanwhile.
+    Again { kept: bool },
 }
 
 /// The worker row as this instance last wrote it.
@@ -33,6 +54,10 @@ pub(crate) struct WorkerRow {
     busy: bool,
     /// When the last successful write was sent.
     renewed: Option<Instant>,
+    /// The row is gone because this instance deleted it (while it could not work).
+    withdrawn: bool,
+    /// The row was this instance's at some point.
+    ever_held: bool,
 }
 
 impl WorkerRow {
@@ -48,7 +73,8 @@ impl WorkerRow {
         }
         let job: BoxFuture<'static, WorkerDone> = match (self.row.clone(), can_work) {
             (Some(row), true) => Box::pin(renew(shared, row)),
-            (None, true) => Box::pin(ensure(shared)),
+            // A row missing is news only when this instance had one and did not delete it.
+            (None, true) => Box::pin(ensure(shared, self.withdrawn || !self.ever_held)),
             (Some(row), false) => {
                 tracing::warn!(
                     "this instance cannot read the stream now: it stops counting towards the shares, so the others take what it cannot read"
@@ -62,14 +88,20 @@ impl WorkerRow {
     }
 
     /// Applies a job's outcome.
-    pub(crate) fn done(&mut self, done: WorkerDone, give_up_after: Duration) {
+    pub(crate) fn done(&mut self, done: &WorkerDone, give_up_after: Duration) {
         self.busy = false;
         match done {
-            WorkerDone::Held(row, sent) => {
-                self.row = Some(row);
-                self.renewed = Some(sent);
+            WorkerDone::Held(row, sent, _) => {
+                self.row = Some(row.clone());
+                self.renewed = Some(*sent);
+                self.withdrawn = false;
+                self.ever_held = true;
             }
-            WorkerDone::Lost | WorkerDone::Deleted => self.row = None,
+            WorkerDone::Lost => self.row = None,
+            WorkerDone::Deleted => {
+                self.row = None;
+                self.withdrawn = true;
+            }
             WorkerDone::Failed(e) => {
                 tracing::debug!(error = %e, "worker row write failed; retried at the next renewal");
                 if self.renewed.is_some_and(|at| at.elapsed() >= give_up_after) {
@@ -89,10 +121,12 @@ impl WorkerRow {
         let mut result = shared.store.delete(&row).await;
         if result.as_ref().is_err_and(LeaseError::is_lost) {
             let owner = shared.config.owner.as_str();
-            let current = shared.store.list(&shared.stream).await.map(|rows| {
-                rows.into_iter()
-                    .find(|l| l.shard_id == row.shard_id && l.owner.as_deref() == Some(owner))
-            });
+            let ids = [row.shard_id.clone()];
+            let current = shared
+                .store
+                .get(&shared.stream, &ids)
+                .await
+                .map(|rows| rows.into_iter().find(|l| l.owner.as_deref() == Some(owner)));
             result = match current {
                 Ok(Some(row)) => shared.store.delete(&row).await,
                 Ok(None) => Ok(()),
@@ -108,34 +142,50 @@ impl WorkerRow {
 async fn renew(shared: Arc<Shared>, row: Lease) -> WorkerDone {
     let sent = Instant::now();
     match shared.store.renew(&row).await {
-        Ok(row) => WorkerDone::Held(row, sent),
+        Ok(row) => WorkerDone::Held(row, sent, Held::Renewed),
         Err(e) if e.is_lost() => WorkerDone::Lost,
         Err(e) => WorkerDone::Failed(e),
     }
 }
 
-async fn ensure(shared: Arc<Shared>) -> WorkerDone {
-    let row = Lease::new(
-        shared.stream.to_string(),
-        format!("{WORKER_PREFIX}{}", shared.config.owner),
-        Vec::new(),
-    );
-    let current = async {
-        shared.store.create(&row).await?;
-        let rows = shared.store.list(&shared.stream).await?;
-        Ok::<_, LeaseError>(
-            rows.into_iter()
-                .find(|l| l.shard_id == row.shard_id)
-                .unwrap_or(row.clone()),
-        )
+/// The id of `owner`'s worker row.
+pub(crate) fn worker_row_id(owner: &str) -> String {
+    format!("{WORKER_PREFIX}{owner}")
+}
+
+/// Makes the row this instance's: created already held (never unowned, which would read as
+/// "declared gone"), or, when it exists, renewed if it is still this instance's and taken
+/// otherwise. `expected_missing`: this instance never had the row, or deleted it itself, so a
+/// missing row is no news.
+async fn ensure(shared: Arc<Shared>, expected_missing: bool) -> WorkerDone {
+    let owner = shared.config.owner.clone();
+    let mut row = Lease::new(shared.stream.to_string(), worker_row_id(&owner), Vec::new());
+    row.owner = Some(owner.clone());
+    let sent = Instant::now();
+    let found = async {
+        if shared.store.create(&row).await? {
+            return Ok(None);
+        }
+        let ids = [row.shard_id.clone()];
+        Ok::<_, LeaseError>(shared.store.get(&shared.stream, &ids).await?.pop())
     };
-    let current = match current.await {
-        Ok(current) => current,
+    let current = match found.await {
+        Ok(None) => {
+            let kept = expected_missing;
+            return WorkerDone::Held(row, sent, Held::Again { kept });
+        }
+        Ok(Some(current)) => current,
         Err(e) => return WorkerDone::Failed(e),
     };
     let sent = Instant::now();
-    match shared.store.take(&current, &shared.config.owner).await {
-        Ok(row) => WorkerDone::Held(row, sent),
+    let (written, kept) = if current.owner.as_deref() == Some(owner.as_str()) {
+        (shared.store.renew(&current).await, true)
+    } else {
+        (shared.store.take(&current, &owner).await, false)
+    };
+    match written {
+        Ok(row) => WorkerDone::Held(row, sent, Held::Again { kept }),
+        // Written or deleted meanwhile: the next try sees how it is now.
         Err(e) if e.is_lost() => WorkerDone::Lost,
         Err(e) => WorkerDone::Failed(e),
     }
