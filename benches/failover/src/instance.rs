@@ -36,6 +36,8 @@ pub struct InstanceArgs {
     pub dynamodb: String,
     pub stream: String,
     pub table: String,
+    /// Run with the library's default settings instead of [`SETTINGS`].
+    pub defaults: bool,
 }
 
 impl InstanceArgs {
@@ -53,6 +55,7 @@ impl InstanceArgs {
                 "--dynamodb" => parsed.dynamodb = value,
                 "--stream" => parsed.stream = value,
                 "--table" => parsed.table = value,
+                "--settings" => parsed.defaults = value == "defaults",
                 other => return Err(format!("unknown instance argument {other}").into()),
             }
         }
@@ -109,24 +112,28 @@ async fn consume(args: InstanceArgs) -> Result<()> {
     let store = DynamoLeaseStore::new(dynamodb, args.table.clone())?;
     // SIGTERM is caught from here on (before `start`, so an early one is not fatal).
     let mut term = signal(SignalKind::terminate())?;
-    let mut sub = Subscription::builder(
+    let builder = Subscription::builder(
         Arc::new(AwsKinesis::new(kinesis)),
         Arc::new(store),
         args.stream.as_str(),
     )
     .owner(name.clone())
-    .start_at(KinesisPosition::horizon())
-    .read_settings(
-        ReadSettings::default()
-            .poll_interval(SETTINGS.poll_interval)
-            .unlimited_reads(),
-    )
-    .list_interval(SETTINGS.list_interval)
-    .lease_duration(SETTINGS.lease_duration)
-    .checkpoint_interval(SETTINGS.checkpoint_interval)
-    .shutdown_timeout(SETTINGS.shutdown_timeout)
-    .start()
-    .await?;
+    .start_at(KinesisPosition::horizon());
+    let builder = if args.defaults {
+        builder
+    } else {
+        builder
+            .read_settings(
+                ReadSettings::default()
+                    .poll_interval(SETTINGS.poll_interval)
+                    .unlimited_reads(),
+            )
+            .list_interval(SETTINGS.list_interval)
+            .lease_duration(SETTINGS.lease_duration)
+            .checkpoint_interval(SETTINGS.checkpoint_interval)
+            .shutdown_timeout(SETTINGS.shutdown_timeout)
+    };
+    let mut sub = builder.start().await?;
     say(&format!("@started {name}"));
 
     let handle = sub.shutdown_handle();

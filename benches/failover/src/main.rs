@@ -83,11 +83,14 @@ const PATIENCE: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(10);
 
 const USAGE: &str = "\
-usage: failover [--quick] [--reps N] [--rate R]
+usage: failover [--quick] [--reps N] [--rate R] [--defaults] [--start-together]
 
   --quick    one trial of each kind, short phases (a CI smoke run)
   --reps N   trials of each kind (default 3)
   --rate R   records written a second, over the 4 shards (default 200)
+  --defaults the instances run with the library's default settings (lease duration and
+             listing interval 10 s, checkpoints every 5 s, one read a second) instead of the
+             short ones below
   --start-together
              start both instances at once (by default the second one starts once the
              first holds every shard); shows the start-up race described in BENCHMARKS.md
@@ -104,6 +107,8 @@ struct Options {
     quick: bool,
     /// Start both instances at once instead of one after the other.
     start_together: bool,
+    /// The instances run with the library's defaults.
+    defaults: bool,
 }
 
 impl Options {
@@ -115,6 +120,7 @@ impl Options {
             after: Duration::from_secs(2),
             quick: false,
             start_together: false,
+            defaults: false,
         };
         let mut reps = None;
         let mut it = args.iter();
@@ -123,6 +129,7 @@ impl Options {
                 "--help" | "-h" => return Ok(None),
                 "--quick" => options.quick = true,
                 "--start-together" => options.start_together = true,
+                "--defaults" => options.defaults = true,
                 "--reps" => {
                     reps = Some(
                         it.next()
@@ -223,21 +230,31 @@ async fn bench(options: Options) -> Result<()> {
         dynamodb.endpoint(),
         logs.display()
     );
-    println!(
-        "settings: {SHARDS} shards, {} records/s, list_interval {:?}, lease_duration {:?} \
+    if !options.defaults {
+        println!(
+            "settings: {SHARDS} shards, {} records/s, list_interval {:?}, lease_duration {:?} \
          (renewed every {:?}), checkpoint_interval {:?}, poll_interval {:?} (read-rate cap \
          lifted), shutdown_timeout {:?}; {} trial(s) of each kind, {:?} steady before the stop",
-        options.rate,
-        SETTINGS.list_interval,
-        SETTINGS.lease_duration,
-        SETTINGS.lease_duration / 3,
-        SETTINGS.checkpoint_interval,
-        SETTINGS.poll_interval,
-        SETTINGS.shutdown_timeout,
-        options.reps,
-        options.warm
-    );
+            options.rate,
+            SETTINGS.list_interval,
+            SETTINGS.lease_duration,
+            SETTINGS.lease_duration / 3,
+            SETTINGS.checkpoint_interval,
+            SETTINGS.poll_interval,
+            SETTINGS.shutdown_timeout,
+            options.reps,
+            options.warm
+        );
+    } else {
+        println!(
+            "settings: {SHARDS} shards, {} records/s, the library's defaults (list_interval \
+             10 s, lease_duration 10 s, checkpoint_interval 5 s, one read a second per shard); \
+             {} trial(s) of each kind, {:?} steady before the stop",
+            options.rate, options.reps, options.warm
+        );
+    }
     let env = Env {
+        defaults: options.defaults,
         kinesis: kinesis.endpoint().to_owned(),
         dynamodb: dynamodb.endpoint().to_owned(),
         logs: logs.clone(),
@@ -291,6 +308,8 @@ async fn bench(options: Options) -> Result<()> {
 }
 
 struct Env {
+    /// The instances run with the library's defaults.
+    defaults: bool,
     kinesis: String,
     dynamodb: String,
     logs: PathBuf,
@@ -340,6 +359,10 @@ impl Instance {
             .args(["--instance", name, "--kinesis", &env.kinesis])
             .args(["--dynamodb", &env.dynamodb, "--stream", stream])
             .args(["--table", table])
+            .args([
+                "--settings",
+                if env.defaults { "defaults" } else { "short" },
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -148,8 +148,13 @@ impl Coordinator {
                 {
                     held.keeper.forget();
                 }
-                // Its children may be eligible now.
+                // Its children may be eligible now, here and for the others.
                 self.list_soon();
+                self.move_roster();
+            }
+            Report::Released(shard) => {
+                tracing::debug!(shard = %shard, "handed back; the other instances are told");
+                self.move_roster();
             }
         }
     }

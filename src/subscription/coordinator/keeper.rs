@@ -37,6 +37,8 @@ pub(crate) enum Report {
     /// The shard is finished: SHARD_END is written and the lease released; the keeper has
     /// stopped.
     Finished(Arc<str>, Arc<LeaseGate>),
+    /// The shard was handed back as ordered: checkpoint written, lease released.
+    Released(Arc<str>),
 }
 
 /// What the coordinator tells a keeper.
@@ -379,7 +381,13 @@ impl KeeperTask {
             tracing::warn!(shard = %self.shard, in_flight, "in-flight deliveries not settled in time; they will be redelivered");
         }
         let released = match self.flush().await {
-            Wrote::Yes => self.give_back().await,
+            Wrote::Yes => {
+                let released = self.give_back().await;
+                if released {
+                    let _ = self.reports.send(Report::Released(self.shard.clone()));
+                }
+                released
+            }
             Wrote::Lost => {
                 tracing::warn!(shard = %self.shard, "the lease was lost before the final checkpoint; its unsettled records are read again by the new owner");
                 self.acks.durability().failed(self.lost_error().into());

@@ -24,7 +24,7 @@ mod sync;
 mod take;
 mod worker;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -136,6 +136,8 @@ pub(crate) struct Coordinator {
     delete_refused: bool,
     worker: worker::WorkerRow,
     watch: roster::Watch,
+    /// When this instance handed shards off to balance, within the last listing interval.
+    handed_off: VecDeque<Instant>,
     health: Health,
     /// A listing job is running.
     listing: bool,
@@ -209,6 +211,7 @@ impl Coordinator {
             delete_refused: false,
             worker: worker::WorkerRow::default(),
             watch: roster::Watch::default(),
+            handed_off: VecDeque::new(),
             health,
             listing: false,
             next_listing: Instant::now(),
@@ -260,7 +263,7 @@ impl Coordinator {
             Done::Deleted(results) => self.on_deleted(results),
             Done::Watched(read) => self.on_watched(read),
             Done::Declared(row, result) => self.on_declared(&row, result),
-            Done::RosterMoved => {}
+            Done::RosterMoved => self.on_roster_moved(),
         }
     }
 

@@ -85,16 +85,20 @@ pub(crate) struct Shares {
 ///
 /// * The instances that share are the live worker rows of others, and this one while it can
 ///   do the work (`can_work`): an instance that cannot reach Kinesis takes nothing and does
-///   not count, so the others take what it cannot read.
-/// * The target is the eligible shards divided by the live workers, rounded up.
+///   not count, so the others take what it cannot read. An instance declared gone
+///   ([`declared_gone`]) takes nothing until it holds a worker row again.
+/// * The shards shared are the eligible ones not pinned by a live holder that does not share
+///   (one that withdrew its worker row keeps reading what it holds).
+/// * Shares differ by one at most ([`fair_targets`]): 4 shards on 3 instances are 2/1/1.
 /// * A lease is free when nobody holds it, this instance holds it (a view it lost), its
 ///   holder has not written it for the lease duration (`expired`), or its holder was declared
-///   gone ([`declared_gone`]).
-/// * An instance declared gone itself takes nothing until it holds a worker row again.
-/// * Above the target, the held shards last in shard order are handed off, so the instances
-///   agree on which shards move without talking to each other. Nothing is handed off while
-///   this instance is the only worker, or while it cannot work (its readers stop on their own
-///   if they fail; a brief failure must not move every shard).
+///   gone.
+/// * Above its target an instance hands off the held shards last in shard order, so the
+///   instances agree on which shards move without talking to each other, and only as many as
+///   the instances below their targets cannot take from free leases. Nothing is handed off
+///   while this instance is the only worker, or while it cannot work (its readers stop on
+///   their own if they fail; a brief failure must not move every shard). The caller paces
+///   the hand-offs ([`hand_off_budget`]).
 pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Shares {
     let View {
         rows,
@@ -105,35 +109,65 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
     } = view;
     let declared = declared_gone(rows);
     let can_work = can_work && !declared.contains(owner);
-    let others = rows
+    let mut members: BTreeMap<&str, usize> = rows
         .values()
-        .filter(|row| worker_owner(&row.shard_id).is_some_and(|o| o != *owner))
         .filter(|row| row.owner.is_some() && !expired(row))
-        .count();
-    let live_workers = (others + usize::from(can_work)).max(1);
-    let target = if can_work {
-        eligible.len().div_ceil(live_workers)
-    } else {
-        0
+        .filter_map(|row| worker_owner(&row.shard_id))
+        .filter(|o| o != owner)
+        .map(|o| (o, 0))
+        .collect();
+    let live_workers = (members.len() + usize::from(can_work)).max(1);
+    let free = |lease: &Lease| match lease.owner.as_deref() {
+        None => true,
+        Some(holder) => holder == *owner || expired(lease) || declared.contains(holder),
     };
+    let mut pinned = 0;
+    let mut unheld = 0;
+    for lease in eligible {
+        if holdings.releasing.contains(&lease.shard_id) {
+            // Free as soon as its in-flight deliveries settle.
+            unheld += 1;
+            continue;
+        }
+        if holdings.has(&lease.shard_id) {
+            continue;
+        }
+        match lease.owner.as_deref() {
+            _ if free(lease) => unheld += 1,
+            Some(holder) => match members.get_mut(holder) {
+                Some(count) => *count += 1,
+                None => pinned += 1,
+            },
+            None => {}
+        }
+    }
     let mine = holdings.held.len() + holdings.taking.len();
+    let mut counts: Vec<Member<'_>> = members
+        .iter()
+        .map(|(owner, held)| Member { owner, held: *held })
+        .collect();
+    if can_work {
+        counts.push(Member { owner, held: mine });
+    }
+    let targets = fair_targets(eligible.len() - pinned, &counts);
+    let target = if can_work { targets[*owner] } else { 0 };
     let mut take = Vec::new();
     for lease in eligible {
         if mine + take.len() >= target {
             break;
         }
-        if holdings.has(&lease.shard_id) {
-            continue;
-        }
-        let free = match lease.owner.as_deref() {
-            None => true,
-            Some(holder) => holder == *owner || expired(lease) || declared.contains(holder),
-        };
-        if free {
+        if !holdings.has(&lease.shard_id) && free(lease) {
             take.push((*lease).clone());
         }
     }
-    let excess = mine.saturating_sub(target);
+    let wanting: usize = counts
+        .iter()
+        .filter(|m| m.owner != *owner)
+        .map(|m| targets[m.owner].saturating_sub(m.held))
+        .sum();
+    let excess = mine
+        .saturating_sub(target)
+        .min(wanting.saturating_sub(unheld));
     let hand_off = if excess > 0 && live_workers > 1 && can_work {
         holdings.held.iter().rev().take(excess).cloned().collect()
     } else {
@@ -145,6 +179,39 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
         take,
         hand_off,
     }
+}
+
+/// One sharing instance as [`fair_targets`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Member<'a> {
+    pub(crate) owner: &'a str,
+    /// How many of the shared shards it holds now.
+    pub(crate) held: usize,
+}
+
+/// Splits `shards` over `members` so that any two targets differ by one at most. The shards
+/// left over after an equal split go to the members holding the most already (then in owner
+/// order), so the fewest shards move. Every instance computes the same targets from the same
+/// table.
+pub(crate) fn fair_targets<'a>(shards: usize, members: &[Member<'a>]) -> HashMap<&'a str, usize> {
+    if members.is_empty() {
+        return HashMap::new();
+    }
+    let (floor, extra) = (shards / members.len(), shards % members.len());
+    let mut order: Vec<&Member<'a>> = members.iter().collect();
+    order.sort_by(|a, b| b.held.cmp(&a.held).then(a.owner.cmp(b.owner)));
+    order
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.owner, floor + usize::from(i < extra)))
+        .collect()
+}
+
+/// How many shards an instance with this `target` hands off per listing interval at most: a
+/// tenth of its target, at least two. Rebalancing after a join then moves a little at a time
+/// instead of stopping a large part of every instance's reading at once.
+pub(crate) fn hand_off_budget(target: usize) -> usize {
+    (target / 10).max(2)
 }
 
 /// The rows nobody needs any more, at most [`MAX_DELETES_PER_LISTING`]:
@@ -277,9 +344,10 @@ mod tests {
         ]);
         let eligible: Vec<&Lease> = ["0", "1", "2"].iter().map(|id| &rows[*id]).collect();
         let plan = share(&rows, &eligible, "a", &Holdings::default(), true, &never);
-        // b is gone (not counted, its leases free); c is live, the roster row is nobody.
-        assert_eq!((plan.live_workers, plan.target), (2, 2));
-        assert_eq!(ids(&plan.take), ["0", "1"]);
+        // b is gone (not counted, its leases free); c is live, the roster row is nobody. Of
+        // the three shards, c (holding one already) gets two.
+        assert_eq!((plan.live_workers, plan.target), (2, 1));
+        assert_eq!(ids(&plan.take), ["0"]);
         // b itself, back before it holds a worker row again, takes nothing.
         let plan = share(&rows, &eligible, "b", &Holdings::default(), true, &never);
         assert_eq!(plan.target, 0);
@@ -330,6 +398,84 @@ mod tests {
                 .hand_off
                 .is_empty()
         );
+    }
+
+    fn held(ids: &[&str]) -> Holdings {
+        Holdings {
+            held: ids.iter().map(|s| (*s).to_owned()).collect(),
+            ..Holdings::default()
+        }
+    }
+
+    #[test]
+    fn shares_differ_by_one_at_most_and_the_fewest_shards_move() {
+        let member = |owner, held| Member { owner, held };
+        let targets = fair_targets(4, &[member("a", 2), member("b", 2), member("c", 0)]);
+        assert_eq!((targets["a"], targets["b"], targets["c"]), (2, 1, 1));
+        let targets = fair_targets(10, &[member("a", 0), member("b", 7), member("c", 3)]);
+        assert_eq!((targets["a"], targets["b"], targets["c"]), (3, 4, 3));
+        assert_eq!(
+            fair_targets(2, &[member("a", 0), member("b", 0), member("c", 0)])["c"],
+            0
+        );
+        assert!(fair_targets(5, &[]).is_empty());
+    }
+
+    #[test]
+    fn four_shards_on_three_instances_end_two_one_one() {
+        let rows = table(vec![
+            lease("0", Some("a")),
+            lease("1", Some("a")),
+            lease("2", Some("b")),
+            lease("3", Some("b")),
+            lease("worker:a", Some("a")),
+            lease("worker:b", Some("b")),
+            lease("worker:c", Some("c")),
+        ]);
+        let eligible: Vec<&Lease> = ["0", "1", "2", "3"].iter().map(|id| &rows[*id]).collect();
+        // a keeps two (first in owner order among those holding the most), b hands one off.
+        let plan = share(&rows, &eligible, "a", &held(&["0", "1"]), true, &never);
+        assert_eq!(plan.target, 2);
+        assert!(plan.hand_off.is_empty());
+        let plan = share(&rows, &eligible, "b", &held(&["2", "3"]), true, &never);
+        assert_eq!(
+            (plan.target, plan.hand_off.clone()),
+            (1, vec!["3".to_owned()])
+        );
+        let plan = share(&rows, &eligible, "c", &Holdings::default(), true, &never);
+        assert_eq!(plan.target, 1);
+        assert!(plan.take.is_empty(), "nothing free yet");
+    }
+
+    #[test]
+    fn nothing_is_handed_off_that_free_leases_can_make_up_for() {
+        let rows = table(vec![
+            lease("0", Some("a")),
+            lease("1", Some("a")),
+            lease("2", Some("a")),
+            lease("3", None),
+            lease("worker:a", Some("a")),
+            lease("worker:b", Some("b")),
+        ]);
+        let eligible: Vec<&Lease> = ["0", "1", "2", "3"].iter().map(|id| &rows[*id]).collect();
+        // a holds 3 of 4, target 2: b wants 2, one of which is free, so a hands off one.
+        let plan = share(&rows, &eligible, "a", &held(&["0", "1", "2"]), true, &never);
+        assert_eq!(plan.hand_off, ["2"]);
+        // A shard a is handing back already counts as free.
+        let releasing = Holdings {
+            held: ["0", "1"].iter().map(|s| (*s).to_owned()).collect(),
+            releasing: ["2".to_owned()].into(),
+            ..Holdings::default()
+        };
+        let plan = share(&rows, &eligible, "a", &releasing, true, &never);
+        assert!(plan.hand_off.is_empty());
+    }
+
+    #[test]
+    fn hand_offs_are_paced_by_the_target() {
+        assert_eq!(hand_off_budget(0), 2);
+        assert_eq!(hand_off_budget(47), 4);
+        assert_eq!(hand_off_budget(333), 33);
     }
 
     #[test]

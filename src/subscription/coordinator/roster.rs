@@ -12,8 +12,9 @@
 //! * a watched row gone or released by someone else, or a roster row that moved, means the
 //!   instances changed: list again now.
 //!
-//! The roster row is bumped by an instance that joined, declared another gone, or stopped,
-//! so the others hear of it at their next read instead of at their next listing.
+//! The roster row is moved by an instance that joined, declared another gone, handed a shard
+//! back, finished a shard or stopped, so the others hear of it at their next read instead of
+//! at their next listing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -114,6 +115,10 @@ pub(crate) struct Watch {
     pub(crate) next: Instant,
     /// The roster counter of the last read; `None` before the first.
     pub(crate) roster: Option<Option<u64>>,
+    /// This instance is moving the roster row.
+    pub(crate) moving: bool,
+    /// Move it once more when the current move is done.
+    pub(crate) move_again: bool,
 }
 
 impl Default for Watch {
@@ -123,6 +128,8 @@ impl Default for Watch {
             busy: false,
             next: Instant::now(),
             roster: None,
+            moving: false,
+            move_again: false,
         }
     }
 }

@@ -45,17 +45,35 @@ impl Coordinator {
                 if *how != Held::Renewed {
                     // Joined (or back): the others rebalance at once, and so does this one.
                     self.list_soon();
-                    let shared = self.shared.clone();
-                    self.jobs.push(Box::pin(async move {
-                        roster::bump_roster(&shared).await;
-                        Done::RosterMoved
-                    }));
+                    self.move_roster();
                 }
             }
             WorkerDone::Deleted => self.shared.worker_gate.unbind(),
             WorkerDone::Lost | WorkerDone::Failed(_) => {}
         }
         self.worker.done(&done, give_up_after);
+    }
+
+    /// Moves the roster row (one move at a time; a move asked for meanwhile follows it), so
+    /// the other instances list at once.
+    pub(super) fn move_roster(&mut self) {
+        if self.watch.moving {
+            self.watch.move_again = true;
+            return;
+        }
+        self.watch.moving = true;
+        let shared = self.shared.clone();
+        self.jobs.push(Box::pin(async move {
+            roster::bump_roster(&shared).await;
+            Done::RosterMoved
+        }));
+    }
+
+    pub(super) fn on_roster_moved(&mut self) {
+        self.watch.moving = false;
+        if std::mem::take(&mut self.watch.move_again) {
+            self.move_roster();
+        }
     }
 
     /// Stops reading every held shard without writing anything: their leases may be

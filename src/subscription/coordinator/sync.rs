@@ -131,12 +131,34 @@ impl Coordinator {
                 .map(|s| (s.starting_hash_key.clone(), s.ending_hash_key.clone()));
             self.start_take(lease, first, range);
         }
-        for shard in shares.hand_off {
-            tracing::info!(shard = %shard, target = shares.target, live_workers = shares.live_workers, "handing the shard off to balance");
-            self.hand_off(&shard);
-        }
+        self.balance(shares.hand_off, shares.target, shares.live_workers);
         if self.startup.pending.is_empty() {
             self.tell_started();
+        }
+    }
+
+    /// Hands off shards to balance, at most [`plan::hand_off_budget`] per listing interval; the
+    /// rest at a listing once the budget allows.
+    fn balance(&mut self, hand_off: Vec<String>, target: usize, live_workers: usize) {
+        let now = Instant::now();
+        let window = self.config().list_interval;
+        let handed = &mut self.handed_off;
+        while handed
+            .front()
+            .is_some_and(|at| now.duration_since(*at) >= window)
+        {
+            handed.pop_front();
+        }
+        let budget = plan::hand_off_budget(target).saturating_sub(handed.len());
+        if hand_off.len() > budget
+            && let Some(oldest) = handed.front().copied().or(Some(now))
+        {
+            self.next_listing = self.next_listing.min(oldest + window);
+        }
+        for shard in hand_off.into_iter().take(budget) {
+            tracing::info!(shard = %shard, target, live_workers, "handing the shard off to balance");
+            self.handed_off.push_back(now);
+            self.hand_off(&shard);
         }
     }
 
