@@ -36,9 +36,10 @@ struct Write {
     release: bool,
 }
 
-/// Records every successful take, renewal, checkpoint write and release of a shard's lease.
+/// Records every successful take, renewal, checkpoint write and release of a shard's lease,
+/// and when each read of the table (`list`: the whole stream; `get`: named rows) was sent.
 #[derive(Default)]
-struct Writes(Mutex<Vec<Write>>);
+struct Writes(Mutex<Vec<Write>>, Mutex<Vec<(Instant, &'static str)>>);
 
 impl LeaseLayer for Writes {
     fn around<'a, T: Send + 'a>(
@@ -59,6 +60,9 @@ impl LeaseLayer for Writes {
             }
             _ => None,
         };
+        if matches!(call, LeaseCall::List { .. } | LeaseCall::Get { .. }) {
+            self.1.lock().unwrap().push((Instant::now(), call.name()));
+        }
         let Some((by, lease, take, release)) = write else {
             return next;
         };
@@ -294,6 +298,40 @@ async fn a_joining_instance_gets_its_share_a_few_shards_at_a_time_each_moving_on
     assert!(moves.values().all(|n| *n == 1), "{moves:?}");
     assert_eq!(moves.len(), 13);
     for instance in [a, b, c] {
+        instance.task.abort();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_steady_state_the_fleet_reads_the_whole_table_about_once_per_listing_interval() {
+    let (api, table, writes, store) = fleet(6);
+    let instances = [
+        start(&api, &store, "a").await,
+        start(&api, &store, "b").await,
+        start(&api, &store, "c").await,
+    ];
+    until_counts(&table, &["a", "b", "c"], &[2, 2, 2]).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let from = Instant::now();
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let reads = writes.1.lock().unwrap().clone();
+    let count = |name: &str| {
+        reads
+            .iter()
+            .filter(|(at, call)| *at >= from && *call == name)
+            .count()
+    };
+    let (lists, gets) = (count("list"), count("get"));
+    eprintln!("in 300 s at steady state: {lists} whole-table reads, {gets} reads of named rows");
+    // Three instances listing every 10 s would read the table 90 times; each reads it every
+    // 30 s (the listing interval times the instances) instead.
+    assert!((27..=33).contains(&lists), "{lists} whole-table reads");
+    // The watch: three instances, three reads a second each.
+    assert!(
+        (2_600..=2_800).contains(&gets),
+        "{gets} reads of named rows"
+    );
+    for instance in instances {
         instance.task.abort();
     }
 }

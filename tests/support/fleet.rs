@@ -5,6 +5,7 @@
 //! delivery and every successful take of a shard lease.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -360,6 +361,9 @@ pub struct Instance {
     pub tally: Arc<Tally>,
     /// False once crashed or asked to leave.
     pub live: bool,
+    /// The takes it made while starting ([`Log::taken`] indices): the shards it opened with,
+    /// which `start_at` reads from the start position whatever their checkpoints say.
+    pub start_takes: Range<usize>,
     handle: ShutdownHandle,
     crash: Option<oneshot::Sender<()>>,
     reader: Option<JoinHandle<()>>,
@@ -399,6 +403,7 @@ impl Instance {
             owner,
             tally,
             live: true,
+            start_takes: 0..0,
             handle,
             crash: Some(crash),
             reader: Some(reader),
@@ -573,7 +578,9 @@ impl Fleet {
     /// Starts one more instance; returns its index.
     pub async fn join(&mut self) -> usize {
         let index = u16::try_from(self.instances.len()).expect("a few instances");
-        let instance = Instance::start(&self.api, &self.table, &self.journal, index).await;
+        let before = self.journal.lock().taken.len();
+        let mut instance = Instance::start(&self.api, &self.table, &self.journal, index).await;
+        instance.start_takes = before..self.journal.lock().taken.len();
         self.instances.push(instance);
         usize::from(index)
     }

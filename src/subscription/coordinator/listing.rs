@@ -4,9 +4,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures::future::join_all;
+use tokio::time::Instant;
 
 use super::lineage::{self, Frontier};
 use super::shared::Shared;
@@ -27,6 +28,76 @@ pub(crate) struct Listing {
     pub(crate) rows: BTreeMap<String, Lease>,
     /// The tips fetched for the rows this listing created (see [`NewRowRule::fetch_tips`]).
     pub(crate) tips: HashMap<String, Tip>,
+    /// False when the table was not read (the shards were as at the last scan; see
+    /// [`NewRowRule::unless_shards`]): `rows` is then empty.
+    pub(crate) scanned: bool,
+}
+
+/// The shards of a listing as far as the lease table cares: each shard's id and whether it
+/// is closed.
+pub(crate) type ShardSet = Vec<(String, bool)>;
+
+/// The shortest time between two reads of the table asked for by events (the roster row
+/// moved, a shard finished), when the listing interval is not shorter.
+pub(crate) const MIN_SCAN_GAP: Duration = Duration::from_secs(1);
+
+/// When the table is read.
+///
+/// Every listing asks Kinesis for the shards, but the table is read only when something may
+/// have changed for this instance: the shards changed, an event asked for it ([`Self::forced`]:
+/// the roster row moved, a shard finished, a hand-off is due), or a safety interval passed,
+/// the listing interval times the number of instances, so the whole fleet reads the table
+/// about once per listing interval however many instances it has.
+#[derive(Debug, Default)]
+pub(crate) struct Scans {
+    /// The next listing reads the table whatever the shards.
+    pub(crate) forced: bool,
+    /// When the table was last read, and the shards then.
+    last: Option<(Instant, ShardSet)>,
+    /// The instances sharing at the last read.
+    live_workers: usize,
+}
+
+impl Scans {
+    /// The shards to compare with for a listing starting at `now`; `None` when the table must
+    /// be read in any case. A forced read is no longer pending once asked for.
+    pub(crate) fn skip_unless_changed(
+        &mut self,
+        now: Instant,
+        list_interval: Duration,
+    ) -> Option<ShardSet> {
+        let (at, shards) = self.last.as_ref()?;
+        let workers = u32::try_from(self.live_workers.max(1)).unwrap_or(u32::MAX);
+        let due = *at + list_interval.saturating_mul(workers);
+        if std::mem::take(&mut self.forced) || now >= due {
+            return None;
+        }
+        Some(shards.clone())
+    }
+
+    /// The table was read at `now`.
+    pub(crate) fn scanned(&mut self, now: Instant, shards: ShardSet, live_workers: usize) {
+        self.last = Some((now, shards));
+        self.live_workers = live_workers;
+    }
+
+    /// The earliest an event may have the table read again.
+    pub(crate) fn earliest_next(&self, now: Instant, list_interval: Duration) -> Instant {
+        let gap = MIN_SCAN_GAP.min(list_interval);
+        self.last
+            .as_ref()
+            .map_or(now, |(at, _)| (*at + gap).max(now))
+    }
+}
+
+/// The [`ShardSet`] of `shards`.
+pub(crate) fn shard_set(shards: &[ShardDescription]) -> ShardSet {
+    let mut set: ShardSet = shards
+        .iter()
+        .map(|s| (s.shard_id.clone(), s.ending_sequence_number.is_some()))
+        .collect();
+    set.sort();
+    set
 }
 
 /// The tip of a shard fixed right before this instance created the shard's row: a LATEST
@@ -105,6 +176,9 @@ pub(crate) struct NewRowRule {
     /// Fetch a [`Tip`] for each new row that begins at `tip` before creating it (while
     /// `start` runs).
     pub(crate) fetch_tips: bool,
+    /// Read the table only if the shards differ from these (the shards at the last scan);
+    /// `None`: read it in any case.
+    pub(crate) unless_shards: Option<ShardSet>,
 }
 
 /// Lists the shards and the rows, and creates the rows of shards that have none.
@@ -112,6 +186,14 @@ pub(crate) async fn list(shared: Arc<Shared>, rule: NewRowRule) -> Result<Listin
     let shards = list_shards(&shared)
         .await
         .map_err(ListingFailure::Kinesis)?;
+    if rule.unless_shards.as_ref() == Some(&shard_set(&shards)) {
+        return Ok(Listing {
+            shards,
+            rows: BTreeMap::new(),
+            tips: HashMap::new(),
+            scanned: false,
+        });
+    }
     let mut rows = scan(&shared).await?;
     let recreated = replace_other_generations(&shared, &shards, &mut rows, &rule).await;
     let frontier = Frontier {
@@ -136,7 +218,12 @@ pub(crate) async fn list(shared: Arc<Shared>, rule: NewRowRule) -> Result<Listin
         rows = scan(&shared).await?;
     }
     tips.retain(|shard, _| created.contains(shard));
-    Ok(Listing { shards, rows, tips })
+    Ok(Listing {
+        shards,
+        rows,
+        tips,
+        scanned: true,
+    })
 }
 
 /// Fetches a LATEST iterator for each of the `new` rows that begin at `tip` and have none yet,
@@ -303,4 +390,39 @@ async fn create_all(
         }
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_read_when_the_shards_change_when_asked_and_at_the_safety_interval() {
+        let interval = Duration::from_secs(10);
+        let t0 = Instant::now();
+        let shards: ShardSet = vec![("a".into(), false), ("b".into(), true)];
+        let mut scans = Scans::default();
+        assert_eq!(scans.skip_unless_changed(t0, interval), None, "first");
+        scans.scanned(t0, shards.clone(), 3);
+        // Three instances: each reads the table every 30 s unless something changed.
+        let later = t0 + Duration::from_secs(29);
+        assert_eq!(
+            scans.skip_unless_changed(later, interval),
+            Some(shards.clone())
+        );
+        assert_eq!(
+            scans.skip_unless_changed(t0 + Duration::from_secs(30), interval),
+            None
+        );
+        scans.forced = true;
+        assert_eq!(scans.skip_unless_changed(later, interval), None);
+        assert!(!scans.forced, "asked for once");
+        // Events read it again a second after the last read at the soonest.
+        assert_eq!(scans.earliest_next(t0, interval), t0 + MIN_SCAN_GAP);
+        assert_eq!(scans.earliest_next(later, interval), later);
+        assert_eq!(
+            scans.earliest_next(t0, Duration::from_millis(300)),
+            t0 + Duration::from_millis(300)
+        );
+    }
 }

@@ -141,6 +141,8 @@ pub(crate) struct Coordinator {
     health: Health,
     /// A listing job is running.
     listing: bool,
+    /// When the listings read the table.
+    scans: listing::Scans,
     /// When the next listing starts.
     next_listing: Instant,
     /// Rows nobody held at the last listing (see [`NewRowRule::replaceable`]).
@@ -214,6 +216,7 @@ impl Coordinator {
             handed_off: VecDeque::new(),
             health,
             listing: false,
+            scans: listing::Scans::default(),
             next_listing: Instant::now(),
             replaceable: HashSet::new(),
             jobs: FuturesUnordered::new(),

@@ -17,7 +17,11 @@ use crate::position::StartingPoint;
 impl Coordinator {
     pub(super) fn start_listing(&mut self) {
         self.listing = true;
-        self.next_listing = Instant::now() + self.config().list_interval;
+        let now = Instant::now();
+        self.next_listing = now + self.config().list_interval;
+        let unless_shards = self
+            .scans
+            .skip_unless_changed(now, self.config().list_interval);
         let config = self.config();
         let rule = NewRowRule {
             position: config
@@ -32,6 +36,7 @@ impl Coordinator {
             },
             replaceable: self.replaceable.clone(),
             fetch_tips: self.startup.tell.is_some(),
+            unless_shards,
         };
         let shared = self.shared.clone();
         self.jobs.push(Box::pin(async move {
@@ -39,13 +44,24 @@ impl Coordinator {
         }));
     }
 
-    /// Lists again as soon as the running listing (if any) is done.
+    /// Lists again, reading the table, as soon as the running listing (if any) is done, but
+    /// no sooner than [`listing::MIN_SCAN_GAP`] after the last read of the table.
     pub(super) fn list_soon(&mut self) {
-        self.next_listing = Instant::now();
+        let at = self
+            .scans
+            .earliest_next(Instant::now(), self.config().list_interval);
+        self.scan_at(at);
+    }
+
+    /// Lists again at `at` at the latest, reading the table.
+    pub(super) fn scan_at(&mut self, at: Instant) {
+        self.scans.forced = true;
+        self.next_listing = self.next_listing.min(at);
     }
 
     pub(super) fn on_listing_failed(&mut self, failure: ListingFailure) {
         self.listing = false;
+        self.scans.forced = true;
         // Try again soon, rather than a whole listing interval later.
         self.next_listing =
             Instant::now() + self.config().list_interval.min(Duration::from_secs(1));
@@ -75,6 +91,12 @@ impl Coordinator {
 
     pub(super) fn on_listing(&mut self, mut listing: Listing) {
         self.listing = false;
+        if !listing.scanned {
+            // The shards are as they were: the table is read at the next safety scan, or
+            // when the roster row moves.
+            self.health.listed(true);
+            return;
+        }
         if self.startup.tell.is_some() {
             self.startup.tips.extend(std::mem::take(&mut listing.tips));
         }
@@ -107,6 +129,11 @@ impl Coordinator {
             .health
             .can_work(self.shared.probe.count(), Instant::now());
         let shares = plan::shares(&view, &eligible, can_work);
+        self.scans.scanned(
+            Instant::now(),
+            listing::shard_set(&listing.shards),
+            shares.live_workers,
+        );
         self.watch.ring = roster::ring(&listing.rows, &self.shared.config.owner, &expired);
         self.replaceable = replaceable;
         tracing::debug!(
@@ -153,7 +180,7 @@ impl Coordinator {
         if hand_off.len() > budget
             && let Some(oldest) = handed.front().copied().or(Some(now))
         {
-            self.next_listing = self.next_listing.min(oldest + window);
+            self.scan_at(oldest + window);
         }
         for shard in hand_off.into_iter().take(budget) {
             tracing::info!(shard = %shard, target, live_workers, "handing the shard off to balance");
