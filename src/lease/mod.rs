@@ -16,6 +16,10 @@
 //! lease duration on their own monotonic clock, so clock skew between hosts cannot steal a
 //! live lease.
 //!
+//! Besides one row per shard, a subscription keeps one row per instance (`worker:<owner>`,
+//! renewed like a lease, which the others watch to declare a crashed instance gone) and one
+//! roster row per stream (`worker:`, moved whenever the instances or free leases change).
+//!
 //! Rows do not pile up. An instance that stops gracefully deletes its own worker row; the
 //! worker row of an instance that crashed is deleted by any running instance once nobody has
 //! written it for the lease duration, and so is the row of a shard the stream has not listed

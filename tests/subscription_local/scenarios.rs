@@ -296,6 +296,7 @@ async fn worker_rows(store: &SharedLeaseStore, stream: &str) -> BTreeSet<String>
         .expect("list the lease table")
         .into_iter()
         .filter_map(|l| l.shard_id.strip_prefix("worker:").map(str::to_owned))
+        .filter(|owner| !owner.is_empty()) // (the roster row)
         .collect()
 }
 
