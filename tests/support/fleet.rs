@@ -361,8 +361,9 @@ pub struct Instance {
     pub tally: Arc<Tally>,
     /// False once crashed or asked to leave.
     pub live: bool,
-    /// The takes it made while starting ([`Log::taken`] indices): the shards it opened with,
-    /// which `start_at` reads from the start position whatever their checkpoints say.
+    /// The takes journaled while it started ([`Log::taken`] indices): its own among them are
+    /// the shards it opened with, which `start_at` reads from the start position whatever
+    /// their checkpoints say.
     pub start_takes: Range<usize>,
     handle: ShutdownHandle,
     crash: Option<oneshot::Sender<()>>,

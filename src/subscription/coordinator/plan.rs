@@ -207,11 +207,13 @@ pub(crate) fn fair_targets<'a>(shards: usize, members: &[Member<'a>]) -> HashMap
         .collect()
 }
 
-/// How many shards an instance with this `target` hands off per listing interval at most: a
-/// tenth of its target, at least two. Rebalancing after a join then moves a little at a time
-/// instead of stopping a large part of every instance's reading at once.
-pub(crate) fn hand_off_budget(target: usize) -> usize {
-    (target / 10).max(2)
+/// How many shards an instance with this `target` and this `excess` over it hands off per
+/// listing interval at most: half its excess, or a tenth of its target when that is more, and
+/// at least two. A join then moves a little at a time from each instance instead of stopping a
+/// large part of every instance's reading at once, while an instance holding far too many (the
+/// first one of a fleet starting) sheds them in a few intervals.
+pub(crate) fn hand_off_budget(target: usize, excess: usize) -> usize {
+    (target / 10).max(excess / 2).max(2)
 }
 
 /// The rows nobody needs any more, at most [`MAX_DELETES_PER_LISTING`]:
@@ -472,10 +474,11 @@ mod tests {
     }
 
     #[test]
-    fn hand_offs_are_paced_by_the_target() {
-        assert_eq!(hand_off_budget(0), 2);
-        assert_eq!(hand_off_budget(47), 4);
-        assert_eq!(hand_off_budget(333), 33);
+    fn hand_offs_are_paced_by_the_target_and_the_excess() {
+        assert_eq!(hand_off_budget(0, 1), 2);
+        assert_eq!(hand_off_budget(47, 3), 4);
+        assert_eq!(hand_off_budget(333, 167), 83);
+        assert_eq!(hand_off_budget(50, 950), 475);
     }
 
     #[test]

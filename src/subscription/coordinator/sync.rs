@@ -167,6 +167,7 @@ impl Coordinator {
     /// Hands off shards to balance, at most [`plan::hand_off_budget`] per listing interval; the
     /// rest at a listing once the budget allows.
     fn balance(&mut self, hand_off: Vec<String>, target: usize, live_workers: usize) {
+        let excess = self.held.len().saturating_sub(target);
         let now = Instant::now();
         let window = self.config().list_interval;
         let handed = &mut self.handed_off;
@@ -176,7 +177,7 @@ impl Coordinator {
         {
             handed.pop_front();
         }
-        let budget = plan::hand_off_budget(target).saturating_sub(handed.len());
+        let budget = plan::hand_off_budget(target, excess).saturating_sub(handed.len());
         if hand_off.len() > budget
             && let Some(oldest) = handed.front().copied().or(Some(now))
         {
