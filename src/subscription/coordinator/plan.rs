@@ -89,7 +89,8 @@ pub(crate) struct Shares {
 ///   ([`declared_gone`]) takes nothing until it holds a worker row again.
 /// * The shards shared are the eligible ones not pinned by a live holder that does not share
 ///   (one that withdrew its worker row keeps reading what it holds).
-/// * Shares differ by one at most ([`fair_targets`]): 4 shards on 3 instances are 2/1/1.
+/// * Shares differ by one at most ([`fair_targets`]): 4 shards on 3 instances are 2/1/1, the
+///   extra shard going to the first instance in owner order.
 /// * A lease is free when nobody holds it, this instance holds it (a view it lost), its
 ///   holder has not written it for the lease duration (`expired`), or its holder was declared
 ///   gone.
@@ -190,16 +191,17 @@ pub(crate) struct Member<'a> {
 }
 
 /// Splits `shards` over `members` so that any two targets differ by one at most. The shards
-/// left over after an equal split go to the members holding the most already (then in owner
-/// order), so the fewest shards move. Every instance computes the same targets from the same
-/// table.
+/// left over after an equal split go to the first members in owner order, so every instance
+/// computes the same targets whatever it has seen of the others' holdings at that moment (a
+/// rule that followed the holdings could leave a released shard in nobody's share while two
+/// instances each saw the other as the one to take it).
 pub(crate) fn fair_targets<'a>(shards: usize, members: &[Member<'a>]) -> HashMap<&'a str, usize> {
     if members.is_empty() {
         return HashMap::new();
     }
     let (floor, extra) = (shards / members.len(), shards % members.len());
     let mut order: Vec<&Member<'a>> = members.iter().collect();
-    order.sort_by(|a, b| b.held.cmp(&a.held).then(a.owner.cmp(b.owner)));
+    order.sort_by(|a, b| a.owner.cmp(b.owner));
     order
         .iter()
         .enumerate()
@@ -347,9 +349,9 @@ mod tests {
         let eligible: Vec<&Lease> = ["0", "1", "2"].iter().map(|id| &rows[*id]).collect();
         let plan = share(&rows, &eligible, "a", &Holdings::default(), true, &never);
         // b is gone (not counted, its leases free); c is live, the roster row is nobody. Of
-        // the three shards, c (holding one already) gets two.
-        assert_eq!((plan.live_workers, plan.target), (2, 1));
-        assert_eq!(ids(&plan.take), ["0"]);
+        // the three shards, a (first in owner order) gets two.
+        assert_eq!((plan.live_workers, plan.target), (2, 2));
+        assert_eq!(ids(&plan.take), ["0", "1"]);
         // b itself, back before it holds a worker row again, takes nothing.
         let plan = share(&rows, &eligible, "b", &Holdings::default(), true, &never);
         assert_eq!(plan.target, 0);
@@ -410,12 +412,13 @@ mod tests {
     }
 
     #[test]
-    fn shares_differ_by_one_at_most_and_the_fewest_shards_move() {
+    fn shares_differ_by_one_at_most_and_agree_between_instances() {
         let member = |owner, held| Member { owner, held };
         let targets = fair_targets(4, &[member("a", 2), member("b", 2), member("c", 0)]);
         assert_eq!((targets["a"], targets["b"], targets["c"]), (2, 1, 1));
-        let targets = fair_targets(10, &[member("a", 0), member("b", 7), member("c", 3)]);
-        assert_eq!((targets["a"], targets["b"], targets["c"]), (3, 4, 3));
+        // The same targets whatever the holdings are seen to be.
+        let targets = fair_targets(10, &[member("b", 7), member("a", 0), member("c", 3)]);
+        assert_eq!((targets["a"], targets["b"], targets["c"]), (4, 3, 3));
         assert_eq!(
             fair_targets(2, &[member("a", 0), member("b", 0), member("c", 0)])["c"],
             0
@@ -435,7 +438,7 @@ mod tests {
             lease("worker:c", Some("c")),
         ]);
         let eligible: Vec<&Lease> = ["0", "1", "2", "3"].iter().map(|id| &rows[*id]).collect();
-        // a keeps two (first in owner order among those holding the most), b hands one off.
+        // a keeps two (first in owner order), b hands one off.
         let plan = share(&rows, &eligible, "a", &held(&["0", "1"]), true, &never);
         assert_eq!(plan.target, 2);
         assert!(plan.hand_off.is_empty());
