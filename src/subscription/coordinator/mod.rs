@@ -22,6 +22,7 @@ mod seek;
 mod shared;
 mod sync;
 mod take;
+mod watching;
 mod worker;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
