@@ -117,6 +117,7 @@ both_stores!(
     parents_round_trip,
     list_paginates_and_orders_by_shard,
     get_reads_the_named_rows_as_they_are_now,
+    worker_limits_round_trip,
     writes_by_a_non_holder_are_lost,
     delete_is_conditional_on_owner_and_counter,
 );
@@ -420,6 +421,23 @@ async fn get_reads_the_named_rows_as_they_are_now(store: SharedLeaseStore) {
             .expect("get nothing")
             .is_empty()
     );
+}
+
+async fn worker_limits_round_trip(store: SharedLeaseStore) {
+    let mut row = Lease::new(STREAM, "worker:a", vec![]);
+    row.owner = Some("a".into());
+    row.limits = Some(kinesis_dataflow::lease::WorkerLimits {
+        weight: 3,
+        max_leases: Some(250),
+    });
+    assert!(store.create(&row).await.expect("create"));
+    let renewed = store.renew(&row).await.expect("renew");
+    let read = store
+        .get(STREAM, &["worker:a".to_owned()])
+        .await
+        .expect("get");
+    assert_eq!(read, vec![renewed.clone()]);
+    assert_eq!(read[0].limits, row.limits, "kept by a renewal");
 }
 
 async fn writes_by_a_non_holder_are_lost(store: SharedLeaseStore) {

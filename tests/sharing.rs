@@ -15,6 +15,7 @@ use futures::StreamExt;
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
 use kinesis_dataflow::lease::{LeaseFuture, LeaseStore, SharedLeaseStore};
+use kinesis_dataflow::subscription::SubscriptionBuilder;
 use kinesis_dataflow::{KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -95,12 +96,20 @@ struct Instance {
 }
 
 async fn start(api: &SharedKinesis, store: &SharedLeaseStore, owner: &str) -> Instance {
-    let sub = Subscription::builder(api.clone(), store.clone(), STREAM)
+    start_with(api, store, owner, |builder| builder).await
+}
+
+/// [`start`], with settings of its own.
+async fn start_with(
+    api: &SharedKinesis,
+    store: &SharedLeaseStore,
+    owner: &str,
+    settings: impl FnOnce(SubscriptionBuilder) -> SubscriptionBuilder,
+) -> Instance {
+    let builder = Subscription::builder(api.clone(), store.clone(), STREAM)
         .owner(owner)
-        .start_at(KinesisPosition::horizon())
-        .start()
-        .await
-        .expect("starts");
+        .start_at(KinesisPosition::horizon());
+    let sub = settings(builder).start().await.expect("starts");
     let (crash, crashed) = oneshot::channel();
     let handle = sub.shutdown_handle();
     let task = tokio::spawn(async move {
@@ -391,5 +400,46 @@ async fn a_graceful_leave_is_taken_up_within_about_a_second() {
     writer.abort();
     for instance in [a, b, c] {
         instance.task.abort();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn capacities_and_bounds_set_on_one_instance_are_honoured_by_all() {
+    let (api, table, _, store) = fleet(12);
+    let a = start_with(&api, &store, "a", |b| b.capacity(2)).await;
+    let b = start(&api, &store, "b").await;
+    let c = start_with(&api, &store, "c", |b| b.max_leases(2)).await;
+    // In proportion, 6/3/3; c is bounded at 2, so the other two split 10 by weight.
+    until_counts(&table, &["a", "b", "c"], &[7, 3, 2]).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(counts(&table, &["a", "b", "c"]).await, [7, 3, 2]);
+    for instance in [a, b, c] {
+        instance.task.abort();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_capacities_and_bounds_are_refused_by_name() {
+    let (api, _, _, store) = fleet(1);
+    for (settings, name) in [
+        (
+            Box::new(|b: SubscriptionBuilder| b.capacity(0))
+                as Box<dyn FnOnce(SubscriptionBuilder) -> SubscriptionBuilder>,
+            "capacity",
+        ),
+        (
+            Box::new(|b: SubscriptionBuilder| b.capacity(1_001)),
+            "capacity",
+        ),
+        (
+            Box::new(|b: SubscriptionBuilder| b.max_leases(0)),
+            "max_leases",
+        ),
+    ] {
+        let builder = Subscription::builder(api.clone(), store.clone(), STREAM).owner("a");
+        let Err(error) = settings(builder).start().await else {
+            panic!("{name}: accepted");
+        };
+        assert!(error.to_string().contains(name), "{error}");
     }
 }

@@ -75,6 +75,31 @@ pub struct Lease {
     /// from a shard of the same id in an earlier stream of the same name (a stream deleted
     /// and created again); `None` on rows written before it was recorded, and on worker rows.
     pub starting_sequence_number: Option<String>,
+    /// On a worker row: the limits of the instance it stands for, which every instance uses
+    /// to compute the same shares. `None` on shard rows (and on worker rows written before
+    /// limits were recorded, which count as [`WorkerLimits::default`]).
+    pub limits: Option<WorkerLimits>,
+}
+
+/// How much of a stream one instance takes: its share relative to the others', and an upper
+/// bound. Recorded in the instance's worker row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerLimits {
+    /// Its share relative to the others' (an instance of weight 2 reads twice as many shards
+    /// as one of weight 1). At least 1.
+    pub weight: u32,
+    /// The most shards it reads at once; `None`: no bound.
+    pub max_leases: Option<u32>,
+}
+
+impl Default for WorkerLimits {
+    /// Weight 1, no bound.
+    fn default() -> Self {
+        Self {
+            weight: 1,
+            max_leases: None,
+        }
+    }
 }
 
 impl Lease {
@@ -93,6 +118,7 @@ impl Lease {
             checkpoint: None,
             parents,
             starting_sequence_number: None,
+            limits: None,
         }
     }
 

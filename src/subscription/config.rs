@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::clock::{Clock, TokioClock};
 
 use crate::error::KinesisError;
+use crate::lease::WorkerLimits;
 use crate::position::KinesisPosition;
 use crate::shard::ReadSettings;
 
@@ -21,6 +22,9 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 /// How many deliveries of one shard may be unsettled before its reader pauses.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 10_000;
+
+/// The largest relative capacity an instance may have.
+pub const MAX_CAPACITY: u32 = 1_000;
 
 /// Default bound on the data of a shard's unsettled deliveries: 64 MiB.
 pub const DEFAULT_MAX_IN_FLIGHT_BYTES: usize = 64 << 20;
@@ -45,6 +49,8 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) clock: Arc<dyn Clock>,
     /// With [`ReadSettings::fan_out`]: the consumer's ARN, registered at `start`.
     pub(crate) consumer_arn: Option<String>,
+    /// This instance's share relative to the others', and its bound.
+    pub(crate) limits: WorkerLimits,
 }
 
 impl SubscriptionConfig {
@@ -66,6 +72,7 @@ impl SubscriptionConfig {
             dead_letters: None,
             clock: Arc::new(TokioClock),
             consumer_arn: None,
+            limits: WorkerLimits::default(),
         }
     }
 
@@ -139,6 +146,21 @@ impl SubscriptionConfig {
                 setting: "lease_duration",
                 value: format!("{:?}", self.lease_duration),
                 reason: "must be at least 300 ms (renewals run every third of it)".into(),
+            });
+        }
+        if !(1..=MAX_CAPACITY).contains(&self.limits.weight) {
+            return Err(KinesisError::InvalidConfig {
+                setting: "capacity",
+                value: self.limits.weight.to_string(),
+                reason: format!("must be 1 to {MAX_CAPACITY}"),
+            });
+        }
+        if self.limits.max_leases == Some(0) {
+            return Err(KinesisError::InvalidConfig {
+                setting: "max_leases",
+                value: "0".into(),
+                reason: "must be at least 1 (an instance that should read nothing need not run)"
+                    .into(),
             });
         }
         if self.owner.is_empty() || self.owner.len() > 256 {

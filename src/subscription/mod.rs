@@ -53,7 +53,8 @@ pub use clock::{Clock, TokioClock};
 pub(crate) use config::SubscriptionConfig;
 pub use config::{
     DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LEASE_DURATION, DEFAULT_LIST_INTERVAL,
-    DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_SHUTDOWN_TIMEOUT, MAX_DURATION,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_SHUTDOWN_TIMEOUT, MAX_CAPACITY,
+    MAX_DURATION,
 };
 pub use seeker::SubscriptionSeeker;
 
@@ -175,6 +176,23 @@ impl SubscriptionBuilder {
     /// How long a lease lives without renewal before others may take it (default 10 s).
     pub fn lease_duration(mut self, duration: Duration) -> Self {
         self.config.lease_duration = duration;
+        self
+    }
+
+    /// The most shards this instance reads at once (default: no bound). The other instances
+    /// read the rest: shares are computed from every instance's bounds and capacities, which
+    /// each records in its worker row. Shards beyond what the whole fleet may hold are left
+    /// unread (a warning says so) until an instance with room joins.
+    pub fn max_leases(mut self, shards: u32) -> Self {
+        self.config.limits.max_leases = Some(shards);
+        self
+    }
+
+    /// This instance's share relative to the others' (default 1, at most
+    /// [`MAX_CAPACITY`]): an instance of capacity 2 reads
+    /// about twice as many shards as one of capacity 1, say on a host with twice the cores.
+    pub fn capacity(mut self, weight: u32) -> Self {
+        self.config.limits.weight = weight;
         self
     }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::error::Operation;
-use crate::lease::{Lease, LeaseError};
+use crate::lease::{Lease, LeaseError, WorkerLimits};
 use crate::position::Checkpoint;
 
 /// The partition key: `<stream>#<shard>`.
@@ -27,6 +27,10 @@ const PARENTS: &str = "parentShardIds";
 pub(super) const WRITTEN: &str = "lastWrittenAt";
 /// The shard's starting sequence number (tells the generations of a stream name apart).
 const STARTING_SEQUENCE: &str = "startingSequenceNumber";
+/// On a worker row: the instance's relative weight.
+const WEIGHT: &str = "workerWeight";
+/// On a worker row: the most shards the instance reads at once.
+const MAX_LEASES: &str = "workerMaxLeases";
 /// How a [`Checkpoint::ShardEnd`] is stored.
 const SHARD_END: &str = "SHARD_END";
 
@@ -73,6 +77,12 @@ pub(super) fn to_item(lease: &Lease) -> HashMap<String, AttributeValue> {
     }
     if let Some(seq) = &lease.starting_sequence_number {
         item.insert(STARTING_SEQUENCE.to_owned(), AttributeValue::S(seq.clone()));
+    }
+    if let Some(limits) = &lease.limits {
+        item.insert(WEIGHT.to_owned(), number(u64::from(limits.weight)));
+        if let Some(max) = limits.max_leases {
+            item.insert(MAX_LEASES.to_owned(), number(u64::from(max)));
+        }
     }
     if !lease.parents.is_empty() {
         let parents = lease
@@ -126,6 +136,7 @@ pub(super) fn parse_row(
         checkpoint: row.checkpoint()?,
         parents: row.parents()?,
         starting_sequence_number: row.string(STARTING_SEQUENCE)?,
+        limits: row.limits()?,
     })
 }
 
@@ -189,6 +200,36 @@ impl<'a> Row<'a> {
         }
     }
 
+    /// A number attribute that fits a `u32`, if present.
+    fn small_number(&self, attribute: &str) -> Result<Option<u32>, LeaseError> {
+        match self.item.get(attribute) {
+            None => Ok(None),
+            Some(AttributeValue::N(n)) => n.parse::<u32>().map(Some).map_err(|_| {
+                self.bad(
+                    attribute,
+                    format!("`{n}` is not a whole number up to {}", u32::MAX),
+                )
+            }),
+            Some(other) => Err(self.bad(
+                attribute,
+                format!(
+                    "is of type {} where a number (N) was expected",
+                    type_name(other)
+                ),
+            )),
+        }
+    }
+
+    fn limits(&self) -> Result<Option<WorkerLimits>, LeaseError> {
+        let Some(weight) = self.small_number(WEIGHT)? else {
+            return Ok(None);
+        };
+        Ok(Some(WorkerLimits {
+            weight,
+            max_leases: self.small_number(MAX_LEASES)?,
+        }))
+    }
+
     fn checkpoint(&self) -> Result<Option<Checkpoint>, LeaseError> {
         let Some(text) = self.string(CHECKPOINT)? else {
             return Ok(None);
@@ -249,6 +290,29 @@ mod tests {
             assert_eq!(item[KEY], AttributeValue::S("s#shardId-1".into()));
             assert_eq!(parse_row("t", Operation::Scan, &item).unwrap(), lease);
         }
+        for limits in [
+            WorkerLimits::default(),
+            WorkerLimits {
+                weight: 3,
+                max_leases: Some(40),
+            },
+        ] {
+            let mut worker = Lease::new("s", "worker:me", vec![]);
+            worker.limits = Some(limits);
+            let item = to_item(&worker);
+            assert_eq!(item[WEIGHT], AttributeValue::N(limits.weight.to_string()));
+            assert_eq!(parse_row("t", Operation::Scan, &item).unwrap(), worker);
+        }
+        let bad = row(&[
+            (STREAM, AttributeValue::S("s".into())),
+            (SHARD, AttributeValue::S("worker:me".into())),
+            (COUNTER, AttributeValue::N("1".into())),
+            (WEIGHT, AttributeValue::N("-2".into())),
+        ]);
+        let err = parse_row("t", Operation::Scan, &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(WEIGHT), "{err}");
         let free = Lease::new("s", "shardId-1", vec![]);
         let item = to_item(&free);
         assert!(!item.contains_key(OWNER) && !item.contains_key(CHECKPOINT));

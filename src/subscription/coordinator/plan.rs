@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::api::ShardDescription;
-use crate::lease::Lease;
+use crate::lease::{Lease, WorkerLimits};
 
 /// The prefix of the lease rows that record live instances (one per owner).
 pub(crate) const WORKER_PREFIX: &str = "worker:";
@@ -66,6 +66,8 @@ pub(crate) struct View<'a> {
     pub(crate) holdings: &'a Holdings,
     /// True for a row nobody has written for the lease duration (on this instance's clock).
     pub(crate) expired: &'a dyn Fn(&Lease) -> bool,
+    /// This instance's capacity and bound.
+    pub(crate) limits: WorkerLimits,
 }
 
 /// The shares decided by one listing.
@@ -79,6 +81,8 @@ pub(crate) struct Shares {
     pub(crate) take: Vec<Lease>,
     /// Held shards to hand off gracefully.
     pub(crate) hand_off: Vec<String>,
+    /// Shards beyond what the sharing instances may hold together (their `max_leases`).
+    pub(crate) beyond_bounds: usize,
 }
 
 /// Decides this instance's share of the `eligible` shards.
@@ -106,16 +110,17 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
         owner,
         holdings,
         expired,
+        limits,
         ..
     } = view;
     let declared = declared_gone(rows);
     let can_work = can_work && !declared.contains(owner);
-    let mut members: BTreeMap<&str, usize> = rows
+    let mut members: BTreeMap<&str, (usize, WorkerLimits)> = rows
         .values()
         .filter(|row| row.owner.is_some() && !expired(row))
-        .filter_map(|row| worker_owner(&row.shard_id))
-        .filter(|o| o != owner)
-        .map(|o| (o, 0))
+        .filter_map(|row| Some((worker_owner(&row.shard_id)?, row.limits.unwrap_or_default())))
+        .filter(|(o, _)| o != owner)
+        .map(|(o, limits)| (o, (0, limits)))
         .collect();
     let live_workers = (members.len() + usize::from(can_work)).max(1);
     let free = |lease: &Lease| match lease.owner.as_deref() {
@@ -136,7 +141,7 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
         match lease.owner.as_deref() {
             _ if free(lease) => unheld += 1,
             Some(holder) => match members.get_mut(holder) {
-                Some(count) => *count += 1,
+                Some((count, _)) => *count += 1,
                 None => pinned += 1,
             },
             None => {}
@@ -145,13 +150,15 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
     let mine = holdings.held.len() + holdings.taking.len();
     let mut counts: Vec<Member<'_>> = members
         .iter()
-        .map(|(owner, held)| Member { owner, held: *held })
+        .map(|(owner, (held, limits))| Member::new(owner, *held, *limits))
         .collect();
     if can_work {
-        counts.push(Member { owner, held: mine });
+        counts.push(Member::new(owner, mine, *limits));
     }
-    let targets = fair_targets(eligible.len() - pinned, &counts);
-    let target = if can_work { targets[*owner] } else { 0 };
+    let shared = eligible.len() - pinned;
+    let targets = fair_targets(shared, &counts);
+    let beyond_bounds = shared.saturating_sub(targets.values().map(|t| t.target).sum());
+    let target = if can_work { targets[*owner].target } else { 0 };
     let mut take = Vec::new();
     for lease in eligible {
         if mine + take.len() >= target {
@@ -161,10 +168,12 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
             take.push((*lease).clone());
         }
     }
+    // Only what the others lack below their floor is handed off: an instance holding one of
+    // the extra shards keeps it rather than passing it to another that would hold it instead.
     let wanting: usize = counts
         .iter()
         .filter(|m| m.owner != *owner)
-        .map(|m| targets[m.owner].saturating_sub(m.held))
+        .map(|m| targets[m.owner].floor.saturating_sub(m.held))
         .sum();
     let excess = mine
         .saturating_sub(target)
@@ -179,6 +188,7 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
         live_workers,
         take,
         hand_off,
+        beyond_bounds,
     }
 }
 
@@ -188,25 +198,98 @@ pub(crate) struct Member<'a> {
     pub(crate) owner: &'a str,
     /// How many of the shared shards it holds now.
     pub(crate) held: usize,
+    /// Its capacity relative to the others' (at least 1).
+    pub(crate) weight: u64,
+    /// The most it reads at once.
+    pub(crate) max: usize,
 }
 
-/// Splits `shards` over `members` so that any two targets differ by one at most. The shards
-/// left over after an equal split go to the first members in owner order, so every instance
-/// computes the same targets whatever it has seen of the others' holdings at that moment (a
-/// rule that followed the holdings could leave a released shard in nobody's share while two
-/// instances each saw the other as the one to take it).
-pub(crate) fn fair_targets<'a>(shards: usize, members: &[Member<'a>]) -> HashMap<&'a str, usize> {
-    if members.is_empty() {
-        return HashMap::new();
+impl<'a> Member<'a> {
+    pub(crate) fn new(owner: &'a str, held: usize, limits: WorkerLimits) -> Self {
+        Self {
+            owner,
+            held,
+            weight: u64::from(limits.weight.max(1)),
+            max: limits
+                .max_leases
+                .map_or(usize::MAX, |max| usize::try_from(max).unwrap_or(usize::MAX)),
+        }
     }
-    let (floor, extra) = (shards / members.len(), shards % members.len());
-    let mut order: Vec<&Member<'a>> = members.iter().collect();
-    order.sort_by(|a, b| a.owner.cmp(b.owner));
-    order
-        .iter()
-        .enumerate()
-        .map(|(i, m)| (m.owner, floor + usize::from(i < extra)))
-        .collect()
+}
+
+/// One member's part of the shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Target {
+    /// How many it should read.
+    pub(crate) target: usize,
+    /// Its proportional part rounded down (its bound, when bounded): what the others make up
+    /// for by handing shards off when it holds fewer.
+    pub(crate) floor: usize,
+}
+
+/// Splits `shards` over `members` in proportion to their weights, none above its bound:
+///
+/// * a member whose proportional part is above its bound gets its bound, and the rest is
+///   split again among the others (shards beyond every bound are nobody's);
+/// * each of the others gets its proportional part rounded down, and the shards left over go
+///   one each to the largest fractions, then to the first members in owner order. With equal
+///   weights the targets differ by one at most.
+///
+/// Nothing depends on what the members hold now, so every instance computes the same targets
+/// whatever it has seen of the others' holdings at that moment (a rule that followed the
+/// holdings could leave a released shard in nobody's share while two instances each saw the
+/// other as the one to take it).
+pub(crate) fn fair_targets<'a>(shards: usize, members: &[Member<'a>]) -> HashMap<&'a str, Target> {
+    let mut open: Vec<&Member<'a>> = members.iter().collect();
+    open.sort_by(|a, b| a.owner.cmp(b.owner));
+    let mut targets = HashMap::new();
+    let mut left = shards as u128;
+    loop {
+        let total: u128 = open.iter().map(|m| u128::from(m.weight)).sum();
+        let (capped, rest): (Vec<&Member<'a>>, Vec<&Member<'a>>) = open
+            .iter()
+            .partition(|m| left * u128::from(m.weight) > m.max as u128 * total);
+        if capped.is_empty() || total == 0 {
+            break;
+        }
+        for m in capped {
+            let max = Target {
+                target: m.max,
+                floor: m.max,
+            };
+            targets.insert(m.owner, max);
+            left -= m.max as u128;
+        }
+        open = rest;
+    }
+    let total: u128 = open.iter().map(|m| u128::from(m.weight)).sum();
+    if total == 0 {
+        return targets;
+    }
+    let mut given = 0u128;
+    let mut fractions: Vec<(u128, &str)> = Vec::new();
+    for m in &open {
+        let exact = left * u128::from(m.weight);
+        given += exact / total;
+        let floor = usize::try_from(exact / total).unwrap_or(usize::MAX);
+        targets.insert(
+            m.owner,
+            Target {
+                target: floor,
+                floor,
+            },
+        );
+        fractions.push((exact % total, m.owner));
+    }
+    // Largest fraction first; owner order among equals (the sort is stable).
+    fractions.sort_by_key(|f| std::cmp::Reverse(f.0));
+    let extra = usize::try_from(left - given).unwrap_or(usize::MAX);
+    for (_, owner) in fractions.into_iter().take(extra) {
+        if let Some(part) = targets.get_mut(owner) {
+            part.target += 1;
+        }
+    }
+    targets
 }
 
 /// How many shards an instance with this `target` and this `excess` over it hands off per
@@ -240,6 +323,7 @@ pub(crate) fn stale_rows(
         owner,
         holdings,
         expired,
+        ..
     } = view;
     let listed: HashSet<&str> = shards.iter().map(|s| s.shard_id.as_str()).collect();
     rows.values()
@@ -300,6 +384,7 @@ mod tests {
             owner,
             holdings,
             expired,
+            limits: WorkerLimits::default(),
         };
         shares(&view, eligible, can_work)
     }
@@ -413,17 +498,134 @@ mod tests {
 
     #[test]
     fn shares_differ_by_one_at_most_and_agree_between_instances() {
-        let member = |owner, held| Member { owner, held };
+        let member = |owner, held| Member::new(owner, held, WorkerLimits::default());
         let targets = fair_targets(4, &[member("a", 2), member("b", 2), member("c", 0)]);
-        assert_eq!((targets["a"], targets["b"], targets["c"]), (2, 1, 1));
+        assert_eq!(
+            (
+                targets["a"].target,
+                targets["b"].target,
+                targets["c"].target
+            ),
+            (2, 1, 1)
+        );
         // The same targets whatever the holdings are seen to be.
         let targets = fair_targets(10, &[member("b", 7), member("a", 0), member("c", 3)]);
-        assert_eq!((targets["a"], targets["b"], targets["c"]), (4, 3, 3));
         assert_eq!(
-            fair_targets(2, &[member("a", 0), member("b", 0), member("c", 0)])["c"],
+            (
+                targets["a"].target,
+                targets["b"].target,
+                targets["c"].target
+            ),
+            (4, 3, 3)
+        );
+        assert_eq!(
+            fair_targets(2, &[member("a", 0), member("b", 0), member("c", 0)])["c"].target,
             0
         );
         assert!(fair_targets(5, &[]).is_empty());
+    }
+
+    #[test]
+    fn capacities_weigh_the_shares_and_bounds_cap_them() {
+        let limits = |weight, max_leases| WorkerLimits { weight, max_leases };
+        let member = |owner, weight, max| Member::new(owner, 0, limits(weight, max));
+        // Weight 2 reads twice as many.
+        let t = fair_targets(
+            12,
+            &[
+                member("a", 2, None),
+                member("b", 1, None),
+                member("c", 1, None),
+            ],
+        );
+        assert_eq!((t["a"].target, t["b"].target, t["c"].target), (6, 3, 3));
+        // A bound: the rest is split among the others.
+        let t = fair_targets(
+            12,
+            &[
+                member("a", 1, None),
+                member("b", 1, None),
+                member("c", 1, Some(2)),
+            ],
+        );
+        assert_eq!((t["a"].target, t["b"].target, t["c"].target), (5, 5, 2));
+        // Bounds below the shards: the rest is nobody's.
+        let t = fair_targets(12, &[member("a", 1, Some(3)), member("b", 5, Some(4))]);
+        assert_eq!((t["a"].target, t["b"].target), (3, 4));
+        // Leftovers go to the largest fractions: 10 over weights 1, 1, 3 is 2, 2, 6.
+        let t = fair_targets(
+            10,
+            &[
+                member("a", 1, None),
+                member("b", 1, None),
+                member("c", 3, None),
+            ],
+        );
+        assert_eq!((t["a"].target, t["b"].target, t["c"].target), (2, 2, 6));
+        let t = fair_targets(
+            7,
+            &[
+                member("a", 1, None),
+                member("b", 1, None),
+                member("c", 3, None),
+            ],
+        );
+        assert_eq!(
+            (t["a"].target, t["b"].target, t["c"].target),
+            (2, 1, 4),
+            "1.4, 1.4, 4.2: the first 0.4 in owner order"
+        );
+    }
+
+    #[test]
+    fn a_bound_in_a_worker_row_counts_for_everyone_and_shards_beyond_all_bounds_are_said() {
+        let mut bounded = lease("worker:b", Some("b"));
+        bounded.limits = Some(WorkerLimits {
+            weight: 1,
+            max_leases: Some(1),
+        });
+        let rows = table(vec![
+            lease("0", None),
+            lease("1", None),
+            lease("2", None),
+            lease("worker:a", Some("a")),
+            bounded,
+        ]);
+        let eligible: Vec<&Lease> = ["0", "1", "2"].iter().map(|id| &rows[*id]).collect();
+        let plan = share(&rows, &eligible, "a", &Holdings::default(), true, &never);
+        assert_eq!(plan.target, 2);
+        assert_eq!(plan.beyond_bounds, 0);
+        let view = View {
+            rows: &rows,
+            shards: &[],
+            owner: "a",
+            holdings: &Holdings::default(),
+            expired: &never,
+            limits: WorkerLimits {
+                weight: 1,
+                max_leases: Some(1),
+            },
+        };
+        let plan = shares(&view, &eligible, true);
+        assert_eq!((plan.target, plan.beyond_bounds), (1, 1));
+    }
+
+    #[test]
+    fn an_instance_holding_an_extra_shard_keeps_it() {
+        // One shard, two instances: either may hold it; it does not move to the first in
+        // owner order just because that one came back.
+        let rows = table(vec![
+            lease("0", Some("b")),
+            lease("worker:a", Some("a")),
+            lease("worker:b", Some("b")),
+        ]);
+        let eligible: Vec<&Lease> = vec![&rows["0"]];
+        let plan = share(&rows, &eligible, "b", &held(&["0"]), true, &never);
+        assert_eq!(plan.target, 0);
+        assert!(plan.hand_off.is_empty());
+        let plan = share(&rows, &eligible, "a", &Holdings::default(), true, &never);
+        assert_eq!(plan.target, 1);
+        assert!(plan.take.is_empty());
     }
 
     #[test]
@@ -545,6 +747,7 @@ mod tests {
             owner: "a",
             holdings,
             expired: &expired,
+            limits: WorkerLimits::default(),
         };
         let nothing = Holdings::default();
         let stale = stale_rows(&view(&nothing), &unlisted, now, Duration::from_secs(20));

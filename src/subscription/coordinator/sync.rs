@@ -114,6 +114,7 @@ impl Coordinator {
             owner: &self.shared.config.owner,
             holdings: &holdings,
             expired: &expired,
+            limits: self.shared.config.limits,
         };
         let unlisted_for = lease_duration + self.shared.config.list_interval;
         let stale = plan::stale_rows(&view, &self.unlisted, now, unlisted_for);
@@ -145,6 +146,13 @@ impl Coordinator {
             can_work,
             "shards listed"
         );
+        if shares.beyond_bounds > 0 {
+            tracing::warn!(
+                unread = shares.beyond_bounds,
+                live_workers = shares.live_workers,
+                "more shards than the instances may hold together (their max_leases): some stay unread until an instance with room joins"
+            );
+        }
         self.delete(stale);
         let first = self.startup.shards.is_none();
         if first {

@@ -148,6 +148,18 @@ async fn renew(shared: Arc<Shared>, row: Lease) -> WorkerDone {
     }
 }
 
+/// What [`ensure`] found of the worker row.
+enum Found {
+    Created,
+    /// A row with other limits was deleted and the row created anew; `ours`: it was held by
+    /// this instance.
+    Replaced {
+        ours: bool,
+    },
+    Existing(Lease),
+    Vanished,
+}
+
 /// The id of `owner`'s worker row.
 pub(crate) fn worker_row_id(owner: &str) -> String {
     format!("{WORKER_PREFIX}{owner}")
@@ -161,20 +173,44 @@ async fn ensure(shared: Arc<Shared>, expected_missing: bool) -> WorkerDone {
     let owner = shared.config.owner.clone();
     let mut row = Lease::new(shared.stream.to_string(), worker_row_id(&owner), Vec::new());
     row.owner = Some(owner.clone());
+    row.limits = Some(shared.config.limits);
     let sent = Instant::now();
+    // A row deleted between the create and the read is created again.
     let found = async {
-        if shared.store.create(&row).await? {
-            return Ok(None);
-        }
         let ids = [row.shard_id.clone()];
-        Ok::<_, LeaseError>(shared.store.get(&shared.stream, &ids).await?.pop())
+        for _ in 0..2 {
+            if shared.store.create(&row).await? {
+                return Ok(Found::Created);
+            }
+            match shared.store.get(&shared.stream, &ids).await?.pop() {
+                // Limits set differently (a restart with other settings): the row is made
+                // anew, conditional on it being as read.
+                Some(current) if current.limits != row.limits => {
+                    let ours = current.owner.as_deref() == Some(owner.as_str());
+                    shared.store.delete(&current).await?;
+                    if shared.store.create(&row).await? {
+                        return Ok(Found::Replaced { ours });
+                    }
+                }
+                Some(current) => return Ok(Found::Existing(current)),
+                None => {}
+            }
+        }
+        Ok::<_, LeaseError>(Found::Vanished)
     };
     let current = match found.await {
-        Ok(None) => {
+        Ok(Found::Created) => {
             let kept = expected_missing;
             return WorkerDone::Held(row, sent, Held::Again { kept });
         }
-        Ok(Some(current)) => current,
+        Ok(Found::Replaced { ours }) => {
+            let kept = ours || expected_missing;
+            return WorkerDone::Held(row, sent, Held::Again { kept });
+        }
+        Ok(Found::Existing(current)) => current,
+        // Created and deleted by others twice over: tried again at the next renewal.
+        Ok(Found::Vanished) => return WorkerDone::Lost,
+        Err(e) if e.is_lost() => return WorkerDone::Lost,
         Err(e) => return WorkerDone::Failed(e),
     };
     let sent = Instant::now();
