@@ -24,6 +24,8 @@ struct Fields {
     partition_key: Text,
     sequence_number: Text,
     shard_id: Arc<str>,
+    /// The stream it was read from: set by the shard reader as it hands the record on.
+    stream: Option<Arc<str>>,
     approximate_arrival: Option<SystemTime>,
     millis_behind_latest: Option<u64>,
     /// Set on a user record taken out of a KPL aggregate.
@@ -36,6 +38,7 @@ impl std::fmt::Debug for Record {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let fields = &self.0;
         f.debug_struct("Record")
+            .field("stream", &fields.stream)
             .field("shard_id", &fields.shard_id)
             .field("sequence_number", &fields.sequence_number)
             .field("sub_sequence_number", &fields.aggregate.map(|a| a.sub))
@@ -96,6 +99,7 @@ impl Record {
             partition_key: Text::Owned(partition_key.into()),
             sequence_number: Text::Owned(sequence_number.into()),
             shard_id,
+            stream: None,
             approximate_arrival,
             millis_behind_latest: None,
             aggregate: None,
@@ -117,6 +121,7 @@ impl Record {
             partition_key: Text::Shared(partition_key),
             sequence_number: Text::Shared(sequence_number),
             shard_id,
+            stream: None,
             approximate_arrival,
             millis_behind_latest: None,
             aggregate: None,
@@ -141,6 +146,7 @@ impl Record {
             partition_key: Text::Shared(partition_key),
             sequence_number: Text::Shared(sequence_number.clone()),
             shard_id: aggregate.shard_id.clone(),
+            stream: aggregate.stream.clone(),
             approximate_arrival: aggregate.approximate_arrival,
             millis_behind_latest: aggregate.millis_behind_latest,
             aggregate: Some(place),
@@ -153,6 +159,30 @@ impl Record {
     pub fn with_millis_behind_latest(mut self, millis: Option<u64>) -> Self {
         Arc::make_mut(&mut self.0).millis_behind_latest = millis;
         self
+    }
+
+    /// Names the stream the record was read from (the shard reader does this for every
+    /// record it hands on).
+    #[must_use]
+    pub fn with_stream(self, stream: impl Into<Arc<str>>) -> Self {
+        self.in_stream(stream.into())
+    }
+
+    /// As [`with_stream`](Self::with_stream), without a copy of a shared name: the shard
+    /// reader's path, one reference count a record.
+    pub(crate) fn in_stream(mut self, stream: Arc<str>) -> Self {
+        // The reader's records are fresh, so this writes in place.
+        Arc::make_mut(&mut self.0).stream = Some(stream);
+        self
+    }
+
+    /// The stream the record was read from: what tells the records of a
+    /// [`MultiSubscription`](crate::MultiSubscription)'s streams apart. `Some` for every
+    /// record a shard reader hands on; `None` for one built by hand without
+    /// [`with_stream`](Self::with_stream).
+    #[must_use]
+    pub fn stream(&self) -> Option<&str> {
+        self.0.stream.as_deref()
     }
 
     /// The payload.

@@ -148,7 +148,9 @@ impl ShardStreamBuilder {
             deaggregating,
             pending_end: None,
             end: None,
-            stream: self.stream,
+            // A name of this shard's own: every record counts references to it, and a count
+            // shared with the other shards' records would bounce between threads.
+            stream: Arc::from(&*self.stream),
             shard: self.shard,
             span,
         })
@@ -372,6 +374,7 @@ impl Stream for ShardStream {
             }
             if let Some(record) = this.buffer.pop_front() {
                 this.taken += 1;
+                let record = record.in_stream(this.stream.clone());
                 return Poll::Ready(Some(this.pass_or_refuse_aggregated(record)));
             }
             if let Some(end) = this.pending_end.take() {
