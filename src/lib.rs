@@ -8,7 +8,7 @@
 //! |---|---|
 //! | [`api`] | the seam: a trait over the Kinesis calls, with the AWS SDK and in-memory implementations |
 //! | [`shard`] | one shard as a `Stream<Item = Result<Record, KinesisError>>` |
-//! | [`subscription`] | the shards this instance holds, merged, children gated on parents |
+//! | [`subscription`] | the shards this instance holds, merged, children gated on parents; several streams in one |
 //! | [`ack`] | deliveries, the ack sink, and the per-shard ledger behind checkpoints |
 //! | [`lease`] | leases and checkpoints in DynamoDB (or in memory) |
 //! | [`position`] | where a reader opens: positions, checkpoints, and the rule combining them |
@@ -65,7 +65,9 @@ pub use position::{KinesisPosition, StartingPoint};
 pub use publish::{OutgoingRecord, PublishSink, Publishable, Publisher};
 pub use record::Record;
 pub use shard::{ReadSettings, ShardStream};
-pub use subscription::{Subscription, SubscriptionBuilder};
+pub use subscription::{
+    MultiSubscription, MultiSubscriptionBuilder, StreamSet, Subscription, SubscriptionBuilder,
+};
 
 /// The README's code, compiled as doctests so it cannot drift from the API.
 #[cfg(doctest)]

@@ -51,6 +51,10 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) consumer_arn: Option<String>,
     /// This instance's share relative to the others', and its bound.
     pub(crate) limits: WorkerLimits,
+    /// A stream found deleted while running ends the subscription and removes its rows (a
+    /// [`MultiSubscription`](crate::MultiSubscription)'s streams); otherwise the listing
+    /// reports it and tries again.
+    pub(crate) end_when_deleted: bool,
 }
 
 impl SubscriptionConfig {
@@ -73,6 +77,7 @@ impl SubscriptionConfig {
             clock: Arc::new(TokioClock),
             consumer_arn: None,
             limits: WorkerLimits::default(),
+            end_when_deleted: false,
         }
     }
 

@@ -5,6 +5,7 @@
 //! | [`Subscription`] | the merged `Stream<Item = Result<Delivery<Record>, KinesisError>>` |
 //! | [`SubscriptionBuilder`] | stream, lease store, owner, position, intervals |
 //! | [`ShutdownHandle`] | stops a subscription gracefully from anywhere |
+//! | [`MultiSubscription`] | several streams as one `Stream`, their leases in one table; [`StreamSet`] changes them while it runs |
 //! | the `DEFAULT_*` constants | the settings' defaults |
 //!
 //! A background task (spawned on the current tokio runtime) lists the stream's shards every
@@ -33,6 +34,7 @@ mod clock;
 mod config;
 mod coordinator;
 mod gate;
+mod multi;
 mod pump;
 mod seeker;
 
@@ -56,6 +58,7 @@ pub use config::{
     DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_SHUTDOWN_TIMEOUT, MAX_CAPACITY,
     MAX_DURATION,
 };
+pub use multi::{MultiSubscription, MultiSubscriptionBuilder, StreamSet};
 pub use seeker::SubscriptionSeeker;
 
 use self::coordinator::{Command, Coordinator, Links};
@@ -94,6 +97,7 @@ use crate::shard::ReadSettings;
 /// # Ok(()) }
 /// ```
 #[must_use = "a builder does nothing until started"]
+#[derive(Clone)]
 pub struct SubscriptionBuilder {
     api: SharedKinesis,
     store: SharedLeaseStore,
@@ -322,6 +326,7 @@ impl SubscriptionBuilder {
         let (first_sync_tx, first_sync) = tokio::sync::oneshot::channel();
         let (seeks_tx, seeks) = mpsc::unbounded_channel();
         let stopping = Arc::new(AtomicBool::new(false));
+        let deleted = Arc::new(AtomicBool::new(false));
         let links = Links {
             commands: commands_tx,
             shutdown: shutdown_rx,
@@ -329,6 +334,7 @@ impl SubscriptionBuilder {
             first_sync: first_sync_tx,
             seeks,
             stopping: stopping.clone(),
+            deleted: deleted.clone(),
         };
         let store: SharedLeaseStore = Arc::new(LayeredStore::new(
             self.store,
@@ -361,6 +367,7 @@ impl SubscriptionBuilder {
             seeker: SubscriptionSeeker::new(seeks_tx, self.stream.clone()),
             stream: self.stream,
             owner,
+            deleted,
         };
         // The shards the first listing took are announced already: hold them now, so
         // `shards()` lists them as soon as `start` returns.
@@ -428,6 +435,8 @@ pub struct Subscription {
     seeker: SubscriptionSeeker,
     stream: Arc<str>,
     owner: String,
+    /// Set when the stream was found deleted and the subscription ended for it.
+    deleted: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Subscription {

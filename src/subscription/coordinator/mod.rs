@@ -84,6 +84,8 @@ pub(crate) struct Links {
     pub(crate) seeks: UnboundedReceiver<SeekRequest>,
     /// Set when the subscription is asked to stop (shared with its handle).
     pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// Set when the stream was found deleted and the subscription ended for it.
+    pub(crate) deleted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A shard being read.
@@ -148,6 +150,10 @@ pub(crate) struct Coordinator {
     next_listing: Instant,
     /// Rows nobody held at the last listing (see [`NewRowRule::replaceable`]).
     replaceable: HashSet<String>,
+    /// Listings in a row that found the stream deleted, once started.
+    not_found: u32,
+    /// Set (with [`SubscriptionConfig::end_when_deleted`]) once the stream is gone for good.
+    deleted: Arc<std::sync::atomic::AtomicBool>,
     jobs: FuturesUnordered<BoxFuture<'static, Done>>,
     events_tx: UnboundedSender<PumpEvent>,
     events: UnboundedReceiver<PumpEvent>,
@@ -170,6 +176,7 @@ impl Coordinator {
             first_sync,
             seeks,
             stopping,
+            deleted,
         } = links;
         let policy = crate::ack::AckPolicy {
             redeliver_dropped: config.redeliver_dropped,
@@ -220,6 +227,8 @@ impl Coordinator {
             scans: listing::Scans::default(),
             next_listing: Instant::now(),
             replaceable: HashSet::new(),
+            not_found: 0,
+            deleted,
             jobs: FuturesUnordered::new(),
             events_tx,
             events,
@@ -253,8 +262,14 @@ impl Coordinator {
                 _ = sleep_until(next_listing), if !self.listing => self.start_listing(),
                 _ = sleep_until(next_watch), if !self.watch.busy => self.start_watch(),
             }
+            if self.deleted.load(std::sync::atomic::Ordering::Acquire) {
+                break;
+            }
         }
         self.stop().await;
+        if self.deleted.load(std::sync::atomic::Ordering::Acquire) {
+            rows::forget_stream(&self.shared).await;
+        }
         let _ = self.done.send(true);
     }
 

@@ -3,6 +3,7 @@
 
 use tokio::time::Instant;
 
+use super::shared::Shared;
 use super::worker::{Held, WorkerDone};
 use super::{Coordinator, Done};
 use crate::lease::{Lease, LeaseError};
@@ -99,6 +100,38 @@ impl Coordinator {
                     tracing::warn!(row = %lease.shard_id, error = %e, "deleting a stale lease table row failed; rows of stopped instances and expired shards stay until it works");
                 }
             }
+        }
+    }
+}
+
+/// Removes every row of a deleted stream: its shards' rows, worker rows and roster row. Rows
+/// written meanwhile (another instance releasing what it held) are read again, a few times;
+/// whatever is left is removed by the other instances, which find the stream deleted too.
+pub(super) async fn forget_stream(shared: &Shared) {
+    for _ in 0..3 {
+        let rows = match shared.store.list(&shared.stream).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the deleted stream's lease rows to remove them");
+                return;
+            }
+        };
+        let mut changed = 0;
+        for row in &rows {
+            match shared.store.delete(row).await {
+                Ok(()) => {}
+                Err(e) if e.is_lost() => changed += 1,
+                Err(e) => {
+                    tracing::warn!(shard = %row.shard_id, error = %e, "could not remove a deleted stream's lease row")
+                }
+            }
+        }
+        tracing::info!(
+            rows = rows.len() - changed,
+            "removed the deleted stream's lease rows"
+        );
+        if changed == 0 {
+            return;
         }
     }
 }

@@ -11,6 +11,7 @@ use super::opening::{StartContext, opening};
 use super::plan::{self, Holdings, WORKER_PREFIX};
 use super::take::{self, TakeOutcome};
 use super::{Command, Coordinator, Done, lineage, roster};
+use crate::error::KinesisError;
 use crate::lease::Lease;
 use crate::position::StartingPoint;
 
@@ -68,6 +69,9 @@ impl Coordinator {
         let error = match failure {
             ListingFailure::Kinesis(e) => {
                 self.health.listed(false);
+                if self.found_deleted(&e) {
+                    return;
+                }
                 tracing::warn!(error = %e, "listing shards failed; retried shortly");
                 if !e.is_retryable()
                     && let Some(tell) = self.startup.tell.take()
@@ -89,8 +93,29 @@ impl Coordinator {
         let _ = self.commands.send(Command::Error(error));
     }
 
+    /// Counts the listings in a row that found the stream deleted after the start; with
+    /// [`end_when_deleted`](crate::subscription::SubscriptionConfig::end_when_deleted), the
+    /// second one ends the subscription (one answer could come from a moment of the
+    /// service's own inconsistency).
+    fn found_deleted(&mut self, e: &KinesisError) -> bool {
+        let started = self.startup.tell.is_none();
+        if !(started && matches!(e, KinesisError::StreamNotFound { .. })) {
+            self.not_found = 0;
+            return false;
+        }
+        self.not_found += 1;
+        if !self.config().end_when_deleted || self.not_found < 2 {
+            return false;
+        }
+        tracing::warn!("the stream was deleted: its readers stop and its lease rows are removed");
+        self.deleted
+            .store(true, std::sync::atomic::Ordering::Release);
+        true
+    }
+
     pub(super) fn on_listing(&mut self, mut listing: Listing) {
         self.listing = false;
+        self.not_found = 0;
         if !listing.scanned {
             // The shards are as they were: the table is read at the next safety scan, or
             // when the roster row moves.
