@@ -6,11 +6,15 @@
 #
 #   benches/callgrind.sh            # N = 20000
 #   N=5000 benches/callgrind.sh     # quicker
+#   MODES="shard subscription" FEATURES="--no-default-features --features broker" ARGS=--metrics \
+#     benches/callgrind.sh          # some modes; other features; extra arguments to the bench
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v valgrind >/dev/null || { echo "error: valgrind is not installed" >&2; exit 1; }
 N=${N:-20000}
-bin=$(cargo bench --locked --bench per_record --no-run --message-format=json 2>/dev/null |
+MODES=${MODES:-iter shard subscription durable deadline deaggregated}
+# shellcheck disable=SC2086
+bin=$(cargo bench --locked ${FEATURES:-} --bench per_record --no-run --message-format=json 2>/dev/null |
   python3 -c 'import sys, json
 for line in sys.stdin:
     m = json.loads(line)
@@ -20,10 +24,10 @@ out=target/callgrind
 mkdir -p "$out"
 total() { grep -m1 -E '^(summary|totals):' "$1" | awk '{print $2}'; }
 declare -A per_record
-for mode in iter shard subscription durable deadline deaggregated; do
+for mode in $MODES; do
   for n in "$N" $((2 * N)); do
     valgrind --tool=callgrind --toggle-collect='*measured_*' \
-      --callgrind-out-file="$out/$mode.$n.out" "$bin" --mode "$mode" --records "$n" \
+      --callgrind-out-file="$out/$mode.$n.out" "$bin" --mode "$mode" --records "$n" ${ARGS:-} \
       >/dev/null 2>"$out/$mode.$n.log"
   done
   i1=$(total "$out/$mode.$N.out")
@@ -31,7 +35,7 @@ for mode in iter shard subscription durable deadline deaggregated; do
   per_record[$mode]=$(python3 -c "print(f'{($i2 - $i1) / $N:.0f}')")
 done
 echo "instructions per record (callgrind, N = $N):"
-for mode in iter shard subscription durable deadline deaggregated; do
+for mode in $MODES; do
   printf '  %-13s %s\n' "$mode" "${per_record[$mode]}"
 done
 for mode in shard subscription; do

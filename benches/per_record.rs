@@ -21,6 +21,11 @@
 //! benches/callgrind.sh                                # instructions per record, all six
 //! ```
 //!
+//! `--metrics` installs a Prometheus recorder (`metrics-exporter-prometheus`) first, so every
+//! metric update is recorded; without it the handles are no-ops, and built with
+//! `--no-default-features --features broker` the metrics are compiled out (the three figures
+//! of BENCHMARKS.md's "Metrics on the per-record path").
+//!
 //! Instructions per record come from two callgrind runs of one mode, with N and 2N records:
 //! (I(2N) - I(N)) / N, so the setup (building the stream, the runtime) cancels out.
 
@@ -187,6 +192,11 @@ fn main() {
             .cloned()
     };
     let records: usize = value("--records").map_or(20_000, |n| n.parse().expect("a count"));
+    if args.iter().any(|a| a == "--metrics") {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the recorder is installed");
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

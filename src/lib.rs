@@ -54,6 +54,7 @@ pub mod publish;
 pub mod record;
 pub mod shard;
 pub mod subscription;
+mod telemetry;
 
 // The names a pipeline author touches. What a transport or lease-store implementer needs
 // (the `KinesisApi` and `LeaseStore` traits, rows, checkpoints) lives in its module.

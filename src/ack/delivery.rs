@@ -154,6 +154,15 @@ impl AckToken {
         self.acks.shard()
     }
 
+    /// The span of the shard's reader (`shard`, with `stream` and `shard` fields, inside the
+    /// subscription's span): enter it, or instrument the work on the record with it, and the
+    /// work's log lines name their shard. [`Span::none`](tracing::Span::none) for a delivery
+    /// made outside a subscription.
+    #[must_use]
+    pub fn span(&self) -> tracing::Span {
+        self.acks.span().clone()
+    }
+
     /// True when the subscription moved its shard (a seek) after this was handed out:
     /// settling it no longer moves the checkpoint.
     #[must_use]
@@ -270,6 +279,40 @@ impl<T> Delivery<T> {
     #[must_use]
     pub fn shard_id(&self) -> &str {
         self.token.shard_id()
+    }
+
+    /// The span of the shard's reader: see [`AckToken::span`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_dataflow::KinesisError> {
+    /// use std::sync::Arc;
+    /// use futures::StreamExt;
+    /// use tracing::Instrument;
+    /// use kinesis_dataflow::{KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription};
+    ///
+    /// let kinesis = MemoryKinesis::new();
+    /// kinesis.add_stream("orders", 1)?;
+    /// kinesis.put("orders", "customer-1", "first order")?;
+    /// let mut orders = Subscription::builder(Arc::new(kinesis), Arc::new(MemoryLeaseStore::new()), "orders")
+    ///     .start_at(KinesisPosition::horizon())
+    ///     .start()
+    ///     .await?;
+    /// let delivery = orders.next().await.unwrap()?;
+    /// let span = delivery.span();
+    /// async {
+    ///     // Logged with `stream=orders shard=shardId-000000000000`.
+    ///     tracing::info!(bytes = delivery.data().len(), "handling an order");
+    ///     delivery.ack();
+    /// }
+    /// .instrument(span)
+    /// .await;
+    /// orders.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn span(&self) -> tracing::Span {
+        self.token.span()
     }
 
     /// True when the subscription moved its shard (a seek) after this was handed out:

@@ -74,4 +74,4 @@ pub use delivery::{AckToken, DedupeKey, Delivery};
 pub use ext::{BatchesByShard, DeliveryStreamExt, ErrorsTo, FilterMapOrSkip, FilterOrSkip};
 pub use sink::{AckSink, Receipts, Settle};
 pub use tracker::Settlement;
-pub(crate) use tracker::{AckPolicy, ShardAcks};
+pub(crate) use tracker::{AckCounts, AckPolicy, ShardAcks};

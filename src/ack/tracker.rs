@@ -4,6 +4,7 @@
 //! The checkpoint candidate is the last record of the contiguous settled prefix, so it never
 //! passes a record that is still in flight.
 
+use crate::telemetry::ShardMetrics;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
@@ -146,6 +147,9 @@ struct State {
     deadlines: VecDeque<Deadline>,
     /// Deliveries taken back at their deadline.
     timed_out: u64,
+    /// Records handed out for the first time, and their bytes (read by the metrics).
+    delivered: u64,
+    delivered_bytes: u64,
 }
 
 /// A record sent back for redelivery, or to be dead-lettered.
@@ -211,6 +215,10 @@ pub(crate) struct ShardAcks {
     policy: AckPolicy,
     /// How far a written checkpoint covers the ledger.
     durability: Durability,
+    /// What the ledger counts: deliveries, settlements, records in flight.
+    metrics: ShardMetrics,
+    /// The span of the shard's reader, for the work on its records.
+    span: tracing::Span,
 }
 
 /// Counts of settlements on one shard, for logs and tests.
@@ -232,6 +240,10 @@ pub(crate) struct AckCounts {
     pub(crate) retried: u64,
     /// Deliveries taken back because they were not settled within the deadline.
     pub(crate) timed_out: u64,
+    /// Records handed out for the first time.
+    pub(crate) delivered: u64,
+    /// Their payload bytes.
+    pub(crate) delivered_bytes: u64,
 }
 
 impl ShardAcks {
@@ -265,6 +277,8 @@ impl ShardAcks {
             closed: std::sync::atomic::AtomicBool::new(false),
             policy: AckPolicy::default(),
             durability: Durability::default(),
+            metrics: ShardMetrics::default(),
+            span: tracing::Span::none(),
         })
     }
 
@@ -275,12 +289,26 @@ impl ShardAcks {
         shard: Arc<str>,
         checkpoint: Option<&Checkpoint>,
         policy: AckPolicy,
+        metrics: ShardMetrics,
+        span: tracing::Span,
     ) -> Arc<Self> {
         let mut acks = Self::new(stream, shard, checkpoint);
         if let Some(ledger) = Arc::get_mut(&mut acks) {
             ledger.policy = policy;
+            ledger.metrics = metrics;
+            ledger.span = span;
         }
         acks
+    }
+
+    /// The span of the shard's reader.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// The shard's metric handles.
+    pub(crate) fn metrics(&self) -> &ShardMetrics {
+        &self.metrics
     }
 
     /// The subscription stopped reading the shard: deliveries dropped from now on are
@@ -389,6 +417,8 @@ impl ShardAcks {
             record.data().len(),
             open_sub,
         );
+        state.delivered += 1;
+        state.delivered_bytes += record.data().len() as u64;
         if let Some(within) = self.policy.settle_within {
             state.deadlines.push_back(Deadline {
                 at: Instant::now() + within,
@@ -748,6 +778,8 @@ impl ShardAcks {
             in_flight: state.pending.iter().filter(|s| !s.settled).count() as u64,
             retried: state.retried,
             timed_out: state.timed_out,
+            delivered: state.delivered,
+            delivered_bytes: state.delivered_bytes,
         }
     }
 }
@@ -838,6 +870,8 @@ mod tests {
                 dead_letters: Some(letters),
                 ..AckPolicy::default()
             },
+            ShardMetrics::default(),
+            tracing::Span::none(),
         )
     }
 

@@ -311,14 +311,16 @@ impl KinesisBroker {
             }
         };
         let store = self.leases_to_use(dynamo, &application)?;
-        Ok(Connection::new(
+        let mut connection = Connection::new(
             api,
             store,
             Harness::on(memory),
             self.owner,
             self.create_missing_streams,
             self.shutdown_grace,
-        ))
+        );
+        connection.application = application;
+        Ok(connection)
     }
 
     /// Refuses the settings that cannot work, before any call.

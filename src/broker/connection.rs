@@ -35,6 +35,8 @@ pub(crate) struct Connection {
     /// What the in-process test harness needs (nothing without the `testing` feature).
     pub(crate) harness: Harness,
     pub(crate) owner: Option<String>,
+    /// The application: the `application` label of the subscriptions' metrics.
+    pub(crate) application: String,
     pub(crate) create_missing_streams: Option<u32>,
     pub(crate) shutdown_grace: Duration,
     /// What registrations mounted by a bare stream name declared about their retries.
@@ -62,6 +64,7 @@ impl Connection {
             stopping: Mutex::default(),
             harness,
             owner,
+            application: crate::telemetry::DEFAULT_APPLICATION.to_owned(),
             create_missing_streams,
             shutdown_grace,
             declared: Mutex::default(),

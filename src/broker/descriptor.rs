@@ -285,6 +285,7 @@ impl KinesisStream {
         let mut builder = Subscription::builder(inner.api.clone(), inner.store.clone(), self.name)
             .read_settings(self.read)
             .runtime(inner.runtime.clone())
+            .application(inner.application.as_str())
             // Half the grace waits for deliveries still held; the other half is for the
             // checkpoint flush and the lease release.
             .shutdown_timeout(inner.shutdown_grace / 2);

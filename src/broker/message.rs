@@ -100,6 +100,16 @@ impl KinesisMessage {
         &self.shared.stream
     }
 
+    /// The span of the shard's reader (`stream` and `shard` fields): instrument the handler's
+    /// work with it, and its log lines name their shard. [`Span::none`](tracing::Span::none)
+    /// once the message is settled.
+    #[must_use]
+    pub fn span(&self) -> tracing::Span {
+        self.delivery
+            .as_ref()
+            .map_or_else(tracing::Span::none, Delivery::span)
+    }
+
     /// The shard the record was read from (present until the message is settled).
     pub(crate) fn shard(&self) -> Option<&Arc<str>> {
         self.delivery.as_ref().map(|d| d.shard_id_shared())

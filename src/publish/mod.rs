@@ -172,6 +172,7 @@ mod settings;
 mod sink;
 mod split;
 
+use crate::telemetry::PublishMetrics;
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
@@ -261,6 +262,7 @@ pub struct Publisher {
     retry: RetryPolicy,
     key_order: KeyOrder,
     collector: Option<Arc<Collector>>,
+    metrics: PublishMetrics,
 }
 
 impl fmt::Debug for Publisher {
@@ -284,9 +286,11 @@ impl fmt::Debug for Publisher {
 impl Publisher {
     /// A publisher to `stream` through `api`, with the default settings.
     pub fn new(api: SharedKinesis, stream: impl Into<Arc<str>>) -> Self {
+        let stream = stream.into();
         Self {
             api,
-            stream: stream.into(),
+            metrics: PublishMetrics::new(&stream),
+            stream,
             limits: CallLimits {
                 records: MAX_RECORDS_PER_CALL,
                 bytes: MAX_BYTES_PER_CALL,
@@ -450,6 +454,8 @@ impl Publisher {
                 },
             ] = out.results.as_mut_slice()
         {
+            self.metrics.call(1);
+            self.metrics.stored(1);
             return Ok(Published {
                 shard_id: std::mem::take(shard_id),
                 sequence_number: std::mem::take(sequence_number),
@@ -716,11 +722,13 @@ impl<'p> Run<'p> {
                     .await
             }
         };
+        self.publisher.metrics.call(call.len());
         let out = match answer {
             Ok(out) => out,
             Err(error) => return self.call_failed(round, call, bytes, error),
         };
         let tally = self.apply(call, out.results);
+        self.publisher.metrics.stored(call.len() - tally.failed);
         tracing::debug!(
             stream = self.stream(),
             round,
@@ -843,6 +851,11 @@ impl<'p> Run<'p> {
 
     /// Notes that record `index` failed with `cause`.
     fn fail(&mut self, index: usize, cause: EntryError) {
+        let throttled = matches!(
+            cause.code.as_str(),
+            "ProvisionedThroughputExceededException" | "ThrottlingException" | "Throttled"
+        );
+        self.publisher.metrics.turned_away(throttled);
         self.plan.failed(index);
         self.last_error[index] = Some(cause.clone());
         self.last = Some(cause);
@@ -856,6 +869,8 @@ impl<'p> Run<'p> {
         });
         let mut first_of_key = FirstOfKey::new();
         let mut failed = Vec::new();
+        let unwritten = self.published.iter().filter(|p| p.is_none()).count();
+        self.publisher.metrics.failed(unwritten);
         for (index, (record, last_error)) in
             self.records.into_iter().zip(self.last_error).enumerate()
         {

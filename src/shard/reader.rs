@@ -6,6 +6,7 @@
 
 mod fan_out;
 
+use crate::telemetry::Read;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -105,6 +106,8 @@ pub(crate) struct Reader {
     pub(crate) probe: Option<Arc<ReadProbe>>,
     /// The shard's hash key range, when known (for user records put against a stale map).
     pub(crate) hash_range: Option<crate::kpl::HashRange>,
+    /// Counts reads by outcome, and how far behind the tip they were.
+    pub(crate) metrics: crate::telemetry::ShardMetrics,
     /// The iterator of the next GetRecords; `None` when a new one must be fetched.
     iterator: Option<String>,
     /// Where the next GetShardIterator opens; `start` until an iterator expires.
@@ -151,6 +154,7 @@ impl Reader {
             settled,
             probe: None,
             hash_range: None,
+            metrics: crate::telemetry::ShardMetrics::default(),
             iterator: None,
             first_iterator_at: None,
             first_read: None,
@@ -265,6 +269,12 @@ impl Reader {
     /// `None` when there is nothing to hand on (read again).
     fn answered(&mut self, out: GetRecordsOutput) -> Option<Step> {
         let ended = out.next_shard_iterator.is_none();
+        let outcome = if out.records.is_empty() {
+            Read::Empty
+        } else {
+            Read::Records
+        };
+        self.metrics.read(outcome, out.millis_behind_latest);
         if !ended && out.records.is_empty() {
             self.not_before = Some(Instant::now() + self.settings.poll_interval);
             tracing::trace!(
@@ -304,6 +314,14 @@ impl Reader {
     /// A failed GetRecords with `iterator`: throttled (wait, same iterator), expired (a new
     /// iterator next), or a failure to report. `None` when the reader just reads again.
     fn read_failed(&mut self, iterator: String, e: KinesisError) -> Option<Step> {
+        let outcome = if e.is_throttle() {
+            Read::Throttled
+        } else if e.is_expired_iterator() {
+            Read::ExpiredIterator
+        } else {
+            Read::Failed
+        };
+        self.metrics.read(outcome, None);
         if e.is_throttle() {
             tracing::debug!("read throttled, retrying the same iterator after one poll interval");
             self.iterator = Some(iterator);

@@ -1,5 +1,6 @@
 //! [`ShardStream`]: one shard as a `Stream` of records.
 
+use crate::telemetry::ShardMetrics;
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
@@ -52,6 +53,8 @@ pub struct ShardStreamBuilder {
     probe: Option<Arc<ReadProbe>>,
     hash_range: Option<crate::kpl::HashRange>,
     consumer_arn: Option<String>,
+    metrics: Option<ShardMetrics>,
+    span: Option<Span>,
 }
 
 impl fmt::Debug for ShardStreamBuilder {
@@ -80,6 +83,8 @@ impl ShardStreamBuilder {
             probe: None,
             hash_range: None,
             consumer_arn: None,
+            metrics: None,
+            span: None,
         }
     }
 
@@ -96,7 +101,6 @@ impl ShardStreamBuilder {
         self
     }
 
-    /// Counts this reader's successful GetRecords calls in `probe`.
     /// The shard's hash key range, as ListShards gives it (decimal strings), so that user
     /// records of aggregates put against a stale shard map are recognised (see
     /// [`ReadSettings::discard_misplaced_user_records`]). A range that does not parse is
@@ -106,6 +110,20 @@ impl ShardStreamBuilder {
         self
     }
 
+    /// Counts this reader's reads in a subscription's metric handles (a reader on its own
+    /// registers its own, under the default application label).
+    pub(crate) fn metrics(mut self, metrics: ShardMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Reads inside this span (a subscription's shard span) instead of one of its own.
+    pub(crate) fn span(mut self, span: Span) -> Self {
+        self.span = Some(span);
+        self
+    }
+
+    /// Counts this reader's successful GetRecords calls in `probe`.
     pub(crate) fn probe(mut self, probe: Arc<ReadProbe>) -> Self {
         self.probe = Some(probe);
         self
@@ -123,9 +141,11 @@ impl ShardStreamBuilder {
     /// # Errors
     ///
     /// [`KinesisError::InvalidConfig`] when a setting is out of range.
-    pub fn open(self, start: StartingPoint) -> Result<ShardStream, KinesisError> {
+    pub fn open(mut self, start: StartingPoint) -> Result<ShardStream, KinesisError> {
         self.settings.validate()?;
-        let span = tracing::info_span!("shard", stream = %self.stream, shard = %self.shard);
+        let span = (self.span.take()).unwrap_or_else(
+            || tracing::info_span!("shard", stream = %self.stream, shard = %self.shard),
+        );
         let deaggregating = self.settings.deaggregate;
         let mut reader = Reader::new(
             self.api,
@@ -137,6 +157,13 @@ impl ShardStreamBuilder {
         );
         reader.probe = self.probe;
         reader.hash_range = self.hash_range;
+        reader.metrics = self.metrics.unwrap_or_else(|| {
+            ShardMetrics::new(
+                crate::telemetry::DEFAULT_APPLICATION,
+                &self.stream,
+                &self.shard,
+            )
+        });
         if let Some(arn) = self.consumer_arn {
             reader.known_consumer(arn);
         }

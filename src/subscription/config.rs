@@ -55,6 +55,8 @@ pub(crate) struct SubscriptionConfig {
     /// [`MultiSubscription`](crate::MultiSubscription)'s streams); otherwise the listing
     /// reports it and tries again.
     pub(crate) end_when_deleted: bool,
+    /// The `application` label of every metric.
+    pub(crate) application: Arc<str>,
 }
 
 impl SubscriptionConfig {
@@ -78,6 +80,7 @@ impl SubscriptionConfig {
             consumer_arn: None,
             limits: WorkerLimits::default(),
             end_when_deleted: false,
+            application: Arc::from(crate::telemetry::DEFAULT_APPLICATION),
         }
     }
 

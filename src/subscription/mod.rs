@@ -134,6 +134,14 @@ fn default_owner() -> String {
 }
 
 impl SubscriptionBuilder {
+    /// The `application` label of this subscription's metrics (default `kinesis-dataflow`;
+    /// [`Subscription::aws`] sets the application it is given). Names what the dashboards
+    /// group by; it changes nothing else.
+    pub fn application(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.config.application = name.into();
+        self
+    }
+
     /// The id this instance holds leases as (default: host, pid and a random suffix). Give
     /// each instance its own.
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
@@ -485,7 +493,8 @@ impl Subscription {
             Arc::new(crate::api::AwsKinesis::from_conf(config)),
             Arc::new(store),
             stream,
-        ))
+        )
+        .application(application))
     }
 
     /// The owner id this instance holds leases as.

@@ -60,6 +60,7 @@ impl Coordinator {
         );
         let pump = self.pump(reader, &acks, &gate);
         self.held.insert(shard.clone(), Held { gate, acks, keeper });
+        self.shared.leases.held(self.held.len());
         let _ = self.commands.send(Command::Add(shard, pump));
     }
 
@@ -99,6 +100,7 @@ impl Coordinator {
     /// held shard is torn down; the caller decides what becomes of its lease.
     pub(super) fn detach(&mut self, shard: &str) -> Option<Held> {
         let held = self.held.remove(shard)?;
+        self.shared.leases.held(self.held.len());
         held.gate.revoke();
         held.acks.close();
         let _ = self.commands.send(Command::Remove(shard.to_owned()));
@@ -133,11 +135,13 @@ impl Coordinator {
                 if self.is_current(&shard, &gate)
                     && let Some(held) = self.detach(&shard)
                 {
+                    self.shared.leases.lost();
                     held.keeper.forget();
                 }
             }
             Report::Expired(shard, gate) => {
                 if self.is_current(&shard, &gate) {
+                    self.shared.leases.lost();
                     tracing::error!(shard = %shard, "cannot renew the lease; stopped reading before it can expire for others");
                     self.give_back(&shard, Duration::ZERO);
                 }
@@ -173,6 +177,7 @@ impl Coordinator {
                 // That pump is gone for good, even if a late renewal has reopened the gate
                 // since: the shard goes back and is taken again from its checkpoint.
                 if self.is_current(&shard, &gate) {
+                    self.shared.leases.lost();
                     tracing::error!(shard = %shard, "the lease was not renewed in time; stopped reading before it could expire for others");
                     self.give_back(&shard, Duration::ZERO);
                 }

@@ -95,11 +95,14 @@ impl Keeper {
             },
             permits: shared.permits.clone(),
             tally: shared.releases.clone(),
+            leases: shared.leases.clone(),
+            reported: crate::ack::AckCounts::default(),
             reports,
             flush_due: false,
             finished: false,
             expired: false,
             last_error: None,
+            current_since: Instant::now(),
         };
         Self {
             orders,
@@ -144,6 +147,13 @@ struct KeeperTask {
     expired: bool,
     /// The last failure of a write to the row.
     last_error: Option<LeaseError>,
+    /// Counts hand-backs and how long each took.
+    leases: crate::telemetry::LeaseMetrics,
+    /// The ledger's counts as last reported to the metrics.
+    reported: crate::ack::AckCounts,
+    /// When the written checkpoint last covered everything settled (the checkpoint age
+    /// counts from there).
+    current_since: Instant,
 }
 
 /// How a write went.
@@ -175,7 +185,10 @@ impl KeeperTask {
             let stop = tokio::select! {
                 biased;
                 order = inbox.recv() => self.on_order(order).await,
-                _ = renew.tick() => self.renew().await.is_lost() && self.lost(),
+                _ = renew.tick() => {
+                    self.report_ledger();
+                    self.renew().await.is_lost() && self.lost()
+                }
                 _ = sleep_until(deadline), if !self.expired => self.check_expiry(),
                 // Written at once, then (should that fail) at each checkpoint interval.
                 _ = acks.finished(), if !self.finished => {
@@ -222,6 +235,9 @@ impl KeeperTask {
                 begins,
                 recorded,
             }) => {
+                // What the old ledger counted is reported; the new one counts from zero.
+                self.report_ledger();
+                self.reported = crate::ack::AckCounts::default();
                 self.acks = acks;
                 self.gate = gate;
                 self.flush_due = false;
@@ -261,17 +277,25 @@ impl KeeperTask {
     /// Writes the checkpoint when it moved, and tells the ledger's waiters how far it is
     /// durable.
     async fn flush(&mut self) -> Wrote {
+        self.report_ledger();
         let Some((checkpoint, covers)) = self.acks.checkpoint_covering() else {
+            self.current_since = Instant::now();
+            self.acks.metrics().checkpoint(None, Duration::ZERO);
             return Wrote::Yes;
         };
-        let wrote = if self.written.as_ref() == Some(&checkpoint) {
-            Wrote::Yes
+        let (wrote, written) = if self.written.as_ref() == Some(&checkpoint) {
+            (Wrote::Yes, None)
         } else {
-            self.write(checkpoint).await
+            let wrote = self.write(checkpoint).await;
+            let ok = matches!(wrote, Wrote::Yes);
+            (wrote, Some(ok))
         };
         if matches!(wrote, Wrote::Yes) {
             self.acks.durability().written(covers);
+            self.current_since = Instant::now();
         }
+        let age = self.current_since.elapsed();
+        self.acks.metrics().checkpoint(written, age);
         wrote
     }
 
@@ -322,8 +346,16 @@ impl KeeperTask {
         }
     }
 
+    /// Adds what the ledger counted since the last report to the metrics.
+    fn report_ledger(&mut self) {
+        let now = self.acks.counts();
+        self.acks.metrics().ledger(&self.reported, &now);
+        self.reported = now;
+    }
+
     /// Tells the coordinator the lease is gone; the keeper is done (true).
-    fn lost(&self) -> bool {
+    fn lost(&mut self) -> bool {
+        self.report_ledger();
         self.acks.durability().failed(self.lost_error().into());
         let _ = self
             .reports
@@ -368,7 +400,8 @@ impl KeeperTask {
     /// Waits up to `wait` for in-flight deliveries, renewing meanwhile, then writes the
     /// checkpoint and releases the lease.
     async fn release(&mut self, wait: Duration) {
-        let deadline = Instant::now() + wait;
+        let ordered = Instant::now();
+        let deadline = ordered + wait;
         while self.acks.in_flight() > 0 && Instant::now() < deadline {
             sleep(SETTLE_POLL).await;
             if self.gate.since_renewed() >= self.timing.renew_every && self.renew().await.is_lost()
@@ -384,6 +417,7 @@ impl KeeperTask {
             Wrote::Yes => {
                 let released = self.give_back().await;
                 if released {
+                    self.leases.handed_off(ordered.elapsed());
                     let _ = self.reports.send(Report::Released(self.shard.clone()));
                 }
                 released

@@ -190,6 +190,7 @@ impl Coordinator {
         let (reports_tx, reports) = unbounded_channel();
         let health = Health::new(config.lease_duration * 3);
         let config_give_up = config.give_up_after();
+        let leases = crate::telemetry::LeaseMetrics::new(&config.application, &stream);
         Self {
             shared: Arc::new(Shared {
                 api,
@@ -201,6 +202,7 @@ impl Coordinator {
                 policy,
                 releases: Arc::default(),
                 worker_gate: Arc::new(WorkerGate::new(config_give_up)),
+                leases,
             }),
             commands,
             shutdown,

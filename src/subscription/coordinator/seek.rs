@@ -116,14 +116,20 @@ async fn open_at(
     start: StartingPoint,
 ) -> Result<(String, StartingPoint, Arc<ShardAcks>, ShardStream), KinesisError> {
     let _permit = shared.permits.acquire().await;
+    let metrics = shared.shard_metrics(&shard);
+    let span = shared.shard_span(&shard);
     let acks = ShardAcks::with_policy(
         shared.stream.clone(),
         Arc::from(shard.as_str()),
         None,
         shared.policy.clone(),
+        metrics.clone(),
+        span.clone(),
     );
     let mut reader =
         ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard.as_str())
+            .metrics(metrics)
+            .span(span)
             .settings(shared.config.read.clone())
             .settled(acks.settled_position())
             .probe(shared.probe.clone())

@@ -9,6 +9,7 @@ use crate::lease::SharedLeaseStore;
 use crate::shard::ReadProbe;
 use crate::subscription::config::SubscriptionConfig;
 use crate::subscription::gate::WorkerGate;
+use crate::telemetry::{LeaseMetrics, ShardMetrics};
 
 /// What the coordinator's jobs share.
 pub(crate) struct Shared {
@@ -26,6 +27,21 @@ pub(crate) struct Shared {
     pub(crate) releases: Arc<ReleaseTally>,
     /// Whether this instance's worker row is fresh (every reader's gate asks it).
     pub(crate) worker_gate: Arc<WorkerGate>,
+    /// The stream's lease metrics.
+    pub(crate) leases: LeaseMetrics,
+}
+
+impl Shared {
+    /// The span of one shard's reader, inside the subscription's (the current span of the
+    /// coordinator's jobs).
+    pub(crate) fn shard_span(&self, shard: &str) -> tracing::Span {
+        tracing::info_span!("shard", stream = %self.stream, shard = %shard)
+    }
+
+    /// Registers the metric handles of one shard.
+    pub(crate) fn shard_metrics(&self, shard: &str) -> ShardMetrics {
+        ShardMetrics::new(&self.config.application, &self.stream, shard)
+    }
 }
 
 /// How the hand-backs of a subscription went: final checkpoint written and lease released, or

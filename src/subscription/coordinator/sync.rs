@@ -292,6 +292,7 @@ impl Coordinator {
         self.taking.remove(&shard);
         match outcome {
             TakeOutcome::Taken(taken) => {
+                self.shared.leases.taken(taken.sent.elapsed());
                 self.no_longer_starting(&shard);
                 self.install(shard.clone(), *taken);
             }

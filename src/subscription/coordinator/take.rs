@@ -109,13 +109,19 @@ fn open(
         }
         _ => None,
     };
+    let metrics = shared.shard_metrics(shard);
+    let span = shared.shard_span(shard);
     let acks = ShardAcks::with_policy(
         shared.stream.clone(),
         Arc::from(shard),
         checkpoint_seq,
         shared.policy.clone(),
+        metrics.clone(),
+        span.clone(),
     );
-    let mut builder = ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard);
+    let mut builder = ShardStream::builder(shared.api.clone(), shared.stream.clone(), shard)
+        .metrics(metrics)
+        .span(span);
     if let Some((starting, ending)) = &opening.hash_range {
         builder = builder.hash_key_range(starting, ending);
     }
