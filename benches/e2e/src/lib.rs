@@ -36,6 +36,9 @@ pub const PUT_BATCH: usize = 500;
 pub const SERVE_EMULATOR: &str = "--serve-emulator";
 /// Set (to anything) in the emulator child's environment to apply the write limits.
 const ENFORCE_LIMITS_ENV: &str = "E2E_ENFORCE_LIMITS";
+/// The emulator's open-shard limit across all its streams (ferrokinesis's default is 10): room
+/// for the idle probe's two streams (polling and fan-out) of up to 2,000 shards each.
+pub const SHARD_LIMIT: u32 = 4_000;
 /// The line the emulator process prints once it listens.
 const READY_PREFIX: &str = "ferrokinesis listening on port ";
 
@@ -69,8 +72,8 @@ pub fn serve_emulator() -> Result<()> {
             create_stream_ms: 10,
             delete_stream_ms: 10,
             update_stream_ms: 10,
-            // The default caps open shards at 10 across all streams (the idle probe holds 100).
-            shard_limit: 1_000,
+            // The default caps open shards at 10 across all streams.
+            shard_limit: SHARD_LIMIT,
             // The default 300 s (the service's) is enough for one drain; a slow machine is
             // given slack so an expiry never lands inside a timed drain or a probe.
             iterator_ttl_seconds: 3_600,
@@ -233,15 +236,90 @@ impl CpuClock {
 /// unreadable.
 #[must_use]
 pub fn rss_bytes() -> u64 {
+    status_bytes("VmRSS")
+}
+
+/// A size field of `/proc/self/status` in bytes (`VmRSS`, `RssAnon`, `RssFile`, ...); 0 when
+/// unreadable.
+#[must_use]
+pub fn status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
             status.lines().find_map(|line| {
-                let kib = line.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?;
+                let kib = line
+                    .strip_prefix(field)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .strip_suffix("kB")?;
                 kib.trim().parse::<u64>().ok()
             })
         })
         .map_or(0, |kib| kib * 1024)
+}
+
+/// The C allocator's own account of the heap (glibc's `mallinfo2`, summed over its arenas).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeapInfo {
+    /// Bytes in live allocations (`uordblks` + `hblkhd`, the latter the large blocks mapped
+    /// on their own).
+    pub in_use: u64,
+    /// Bytes the allocator holds free in its arenas (`fordblks`): freed, not given back to the
+    /// system, resident once touched.
+    pub free: u64,
+}
+
+/// The heap as glibc's malloc sees it; `None` on other C libraries.
+#[must_use]
+pub fn heap_info() -> Option<HeapInfo> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        #[repr(C)]
+        struct Mallinfo2 {
+            arena: usize,
+            ordblks: usize,
+            smblks: usize,
+            hblks: usize,
+            hblkhd: usize,
+            usmblks: usize,
+            fsmblks: usize,
+            uordblks: usize,
+            fordblks: usize,
+            keepcost: usize,
+        }
+        unsafe extern "C" {
+            fn mallinfo2() -> Mallinfo2;
+        }
+        // SAFETY: `mallinfo2` (glibc 2.33 and later) takes nothing and returns a plain struct
+        // of `size_t` fields, laid out as above.
+        let m = unsafe { mallinfo2() };
+        Some(HeapInfo {
+            in_use: (m.uordblks + m.hblkhd) as u64,
+            free: m.fordblks as u64,
+        })
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
+}
+
+/// Gives the free memory of glibc's malloc arenas back to the system (`malloc_trim(0)`); true
+/// when it did (false, and nothing done, on other C libraries). For readings only: what RSS
+/// falls to afterwards is what the allocator held free.
+pub fn trim_heap() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: `malloc_trim` takes a byte count and only releases free memory.
+        unsafe { malloc_trim(0) != 0 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
 }
 
 /// Bytes as MiB, for printing.

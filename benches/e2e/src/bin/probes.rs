@@ -15,8 +15,12 @@
 //!   records/s on a 4-shard stream, through a core `Subscription` and through the RustStream
 //!   broker face, with the default `poll_interval` (1 s) and with 100 ms. Each record carries
 //!   its send time; the handler compares it with its own clock.
-//! * `idle`: one instance holding the 100 shards of an idle stream: CPU share, resident memory,
-//!   GetRecords calls per second, lease-store calls per second.
+//! * `idle`: one instance holding the 100 shards (`--shards N`) of an idle stream: CPU share,
+//!   resident memory and its growth per held shard, GetRecords calls per second, lease-store
+//!   calls per second. `--in-memory`: the same on the in-memory transport (`MemoryKinesis`)
+//!   instead of the SDK's, to tell the library's own memory from the SDK's; `--stagger`: each
+//!   shard's first GetRecords delayed by an offset in [0, 1 s), so idle shards poll out of
+//!   phase (an experiment).
 //! * `memory`: a consumer that takes one record and then stalls while records arrive; resident
 //!   memory every second, then everything must be delivered once it resumes. `--hold`: the
 //!   consumer keeps taking records during the stall but settles none (`max_in_flight` bounds
@@ -34,7 +38,8 @@ use std::time::{Duration, Instant};
 use aws_config::SdkConfig;
 use aws_sdk_kinesis::Client;
 use futures::StreamExt;
-use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::api::layer::{ApiCall, KinesisLayer, Layered};
+use kinesis_dataflow::api::{ApiFuture, SharedKinesis};
 use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
 use kinesis_dataflow::lease::LeaseStore;
 use kinesis_dataflow::{
@@ -42,8 +47,9 @@ use kinesis_dataflow::{
 };
 use kinesis_dataflow_e2e::{
     ApiCounts, CpuClock, Emulator, Frame, LeaseCounts, PUT_BATCH, Result, SERVE_EMULATOR,
-    counting_kinesis, counting_lease_store, entry, mib, now_micros, percentile, put_entries,
-    record_stamp, rss_bytes, serve_emulator, stamped_record,
+    SHARD_LIMIT, counting_kinesis, counting_lease_store, entry, heap_info, mib, now_micros,
+    percentile, put_entries, record_stamp, rss_bytes, serve_emulator, stamped_record, status_bytes,
+    trim_heap,
 };
 use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at, wait_for};
 use ruststream::runtime::{AppInfo, Context, Handle, HandlerOutcome, RustStream, subscriber};
@@ -56,7 +62,8 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml --bin probes -
 probes:
   latency       put-to-handler latency: 10/s on 1 shard, 1,000/s on 4 shards; core and broker
                 face; poll_interval 1 s and 100 ms (30 s each; quick: 3 s)
-  idle          one instance holding 100 idle shards (60 s; quick: 5 s)
+  idle          one instance holding 100 idle shards, polling then enhanced fan-out; resident
+                memory per held shard (60 s; quick: 5 s)
   memory        a consumer stalled while 100,000 records arrive (60 s; quick: 5 s, 10,000)
   checkpoints   checkpoint writes per shard per minute at 10/s and 1,000/s (60 s each; quick: 5 s)
   all           every probe (memory twice: stalled, then --hold), each in a process of its own
@@ -66,7 +73,16 @@ options:
   --seconds S   the length of each phase (latency run, idle window, stall, checkpoint run)
   --records N   memory: records arriving during the stall
   --hold        memory: the consumer keeps taking records during the stall but settles none
+  --shards N    idle: the shards held (default 100; at most 2,000)
+  --in-memory   idle: the in-memory transport (MemoryKinesis) instead of the SDK's, for
+                comparison (the lease store is in memory either way)
+  --stagger     idle: delays each shard's first GetRecords by an offset in [0, 1 s) hashed from
+                its id, so the idle shards poll out of phase (an experiment)
   --help        this text";
+
+/// The idle probe's largest `--shards`: its two streams (polling, fan-out) must fit in the
+/// emulator's open-shard limit.
+const MAX_IDLE_SHARDS: usize = SHARD_LIMIT as usize / 2;
 
 /// Pause between two looks at the handled count while waiting for the last records.
 const HANDLED_POLL: Duration = Duration::from_millis(5);
@@ -123,6 +139,9 @@ struct Options {
     seconds: Option<u64>,
     records: Option<usize>,
     hold: bool,
+    shards: Option<usize>,
+    in_memory: bool,
+    stagger: bool,
     help: bool,
 }
 
@@ -135,6 +154,9 @@ impl Options {
             seconds: None,
             records: None,
             hold: false,
+            shards: None,
+            in_memory: false,
+            stagger: false,
             help: false,
         };
         let mut it = args.iter();
@@ -151,6 +173,9 @@ impl Options {
                 "--seconds" => options.seconds = Some(number("--seconds")?),
                 "--records" => options.records = Some(number("--records")? as usize),
                 "--hold" => options.hold = true,
+                "--shards" => options.shards = Some(number("--shards")? as usize),
+                "--in-memory" => options.in_memory = true,
+                "--stagger" => options.stagger = true,
                 "--help" | "-h" => options.help = true,
                 name if !name.starts_with('-') && probe.is_none() => {
                     probe = Some(match name {
@@ -169,6 +194,12 @@ impl Options {
             Some(probe) => options.probe = probe,
             None if options.help => {}
             None => return Err("name a probe".into()),
+        }
+        if options.shards.is_some_and(|n| n > MAX_IDLE_SHARDS) {
+            return Err(format!(
+                "--shards: at most {MAX_IDLE_SHARDS} (the emulator's open-shard limit is \
+                 {SHARD_LIMIT}, and the idle probe creates two streams)"
+            ));
         }
         Ok(options)
     }
@@ -757,6 +788,42 @@ fn connections_to(port: u16) -> usize {
         .sum()
 }
 
+/// `idle --stagger`: delays each shard's first GetRecords by an offset in [0, 1 s) hashed from
+/// its id. An idle shard's reader reads, then waits `poll_interval` (1 s), so readers started
+/// together poll in phase: every shard's GetRecords in flight at once, once a second, and the
+/// SDK's HTTP/1.1 pool holds a connection per shard. Offset, they stay out of phase.
+#[derive(Debug, Default)]
+struct Stagger {
+    started: Mutex<std::collections::HashSet<String>>,
+}
+
+impl KinesisLayer for Stagger {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: ApiCall<'a>,
+        next: ApiFuture<'a, T>,
+    ) -> ApiFuture<'a, T> {
+        let ApiCall::GetRecords { shard, .. } = call else {
+            return next;
+        };
+        let first = self
+            .started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(shard.to_owned());
+        if !first {
+            return next;
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(shard, &mut hasher);
+        let offset = Duration::from_millis(std::hash::Hasher::finish(&hasher) % 1000);
+        Box::pin(async move {
+            tokio::time::sleep(offset).await;
+            next.await
+        })
+    }
+}
+
 /// The idle probe, polling and then with enhanced fan-out.
 async fn idle(env: &Env, options: &Options) -> Result<()> {
     idle_run(env, options, false).await?;
@@ -764,23 +831,56 @@ async fn idle(env: &Env, options: &Options) -> Result<()> {
 }
 
 async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
-    const SHARDS: usize = 100;
+    let shards = options.shards.unwrap_or(100);
     let window = options.phase(60, 5);
     let stream = if fan_out {
-        "idle-100-fan-out"
+        format!("idle-{shards}-fan-out")
     } else {
-        "idle-100"
+        format!("idle-{shards}")
     };
-    let mode = if fan_out {
-        "enhanced fan-out"
+    let stream = stream.as_str();
+    let mode = match (fan_out, options.in_memory) {
+        (false, false) => "polling",
+        (true, false) => "enhanced fan-out",
+        (false, true) => "polling, in-memory transport",
+        (true, true) => "enhanced fan-out, in-memory transport",
+    };
+    let mode = if options.stagger {
+        format!("{mode}, first reads staggered")
     } else {
-        "polling"
+        mode.to_owned()
     };
-    create_stream_shards(&env.client, stream, SHARDS).await?;
-    let api = counting_kinesis(env.aws.clone());
+    let mut log_clearer = None;
+    let transport: SharedKinesis = if options.in_memory {
+        let memory = kinesis_dataflow::MemoryKinesis::new();
+        memory.add_stream(stream, u32::try_from(shards)?)?;
+        // MemoryKinesis logs the last 100,000 calls for tests (some 300 bytes each, 18 MiB at
+        // 1,000 GetRecords a second for 60 s): emptied every 100 ms, so it weighs next to
+        // nothing (the counting decorator below counts the calls).
+        let log = memory.clone();
+        log_clearer = Some(tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                every.tick().await;
+                log.clear_calls();
+            }
+        }));
+        Arc::new(memory)
+    } else {
+        create_stream_shards(&env.client, stream, shards).await?;
+        env.aws.clone()
+    };
+    let transport: SharedKinesis = if options.stagger {
+        Layered::new(transport, Stagger::default()).shared()
+    } else {
+        transport
+    };
+    let api = counting_kinesis(transport);
     let table = Arc::new(MemoryLeaseStore::new());
     let leases = counting_lease_store(table.clone());
     let rss_before = rss_bytes();
+    let (anon_before, file_before) = (status_bytes("RssAnon"), status_bytes("RssFile"));
+    let heap_before = heap_info();
     let started = Instant::now();
     let settings = if fan_out {
         ReadSettings::default().fan_out("idle-probe")
@@ -807,8 +907,13 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
     let seconds = t0.elapsed().as_secs_f64();
     let (api1, leases1, (cpu1, emu1)) = (api.layer().counts(), leases.layer().counts(), env.cpu());
     let rss_end = rss_bytes();
+    let heap_end = heap_info();
+    let (anon_end, file_end) = (status_bytes("RssAnon"), status_bytes("RssFile"));
     let connections = connections_to(env.emulator.port);
     let samples = sampler.stop().await?;
+    // Every shard still held: what RSS falls to once malloc gives back the memory it holds
+    // free (the next run starts from there).
+    let rss_trimmed = (heap_end.is_some() && trim_heap()).then(rss_bytes);
     // Read from the table itself, past the counting decorator.
     let held = table
         .list(stream)
@@ -820,14 +925,18 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
     handle.shutdown().await;
     let (subscription, errors) = consumer.await?;
     drop(subscription);
+    if let Some(clearer) = log_clearer {
+        clearer.abort();
+    }
     let (api_run, leases_run) = (api1 - api0, leases1 - leases0);
     let rss_min = samples.iter().map(|s| s.rss).min().unwrap_or(0);
     let rss_max = samples.iter().map(|s| s.rss).max().unwrap_or(0);
     println!(
-        "idle ({mode}): one core Subscription (default settings) holding {held} of {SHARDS} \
+        "idle ({mode}): one core Subscription (default settings) holding {held} of {shards} \
          shards of an idle stream (leases held at the window's end); window {seconds:.1} s \
          after start() returned"
     );
+    let per_shard = mib(rss_end.saturating_sub(rss_before)) / shards as f64;
     println!("  open connections to the emulator at the window's end: {connections}");
     println!(
         "  start(): {startup:.2} s; before the window: {} (lease store: {})",
@@ -849,6 +958,30 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
         mib(rss_min),
         mib(rss_max)
     );
+    println!(
+        "  per held shard: {per_shard:.3} MiB ((RSS at the window's end - RSS before start()) / \
+         {shards} shards)"
+    );
+    println!(
+        "  RSS split: anonymous {:.1} -> {:.1} MiB, file-backed (code) {:.1} -> {:.1} MiB (before \
+         start() -> the window's end)",
+        mib(anon_before),
+        mib(anon_end),
+        mib(file_before),
+        mib(file_end)
+    );
+    if let (Some(before), Some(heap), Some(trimmed)) = (heap_before, heap_end, rss_trimmed) {
+        println!(
+            "  malloc: {:.1} MiB in live allocations before start(), {:.1} MiB at the window's \
+             end, {:.1} MiB held free then; RSS after malloc_trim(0), every shard still held: \
+             {:.1} MiB ({:.3} MiB per shard)",
+            mib(before.in_use),
+            mib(heap.in_use),
+            mib(heap.free),
+            mib(trimmed),
+            mib(trimmed.saturating_sub(rss_before)) / shards as f64
+        );
+    }
     let series: Vec<String> = samples
         .iter()
         .map(|s| format!("{:.1}", mib(s.rss)))
@@ -864,12 +997,13 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
         sink.count()
     );
     println!(
-        "summary: idle, 100 shards, {mode}: CPU {:.2}% of a core, RSS {:.1} -> {:.1} MiB, \
-         GetRecords {:.1}/s, lease-store calls {:.1}/s ({:.1} writes/s), {connections} \
-         connections",
+        "summary: idle, {shards} shards, {mode}: CPU {:.2}% of a core, RSS {:.1} -> {:.1} MiB \
+         ({:.1} before start(); {per_shard:.3} MiB per shard), GetRecords {:.1}/s, lease-store \
+         calls {:.1}/s ({:.1} writes/s), {connections} connections",
         (cpu1 - cpu0) / seconds * 100.0,
         mib(rss_start),
         mib(rss_end),
+        mib(rss_before),
         per_second(api_run.get_records, seconds),
         per_second(leases_run.total(), seconds),
         per_second(leases_run.writes(), seconds),
