@@ -40,7 +40,7 @@ mod error;
 pub mod layer;
 mod memory;
 
-pub use dynamo::DynamoLeaseStore;
+pub use dynamo::{DynamoLeaseStore, LeaseRow};
 pub use error::LeaseError;
 pub use memory::MemoryLeaseStore;
 

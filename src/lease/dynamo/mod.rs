@@ -20,10 +20,12 @@ use aws_sdk_dynamodb::Client;
 
 use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
 use crate::position::Checkpoint;
+pub use inspect::LeaseRow;
 use row::{CHECKPOINT, checkpoint_value};
 use table::{DEFAULT_TABLE_PREFIX, is_table_name_char, validate_table_name};
 
 mod errors;
+mod inspect;
 mod row;
 mod table;
 mod writes;

@@ -61,7 +61,7 @@ impl DynamoLeaseStore {
 
     /// The table's status, `None` when it does not exist. Refuses a table whose key is not
     /// the lease table's.
-    async fn describe_table(&self) -> Result<Option<TableStatus>, LeaseError> {
+    pub(super) async fn describe_table(&self) -> Result<Option<TableStatus>, LeaseError> {
         let call = Operation::DescribeTable;
         match self
             .client

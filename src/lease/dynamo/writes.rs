@@ -1,4 +1,5 @@
-//! The Scan behind `list`, and the writes fenced on the owner and counter the caller last saw.
+//! The reads behind `get`, and the writes fenced on the owner and counter the caller last saw
+//! (the Scan behind `list` is in `inspect`).
 
 use std::collections::HashMap;
 
@@ -6,9 +7,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnValue};
 
 use super::DynamoLeaseStore;
 use super::errors::is_condition_failure;
-use super::row::{
-    COUNTER, KEY, OWNER, STREAM, WRITTEN, key_value, now_ms, number, parse_row, to_item,
-};
+use super::row::{COUNTER, KEY, OWNER, WRITTEN, key_value, now_ms, number, parse_row, to_item};
 use crate::error::Operation;
 use crate::lease::{Lease, LeaseError};
 
@@ -20,33 +19,8 @@ const NO_OWNER: &str = "(no owner)";
 
 impl DynamoLeaseStore {
     pub(super) async fn do_list(&self, stream: &str) -> Result<Vec<Lease>, LeaseError> {
-        let call = Operation::Scan;
-        let mut leases = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(&*self.table)
-                .filter_expression("#stream = :stream")
-                .expression_attribute_names("#stream", STREAM)
-                .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()))
-                .consistent_read(true)
-                .set_limit(self.scan_page_size)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|err| self.error(call, err))?;
-            for item in page.items() {
-                leases.push(parse_row(&self.table, call, item)?);
-            }
-            match page.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => break,
-            }
-        }
-        leases.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
-        Ok(leases)
+        let rows = self.list_with_write_times(stream).await?;
+        Ok(rows.into_iter().map(|row| row.lease).collect())
     }
 
     /// Reads the named rows with `BatchGetItem` (consistent reads, 100 keys a call, keys the

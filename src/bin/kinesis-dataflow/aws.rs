@@ -1,0 +1,147 @@
+//! The AWS side: the SDK configuration from the standard environment, the lease table (checked,
+//! never created), the stream's shards and the lease rows.
+
+use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata};
+use kinesis_dataflow::DynamoLeaseStore;
+use kinesis_dataflow::lease::{LeaseError, LeaseRow};
+
+use crate::Failure;
+use crate::args::Target;
+
+/// The clients of one run.
+pub struct Aws {
+    /// Kinesis.
+    pub kinesis: aws_sdk_kinesis::Client,
+    /// The lease table.
+    pub store: DynamoLeaseStore,
+    /// The region, for messages.
+    pub region: String,
+}
+
+/// One shard as ListShards gives it.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    /// The shard id.
+    pub id: String,
+    /// Its parents (none, one after a split, two after a merge).
+    pub parents: Vec<String>,
+    /// The first sequence number.
+    pub starting_sequence_number: String,
+    /// The last sequence number, for a closed shard.
+    pub ending_sequence_number: Option<String>,
+}
+
+impl Shard {
+    /// True when the stream lists an ending sequence number: nothing more arrives in it.
+    pub fn is_closed(&self) -> bool {
+        self.ending_sequence_number.is_some()
+    }
+}
+
+/// Loads the SDK configuration and checks the lease table (exists, a lease table's key).
+pub async fn connect(target: &Target) -> Result<Aws, Failure> {
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let Some(region) = config.region().map(ToString::to_string) else {
+        return Err(Failure::usage(
+            "no AWS region configured: set AWS_REGION (or a region in your AWS profile)".to_owned(),
+        ));
+    };
+    let store = DynamoLeaseStore::from_conf(&config, target.table.clone())
+        .map_err(|e| Failure::usage(format!("--table: {e}")))?;
+    store
+        .check_table()
+        .await
+        .map_err(|e| table_error(&target.table, &region, &e))?;
+    Ok(Aws {
+        kinesis: aws_sdk_kinesis::Client::new(&config),
+        store,
+        region,
+    })
+}
+
+fn table_error(table: &str, region: &str, error: &LeaseError) -> Failure {
+    match error {
+        LeaseError::TableNotFound { .. } => Failure::usage(format!(
+            "lease table `{table}` does not exist in region {region}; check --table / \
+             --application (this tool never creates a table)"
+        )),
+        LeaseError::Invalid { message, .. } => Failure::usage(format!(
+            "table `{table}` is not a lease table of kinesis-dataflow: {message}"
+        )),
+        other => Failure::failed(format!("checking lease table `{table}`: {other}")),
+    }
+}
+
+impl Aws {
+    /// Every shard of `stream` (ListShards, all pages).
+    pub async fn shards(&self, stream: &str) -> Result<Vec<Shard>, Failure> {
+        let mut shards = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let request = match &token {
+                Some(token) => self.kinesis.list_shards().next_token(token),
+                None => self.kinesis.list_shards().stream_name(stream),
+            };
+            let page = request.send().await.map_err(|err| {
+                if err.code() == Some("ResourceNotFoundException") {
+                    Failure::usage(format!(
+                        "stream `{stream}` does not exist in region {}; check --stream",
+                        self.region
+                    ))
+                } else {
+                    Failure::failed(format!(
+                        "ListShards of stream `{stream}` failed: {}",
+                        DisplayErrorContext(&err)
+                    ))
+                }
+            })?;
+            for shard in page.shards() {
+                let range = shard.sequence_number_range();
+                shards.push(Shard {
+                    id: shard.shard_id().to_owned(),
+                    parents: shard
+                        .parent_shard_id()
+                        .into_iter()
+                        .chain(shard.adjacent_parent_shard_id())
+                        .map(str::to_owned)
+                        .collect(),
+                    starting_sequence_number: range
+                        .map(|r| r.starting_sequence_number().to_owned())
+                        .unwrap_or_default(),
+                    ending_sequence_number: range
+                        .and_then(|r| r.ending_sequence_number())
+                        .map(str::to_owned),
+                });
+            }
+            match page.next_token() {
+                Some(next) if !next.is_empty() => token = Some(next.to_owned()),
+                _ => break,
+            }
+        }
+        shards.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(shards)
+    }
+
+    /// Every row of `stream` in the lease table, with the time of its last write.
+    pub async fn rows(&self, stream: &str) -> Result<Vec<LeaseRow>, Failure> {
+        self.store.list_with_write_times(stream).await.map_err(|e| {
+            Failure::failed(format!(
+                "reading lease table `{}` failed: {e}",
+                self.store.table()
+            ))
+        })
+    }
+}
+
+/// The prefix of worker rows (`worker:<owner>`); the row `worker:` alone is the roster row.
+pub const WORKER_PREFIX: &str = "worker:";
+
+/// The owner a worker row stands for; `None` for shard rows and the roster row.
+pub fn worker_owner(id: &str) -> Option<&str> {
+    id.strip_prefix(WORKER_PREFIX).filter(|o| !o.is_empty())
+}
+
+/// True for a worker row or the roster row.
+pub fn is_worker_or_roster(id: &str) -> bool {
+    id.starts_with(WORKER_PREFIX)
+}

@@ -1,0 +1,608 @@
+//! `status`: the shard tree, and per shard its owner, checkpoint, lease counter, age and lag.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_kinesis::primitives::DateTime;
+use aws_sdk_kinesis::types::ShardIteratorType;
+use futures::StreamExt;
+use kinesis_dataflow::StartingPoint;
+use kinesis_dataflow::lease::LeaseRow;
+use kinesis_dataflow::position::Checkpoint;
+use serde_json::{Value, json};
+
+use crate::Failure;
+use crate::args::StatusArgs;
+use crate::aws::{self, Aws, Shard};
+use crate::output;
+use crate::time;
+
+/// The most GetRecords calls spent counting one shard's records behind.
+const MAX_COUNT_CALLS: u32 = 10;
+/// How many shards' lag is measured at once.
+const LAG_CONCURRENCY: usize = 8;
+
+/// How far a shard's checkpoint is behind the tip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lag {
+    /// Not measured (`--records-cap 0`, or no row to start from).
+    NotMeasured,
+    /// The shard is finished (SHARD_END): nothing behind.
+    Finished,
+    /// Measured from the checkpoint.
+    Measured {
+        /// MillisBehindLatest of the first record after the checkpoint.
+        millis_behind: Option<i64>,
+        /// Records counted between the checkpoint and the tip.
+        records: u64,
+        /// False when counting stopped at the cap (or the call budget) before the tip.
+        exact: bool,
+    },
+    /// A call failed.
+    Failed(String),
+}
+
+/// One line of the tree: a listed shard (with its row, if any).
+struct Line {
+    shard: Shard,
+    depth: usize,
+    children: Vec<String>,
+    row: Option<LeaseRow>,
+    waiting: bool,
+    lag: Lag,
+}
+
+/// One reading of the table and the stream.
+struct Snapshot {
+    at_ms: u64,
+    lines: Vec<Line>,
+    /// Rows of shards the stream no longer lists (past the retention period).
+    unlisted: Vec<LeaseRow>,
+}
+
+/// Runs `status`.
+pub async fn run(args: &StatusArgs) -> Result<(), Failure> {
+    let aws = aws::connect(&args.target).await?;
+    let stream = &args.target.stream;
+    let mut previous: Option<HashMap<String, u64>> = None;
+    let mut round: u64 = 0;
+    loop {
+        round += 1;
+        match snapshot(&aws, stream, args.records_cap).await {
+            Ok(snap) => {
+                let counters: HashMap<String, u64> = snap
+                    .lines
+                    .iter()
+                    .filter_map(|l| Some((l.shard.id.clone(), l.row.as_ref()?.lease.counter)))
+                    .collect();
+                if args.json {
+                    let doc = to_json(&aws, args, &snap, previous.as_ref());
+                    output::print_json(&doc, args.watch.is_some());
+                } else {
+                    print!("{}", render(&aws, args, &snap, previous.as_ref(), round));
+                }
+                previous = Some(counters);
+            }
+            // The first reading fails the command; a later one (a throttle, a network blip)
+            // only costs a round of --watch.
+            Err(failure) if round > 1 => {
+                eprintln!(
+                    "kinesis-dataflow: {} (round {round}; trying again)",
+                    failure.message
+                );
+            }
+            Err(failure) => return Err(failure),
+        }
+        let Some(every) = args.watch else { break };
+        if args.watch_count.is_some_and(|k| round >= k) {
+            break;
+        }
+        tokio::time::sleep(every).await;
+    }
+    Ok(())
+}
+
+async fn snapshot(aws: &Aws, stream: &str, records_cap: u64) -> Result<Snapshot, Failure> {
+    let shards = aws.shards(stream).await?;
+    let rows = aws.rows(stream).await?;
+    let at_ms = time::now_ms();
+    let mut by_id: BTreeMap<String, LeaseRow> = rows
+        .into_iter()
+        .filter(|r| !aws::is_worker_or_roster(&r.lease.shard_id))
+        .map(|r| (r.lease.shard_id.clone(), r))
+        .collect();
+    let listed: HashSet<&str> = shards.iter().map(|s| s.id.as_str()).collect();
+    let finished = |id: &str, rows: &BTreeMap<String, LeaseRow>| {
+        !listed.contains(id) || rows.get(id).is_some_and(|r| r.lease.is_finished())
+    };
+    let order = tree_order(&shards);
+    let mut lines = Vec::with_capacity(order.len());
+    for (depth, index) in order {
+        let shard = shards[index].clone();
+        let children = shards
+            .iter()
+            .filter(|s| s.parents.contains(&shard.id))
+            .map(|s| s.id.clone())
+            .collect();
+        let waiting = by_id.get(&shard.id).is_some_and(|r| !r.lease.is_finished())
+            && shard.parents.iter().any(|p| !finished(p, &by_id));
+        lines.push(Line {
+            row: by_id.get(&shard.id).cloned(),
+            shard,
+            depth,
+            children,
+            waiting,
+            lag: Lag::NotMeasured,
+        });
+    }
+    by_id.retain(|id, _| !listed.contains(id.as_str()));
+    if records_cap > 0 {
+        let lags: Vec<Lag> = futures::stream::iter(lines.iter())
+            .map(|line| async move {
+                match &line.row {
+                    None => Lag::NotMeasured,
+                    Some(row) => {
+                        lag(
+                            aws,
+                            stream,
+                            &line.shard.id,
+                            row.lease.checkpoint.as_ref(),
+                            records_cap,
+                        )
+                        .await
+                    }
+                }
+            })
+            .buffered(LAG_CONCURRENCY)
+            .collect()
+            .await;
+        for (line, lag) in lines.iter_mut().zip(lags) {
+            line.lag = lag;
+        }
+    }
+    Ok(Snapshot {
+        at_ms,
+        lines,
+        unlisted: by_id.into_values().collect(),
+    })
+}
+
+/// The listed shards in tree order, each with its depth: roots (no listed parent) in id order,
+/// each followed by its children. A merged shard appears under its first listed parent.
+fn tree_order(shards: &[Shard]) -> Vec<(usize, usize)> {
+    let index: HashMap<&str, usize> = shards
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), i))
+        .collect();
+    let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut roots = Vec::new();
+    for (i, shard) in shards.iter().enumerate() {
+        match shard.parents.iter().find_map(|p| index.get(p.as_str())) {
+            Some(&parent) => children.entry(parent).or_default().push(i),
+            None => roots.push(i),
+        }
+    }
+    let mut order = Vec::with_capacity(shards.len());
+    let mut seen = HashSet::new();
+    let mut stack: Vec<(usize, usize)> = roots.into_iter().rev().map(|i| (0, i)).collect();
+    while let Some((depth, i)) = stack.pop() {
+        if !seen.insert(i) {
+            continue;
+        }
+        order.push((depth, i));
+        if let Some(kids) = children.get(&i) {
+            stack.extend(kids.iter().rev().map(|&k| (depth + 1, k)));
+        }
+    }
+    // A parent cycle cannot come from Kinesis; show such shards flat rather than lose them.
+    for i in 0..shards.len() {
+        if !seen.contains(&i) {
+            order.push((0, i));
+        }
+    }
+    order
+}
+
+/// Where a reader taking the shard now would open, as the library decides it from the row.
+fn resume_point(checkpoint: Option<&Checkpoint>) -> Option<StartingPoint> {
+    Some(match checkpoint {
+        // No checkpoint: a descendant, read from its beginning.
+        None => StartingPoint::TrimHorizon,
+        Some(Checkpoint::ShardEnd) => return None,
+        Some(Checkpoint::Sequence(seq)) => StartingPoint::AfterSequence(seq.clone()),
+        // The aggregate at `seq` is partly read: count it as one record behind.
+        Some(Checkpoint::SubSequence(seq, _)) => StartingPoint::AtSequence(seq.clone()),
+        Some(Checkpoint::Start(point) | Checkpoint::Initial(point)) => match point {
+            StartingPoint::AfterSubSequence(seq, _) => StartingPoint::AtSequence(seq.clone()),
+            other => other.clone(),
+        },
+    })
+}
+
+/// Measures how far `checkpoint` is behind the tip: MillisBehindLatest of a GetRecords of one
+/// record from there, then GetRecords until the tip, counting up to `cap` records.
+async fn lag(
+    aws: &Aws,
+    stream: &str,
+    shard: &str,
+    checkpoint: Option<&Checkpoint>,
+    cap: u64,
+) -> Lag {
+    let Some(point) = resume_point(checkpoint) else {
+        return Lag::Finished;
+    };
+    let mut request = aws
+        .kinesis
+        .get_shard_iterator()
+        .stream_name(stream)
+        .shard_id(shard)
+        .shard_iterator_type(ShardIteratorType::from(point.iterator_type()));
+    request = match &point {
+        StartingPoint::AtTimestamp(ms) => request.timestamp(DateTime::from_millis(
+            i64::try_from(*ms).unwrap_or(i64::MAX),
+        )),
+        StartingPoint::AtSequence(seq)
+        | StartingPoint::AfterSequence(seq)
+        | StartingPoint::AfterSubSequence(seq, _) => request.starting_sequence_number(seq),
+        StartingPoint::TrimHorizon | StartingPoint::Latest => request,
+    };
+    let mut iterator = match request.send().await {
+        Ok(out) => out.shard_iterator,
+        Err(err) => return Lag::Failed(call_error("GetShardIterator", shard, &err)),
+    };
+    let mut records: u64 = 0;
+    let mut millis_behind = None;
+    let mut calls = 0;
+    let mut at_tip = false;
+    while let Some(current) = iterator.take() {
+        if calls >= MAX_COUNT_CALLS || records >= cap {
+            iterator = Some(current);
+            break;
+        }
+        let limit = if calls == 0 {
+            1
+        } else {
+            (cap - records).min(10_000)
+        };
+        let out = match aws
+            .kinesis
+            .get_records()
+            .shard_iterator(current)
+            .limit(i32::try_from(limit).unwrap_or(10_000))
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(err) => return Lag::Failed(call_error("GetRecords", shard, &err)),
+        };
+        calls += 1;
+        if calls == 1 {
+            millis_behind = out.millis_behind_latest();
+        }
+        let got = out.records().len() as u64;
+        records += got;
+        iterator = out.next_shard_iterator().map(str::to_owned);
+        if got == 0 && out.millis_behind_latest() == Some(0) {
+            at_tip = true;
+            break;
+        }
+    }
+    // No next iterator: the end of a closed shard was reached.
+    let exact = at_tip || iterator.is_none();
+    Lag::Measured {
+        millis_behind,
+        records,
+        exact,
+    }
+}
+
+fn call_error<E, R>(call: &str, shard: &str, err: &aws_sdk_kinesis::error::SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match err.code() {
+        Some(code) => format!(
+            "{call} on {shard}: {code}: {}",
+            err.message().unwrap_or("(no message)")
+        ),
+        None => format!("{call} on {shard}: {}", DisplayErrorContext(err)),
+    }
+}
+
+fn lag_json(lag: &Lag) -> (Value, Value) {
+    match lag {
+        Lag::NotMeasured => (Value::Null, Value::Null),
+        Lag::Finished => (
+            json!({"millis_behind": 0, "records_behind": 0, "records_behind_exact": true}),
+            Value::Null,
+        ),
+        Lag::Measured {
+            millis_behind,
+            records,
+            exact,
+        } => (
+            json!({
+                "millis_behind": millis_behind,
+                "records_behind": records,
+                "records_behind_exact": exact,
+            }),
+            Value::Null,
+        ),
+        Lag::Failed(message) => (Value::Null, Value::String(message.clone())),
+    }
+}
+
+fn row_json(row: &LeaseRow, at_ms: u64) -> Value {
+    let checkpoint = row.lease.checkpoint.as_ref();
+    json!({
+        "owner": row.lease.owner,
+        "counter": row.lease.counter,
+        "checkpoint": checkpoint.map(|c| c.encode()),
+        "checkpoint_kind": output::checkpoint_kind(checkpoint),
+        "last_written_ms": row.last_written_ms,
+        "age_ms": row.last_written_ms.map(|w| at_ms.saturating_sub(w)),
+    })
+}
+
+fn to_json(
+    aws: &Aws,
+    args: &StatusArgs,
+    snap: &Snapshot,
+    previous: Option<&HashMap<String, u64>>,
+) -> Value {
+    let shards: Vec<Value> = snap
+        .lines
+        .iter()
+        .map(|line| {
+            let (lag, lag_error) = lag_json(&line.lag);
+            let row = line.row.as_ref().map(|r| row_json(r, snap.at_ms));
+            let delta = match (&line.row, previous.and_then(|p| p.get(&line.shard.id))) {
+                (Some(row), Some(before)) => json!(row.lease.counter.saturating_sub(*before)),
+                _ => Value::Null,
+            };
+            json!({
+                "shard_id": line.shard.id,
+                "parents": line.shard.parents,
+                "children": line.children,
+                "depth": line.depth,
+                "state": if line.shard.is_closed() { "closed" } else { "open" },
+                "starting_sequence_number": line.shard.starting_sequence_number,
+                "ending_sequence_number": line.shard.ending_sequence_number,
+                "finished": line.row.as_ref().is_some_and(|r| r.lease.is_finished()),
+                "waiting_for_parents": line.waiting,
+                "row": row,
+                "counter_delta": delta,
+                "lag": lag,
+                "lag_error": lag_error,
+            })
+        })
+        .collect();
+    let unlisted: Vec<Value> = snap
+        .unlisted
+        .iter()
+        .map(|r| {
+            let mut v = row_json(r, snap.at_ms);
+            v["shard_id"] = json!(r.lease.shard_id);
+            v
+        })
+        .collect();
+    json!({
+        "table": args.target.table,
+        "stream": args.target.stream,
+        "region": aws.region,
+        "read_at_ms": snap.at_ms,
+        "read_at": time::format(snap.at_ms),
+        "shards": shards,
+        "unlisted_rows": unlisted,
+    })
+}
+
+fn render(
+    aws: &Aws,
+    args: &StatusArgs,
+    snap: &Snapshot,
+    previous: Option<&HashMap<String, u64>>,
+    round: u64,
+) -> String {
+    let mut out = String::new();
+    if args.watch.is_some() {
+        out.push_str(&format!("--- round {round} ---\n"));
+    }
+    out.push_str(&format!(
+        "stream `{}` (region {}), lease table `{}`, read at {}\n",
+        args.target.stream,
+        aws.region,
+        args.target.table,
+        time::format(snap.at_ms)
+    ));
+    let open = snap.lines.iter().filter(|l| !l.shard.is_closed()).count();
+    let held: Vec<&str> = snap
+        .lines
+        .iter()
+        .filter_map(|l| l.row.as_ref()?.lease.owner.as_deref())
+        .collect();
+    let owners: HashSet<&str> = held.iter().copied().collect();
+    let finished = snap
+        .lines
+        .iter()
+        .filter(|l| l.row.as_ref().is_some_and(|r| r.lease.is_finished()))
+        .count();
+    out.push_str(&format!(
+        "{} ({open} open, {} closed), {finished} finished; {} held by {}\n\n",
+        output::count(snap.lines.len(), "shard"),
+        snap.lines.len() - open,
+        output::count(held.len(), "lease"),
+        output::count(owners.len(), "owner")
+    ));
+    let mut notes = Vec::new();
+    let rows: Vec<Vec<String>> = snap
+        .lines
+        .iter()
+        .map(|line| {
+            let indent = if line.depth == 0 {
+                String::new()
+            } else {
+                format!("{}└ ", "  ".repeat(line.depth - 1))
+            };
+            let merge = if line.shard.parents.len() > 1 {
+                format!(" (merge of {})", line.shard.parents.join(" + "))
+            } else {
+                String::new()
+            };
+            let mut state = if line.shard.is_closed() {
+                "closed"
+            } else {
+                "open"
+            }
+            .to_owned();
+            if line.waiting {
+                state.push_str(", waits for parents");
+            }
+            let (owner, checkpoint, counter, age) = match &line.row {
+                None => {
+                    notes.push(format!(
+                        "{}: no lease row yet (no instance has listed the shard)",
+                        line.shard.id
+                    ));
+                    (
+                        "(no row)".to_owned(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                    )
+                }
+                Some(row) => {
+                    let mut counter = row.lease.counter.to_string();
+                    if let Some(before) = previous.and_then(|p| p.get(&line.shard.id)) {
+                        counter.push_str(&format!(
+                            " (+{})",
+                            row.lease.counter.saturating_sub(*before)
+                        ));
+                    }
+                    (
+                        row.lease.owner.clone().unwrap_or_else(|| "-".to_owned()),
+                        output::checkpoint(row.lease.checkpoint.as_ref()),
+                        counter,
+                        output::age(row.last_written_ms, snap.at_ms),
+                    )
+                }
+            };
+            let (behind, records) = match &line.lag {
+                Lag::NotMeasured => (String::new(), String::new()),
+                Lag::Finished => ("-".to_owned(), "-".to_owned()),
+                Lag::Measured {
+                    millis_behind,
+                    records,
+                    exact,
+                } => (
+                    millis_behind.map_or_else(
+                        || "?".to_owned(),
+                        |ms| time::human(u64::try_from(ms).unwrap_or(0)),
+                    ),
+                    if *exact {
+                        records.to_string()
+                    } else {
+                        format!(">={records}")
+                    },
+                ),
+                Lag::Failed(message) => {
+                    notes.push(format!("{}: lag unknown: {message}", line.shard.id));
+                    ("error".to_owned(), "error".to_owned())
+                }
+            };
+            vec![
+                format!("{indent}{}{merge}", line.shard.id),
+                state,
+                owner,
+                checkpoint,
+                counter,
+                age,
+                behind,
+                records,
+            ]
+        })
+        .collect();
+    out.push_str(&output::table(
+        &[
+            "SHARD",
+            "STATE",
+            "OWNER",
+            "CHECKPOINT",
+            "COUNTER",
+            "AGE",
+            "BEHIND",
+            "RECORDS",
+        ],
+        &rows,
+    ));
+    for row in &snap.unlisted {
+        notes.push(format!(
+            "{}: a row for a shard the stream no longer lists (past the retention period; the \
+             instances delete it), checkpoint {}",
+            row.lease.shard_id,
+            output::checkpoint(row.lease.checkpoint.as_ref())
+        ));
+    }
+    if !notes.is_empty() {
+        out.push('\n');
+        for note in notes {
+            out.push_str(&format!("note: {note}\n"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(id: &str, parents: &[&str]) -> Shard {
+        Shard {
+            id: id.to_owned(),
+            parents: parents.iter().map(|p| (*p).to_owned()).collect(),
+            starting_sequence_number: "1".into(),
+            ending_sequence_number: None,
+        }
+    }
+
+    #[test]
+    fn the_tree_puts_children_under_their_parents() {
+        // 0 split into 2 and 3; 1 and 3 merged into 4; 5 is a child of a shard past retention.
+        let shards = vec![
+            shard("0", &[]),
+            shard("1", &[]),
+            shard("2", &["0"]),
+            shard("3", &["0"]),
+            shard("4", &["3", "1"]),
+            shard("5", &["gone"]),
+        ];
+        let order: Vec<(usize, &str)> = tree_order(&shards)
+            .into_iter()
+            .map(|(d, i)| (d, shards[i].id.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            vec![(0, "0"), (1, "2"), (1, "3"), (2, "4"), (0, "1"), (0, "5")]
+        );
+    }
+
+    #[test]
+    fn the_lag_starts_where_a_reader_would() {
+        assert_eq!(resume_point(Some(&Checkpoint::ShardEnd)), None);
+        assert_eq!(resume_point(None), Some(StartingPoint::TrimHorizon));
+        assert_eq!(
+            resume_point(Some(&Checkpoint::Sequence("5".into()))),
+            Some(StartingPoint::AfterSequence("5".into()))
+        );
+        assert_eq!(
+            resume_point(Some(&Checkpoint::SubSequence("5".into(), 2))),
+            Some(StartingPoint::AtSequence("5".into()))
+        );
+        assert_eq!(
+            resume_point(Some(&Checkpoint::Initial(StartingPoint::AtTimestamp(7)))),
+            Some(StartingPoint::AtTimestamp(7))
+        );
+    }
+}

@@ -1,0 +1,765 @@
+//! The `kinesis-dataflow` command-line tool (the built binary, configured only by the standard
+//! AWS environment) against kinesis-local and dynalite, with real subscriptions making the
+//! rows: `status` and `workers` on a running instance, `reset` dry-run, refused, forced while
+//! running, and on stopped instances; every kind of bad input refused with a clear message,
+//! a non-zero exit and nothing written.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+use aws_sdk_kinesis::primitives::Blob;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::{Lease, SharedLeaseStore};
+use kinesis_dataflow::{
+    AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription, SubscriptionBuilder,
+};
+use serde_json::Value;
+
+/// What one run of the tool gave.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {self:#?}"))
+    }
+
+    fn ok(self) -> Self {
+        assert_eq!(self.code, 0, "{self:#?}");
+        self
+    }
+}
+
+/// Runs the tool with the standard AWS environment pointed at the emulators.
+async fn cli(args: &[&str]) -> Run {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kinesis-dataflow"))
+        .args(args)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ENDPOINT_URL_KINESIS", support::kinesis_endpoint())
+        .env("AWS_ENDPOINT_URL_DYNAMODB", support::dynamodb_endpoint())
+        .env_remove("AWS_PROFILE")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .expect("the tool finishes within 30 s")
+        .expect("the tool runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+struct App {
+    api: SharedKinesis,
+    client: aws_sdk_kinesis::Client,
+    store: SharedLeaseStore,
+    table: String,
+    stream: String,
+}
+
+impl App {
+    async fn new(prefix: &str, shards: i32) -> Self {
+        let client = support::kinesis_client();
+        let stream = support::unique_name(prefix);
+        let table = support::unique_name(&format!("{prefix}-leases"));
+        support::create_stream(&client, &stream, shards).await;
+        Self {
+            api: Arc::new(AwsKinesis::new(client.clone())),
+            store: Arc::new(DynamoLeaseStore::new(support::dynamodb_client(), &table).unwrap()),
+            client,
+            table,
+            stream,
+        }
+    }
+
+    fn builder(&self, owner: &str) -> SubscriptionBuilder {
+        Subscription::builder(self.api.clone(), self.store.clone(), self.stream.as_str())
+            .owner(owner)
+            .read_settings(
+                ReadSettings::default()
+                    .poll_interval(Duration::from_millis(100))
+                    .unlimited_reads(),
+            )
+            .list_interval(Duration::from_millis(300))
+            .lease_duration(Duration::from_secs(3))
+            .checkpoint_interval(Duration::from_millis(100))
+            .shutdown_timeout(Duration::from_secs(2))
+            .initial_position(KinesisPosition::horizon())
+    }
+
+    /// Puts `tag-0..count` one by one (keys spread over the shards); their sequence numbers.
+    async fn put(&self, tag: &str, count: usize) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for i in 0..count {
+            let data = format!("{tag}-{i:02}");
+            let put = self
+                .client
+                .put_record()
+                .stream_name(&self.stream)
+                .partition_key(format!("key-{i}"))
+                .data(Blob::new(data.clone()))
+                .send()
+                .await
+                .unwrap();
+            out.push((data, put.sequence_number().to_owned()));
+        }
+        out
+    }
+
+    /// `<command> --table T --stream S <extra>`.
+    async fn run(&self, command: &str, extra: &[&str]) -> Run {
+        let mut args = vec![command, "--table", &self.table, "--stream", &self.stream];
+        args.extend_from_slice(extra);
+        cli(&args).await
+    }
+
+    async fn status(&self) -> Value {
+        self.run("status", &["--json"]).await.ok().json()
+    }
+
+    /// Polls `status --json` until `done` holds (15 s at most).
+    async fn status_until(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let mut last = Value::Null;
+        let reached = tokio::time::timeout(Duration::from_secs(15), async {
+            loop {
+                last = self.status().await;
+                if done(&last) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await;
+        assert!(reached.is_ok(), "{what}; the last status: {last:#}");
+        last
+    }
+
+    async fn rows(&self) -> Vec<Lease> {
+        self.store.list(&self.stream).await.unwrap()
+    }
+
+    /// The checkpoints of the shard rows, encoded.
+    async fn checkpoints(&self) -> Vec<(String, Option<String>)> {
+        self.rows()
+            .await
+            .into_iter()
+            .filter(|r| !r.shard_id.starts_with("worker:"))
+            .map(|r| (r.shard_id, r.checkpoint.map(|c| c.encode())))
+            .collect()
+    }
+}
+
+fn shards(status: &Value) -> &Vec<Value> {
+    status["shards"].as_array().expect("shards")
+}
+
+fn payloads(records: &[(String, String)]) -> BTreeSet<String> {
+    records.iter().map(|(p, _)| p.clone()).collect()
+}
+
+async fn read_all(sub: &mut Subscription, expected: &BTreeSet<String>, what: &str) -> Vec<String> {
+    support::reading::read_until(sub, expected, what, Duration::from_secs(20))
+        .await
+        .into_iter()
+        .map(|(_, payload)| payload)
+        .collect()
+}
+
+/// Every shard owned by `owner`, with a sequence checkpoint and nothing behind.
+fn caught_up(status: &Value, owner: &str) -> bool {
+    shards(status).iter().all(|s| {
+        s["row"]["owner"] == owner
+            && s["row"]["checkpoint_kind"] == "sequence"
+            && s["lag"]["records_behind"] == 0
+            && s["lag"]["records_behind_exact"] == true
+            && s["lag"]["millis_behind"] == 0
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_workers_follow_a_running_subscription() {
+    support::init_tracing();
+    let app = App::new("cli-status", 2).await;
+    let mut sub = app.builder("instance-a").start().await.unwrap();
+    let records = app.put("status", 30).await;
+
+    // Held, nothing settled yet: every record is behind, counted exactly.
+    let status = app
+        .status_until("both leases held by instance-a", |s| {
+            shards(s).iter().all(|s| s["row"]["owner"] == "instance-a")
+        })
+        .await;
+    assert_eq!(status["stream"], app.stream.as_str());
+    assert_eq!(status["table"], app.table.as_str());
+    assert_eq!(shards(&status).len(), 2);
+    let behind: u64 = shards(&status)
+        .iter()
+        .map(|s| {
+            assert_eq!(s["state"], "open");
+            assert_eq!(s["lag"]["records_behind_exact"], true, "{s:#}");
+            assert!(s["row"]["counter"].as_u64().unwrap() > 0, "{s:#}");
+            assert!(s["row"]["age_ms"].as_u64().unwrap() < 10_000, "{s:#}");
+            s["lag"]["records_behind"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(behind, 30, "{status:#}");
+
+    let table = app.run("status", &[]).await.ok().stdout;
+    for needle in [
+        "SHARD",
+        "BEHIND",
+        "RECORDS",
+        "instance-a",
+        "shardId-000000000000",
+        "shardId-000000000001",
+        "from TRIM_HORIZON",
+    ] {
+        assert!(table.contains(needle), "{needle} in:\n{table}");
+    }
+
+    let workers = app.run("workers", &["--json"]).await.ok().json();
+    let list = workers["workers"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{workers:#}");
+    assert_eq!(list[0]["owner"], "instance-a");
+    assert_eq!(list[0]["state"], "active");
+    assert_eq!(list[0]["leases"], 2);
+    assert!(list[0]["last_seen_ms_ago"].as_u64().unwrap() < 10_000);
+    let text = app.run("workers", &[]).await.ok().stdout;
+    assert!(
+        text.contains("instance-a") && text.contains("active") && text.contains("LAST SEEN"),
+        "{text}"
+    );
+
+    // Drained: the lag falls to zero.
+    read_all(&mut sub, &payloads(&records), "the first records").await;
+    app.status_until("caught up after the drain", |s| caught_up(s, "instance-a"))
+        .await;
+
+    // --watch: rounds, with the counters' movement (renewals) from the second on.
+    let watched = app
+        .run("status", &["--watch", "1.2", "--watch-count", "2"])
+        .await
+        .ok()
+        .stdout;
+    assert!(
+        watched.contains("--- round 1 ---") && watched.contains("--- round 2 ---"),
+        "{watched}"
+    );
+    assert!(!watched.contains("--- round 3 ---"), "{watched}");
+    assert!(
+        watched.contains("(+"),
+        "counter movement in round 2:\n{watched}"
+    );
+    let lines = app
+        .run(
+            "status",
+            &["--json", "--watch", "1.2", "--watch-count", "2"],
+        )
+        .await
+        .ok()
+        .stdout;
+    let docs: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2, "{lines}");
+    assert!(
+        shards(&docs[0])
+            .iter()
+            .all(|s| s["counter_delta"].is_null())
+    );
+    assert!(
+        shards(&docs[1])
+            .iter()
+            .all(|s| s["counter_delta"].as_u64().unwrap() > 0),
+        "leases renewed every second: {:#}",
+        docs[1]
+    );
+
+    // Stopped gracefully: no instance, no owner.
+    sub.shutdown().await;
+    let workers = app.run("workers", &["--json"]).await.ok().json();
+    assert_eq!(workers["workers"], Value::Array(vec![]), "{workers:#}");
+    let text = app.run("workers", &[]).await.ok().stdout;
+    assert!(text.contains("no instances"), "{text}");
+    let status = app.status().await;
+    assert!(
+        shards(&status).iter().all(|s| s["row"]["owner"].is_null()),
+        "{status:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_refused_while_held_dry_run_and_stopped_instances_moved() {
+    support::init_tracing();
+    let app = App::new("cli-reset", 1).await;
+    let mut sub = app.builder("instance-b").start().await.unwrap();
+    let first = app.put("first", 5).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let between = now_ms();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = app.put("second", 5).await;
+    let mut all = payloads(&first);
+    all.extend(payloads(&second));
+    read_all(&mut sub, &all, "every record").await;
+    app.status_until("caught up", |s| caught_up(s, "instance-b"))
+        .await;
+    let settled = app.checkpoints().await;
+
+    // Held by a live instance: refused, exit 3, nothing written.
+    let refused = app.run("reset", &["--to", "horizon"]).await;
+    assert_eq!(refused.code, 3, "{refused:#?}");
+    assert!(
+        refused.stderr.contains("`instance-b`") && refused.stderr.contains("--force"),
+        "{refused:#?}"
+    );
+    assert!(
+        refused.stdout.contains("shardId-000000000000")
+            && refused.stdout.contains("from TRIM_HORIZON"),
+        "the plan is shown first: {refused:#?}"
+    );
+    let dry = app
+        .run("reset", &["--to", "horizon", "--dry-run"])
+        .await
+        .ok();
+    assert!(dry.stdout.contains("would be refused"), "{dry:#?}");
+    assert_eq!(app.checkpoints().await, settled);
+    assert!(
+        app.rows().await.iter().all(|r| !r
+            .owner
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("kinesis-dataflow-reset")),
+        "the tool took no lease"
+    );
+    sub.shutdown().await;
+
+    // Stopped: a dry run writes nothing at all (counters included).
+    let before = app.rows().await;
+    let plan = app
+        .run("reset", &["--to", "horizon", "--dry-run", "--json"])
+        .await
+        .ok()
+        .json();
+    assert!(plan["refused"].is_null(), "{plan:#}");
+    assert_eq!(plan["shards"][0]["to"], "TRIM_HORIZON");
+    assert_eq!(plan["shards"][0]["changed"], true);
+    assert_eq!(app.rows().await, before, "a dry run writes nothing");
+
+    // To a sequence number: the instance started again reads from that record on.
+    let (third_payload, third_seq) = second[2].clone();
+    let moved = app
+        .run(
+            "reset",
+            &[
+                "--to",
+                &format!("sequence:{third_seq}"),
+                "--shard",
+                "shardId-000000000000",
+            ],
+        )
+        .await
+        .ok();
+    assert!(moved.stdout.contains("reset 1 shard of"), "{moved:#?}");
+    let status = app.status().await;
+    assert_eq!(
+        shards(&status)[0]["row"]["checkpoint"],
+        format!("AT_SEQUENCE_NUMBER:{third_seq}").as_str()
+    );
+    assert_eq!(shards(&status)[0]["lag"]["records_behind"], 3);
+    let mut sub = app.builder("instance-b2").start().await.unwrap();
+    let expected = payloads(&second[2..]);
+    let got = read_all(&mut sub, &expected, "from the sequence number").await;
+    assert_eq!(got.first(), Some(&third_payload), "{got:?}");
+    assert!(
+        got.iter().all(|p| expected.contains(p)),
+        "nothing before the sequence number: {got:?}"
+    );
+    sub.shutdown().await;
+
+    // To a timestamp (RFC 3339) between the two batches: the second batch again, not the first.
+    let at = rfc3339(between);
+    app.run("reset", &["--to", &format!("timestamp:{at}")])
+        .await
+        .ok();
+    let mut sub = app.builder("instance-b3").start().await.unwrap();
+    let expected = payloads(&second);
+    let got = read_all(&mut sub, &expected, "from the timestamp").await;
+    assert!(
+        got.iter().all(|p| expected.contains(p)),
+        "nothing before {at}: {got:?}"
+    );
+    sub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_with_force_while_running_makes_the_instance_read_again_from_the_horizon() {
+    support::init_tracing();
+    let app = App::new("cli-force", 2).await;
+    let mut sub = app.builder("instance-c").start().await.unwrap();
+    let records = app.put("force", 20).await;
+    let expected = payloads(&records);
+    read_all(&mut sub, &expected, "the records").await;
+    app.status_until("caught up", |s| caught_up(s, "instance-c"))
+        .await;
+
+    let forced = app.run("reset", &["--to", "horizon", "--force"]).await.ok();
+    assert!(
+        forced.stdout.contains("instance-c (live)") && forced.stdout.contains("reset 2 shards"),
+        "{forced:#?}"
+    );
+    // The running instance lost the leases, took them again and reads everything again: its
+    // own checkpoint writes could not overwrite the reset.
+    read_all(&mut sub, &expected, "the records again after the reset").await;
+    app.status_until("held and caught up again", |s| caught_up(s, "instance-c"))
+        .await;
+    sub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_to_the_horizon_reads_a_split_stream_again_parents_first() {
+    support::init_tracing();
+    let app = App::new("cli-tree", 1).await;
+    let before_split = app.put("parent", 5).await;
+    app.api
+        .split_shard(
+            &app.stream,
+            "shardId-000000000000",
+            &(u128::MAX / 2).to_string(),
+        )
+        .await
+        .unwrap();
+    support::wait_active(&app.client, &app.stream).await;
+    let after_split = app.put("child", 10).await;
+    let mut all = payloads(&before_split);
+    all.extend(payloads(&after_split));
+    let mut sub = app.builder("instance-e").start().await.unwrap();
+    read_all(&mut sub, &all, "the whole tree").await;
+    let status = app
+        .status_until("the parent finished, the children caught up", |s| {
+            shards(s).len() == 3
+                && shards(s).iter().all(|s| {
+                    s["lag"]["records_behind"] == 0
+                        && (s["finished"] == true || s["row"]["checkpoint_kind"] == "sequence")
+                })
+        })
+        .await;
+    sub.shutdown().await;
+    let parent = &shards(&status)[0];
+    assert_eq!(parent["shard_id"], "shardId-000000000000");
+    assert_eq!(parent["state"], "closed");
+    assert_eq!(parent["finished"], true);
+    assert_eq!(parent["children"].as_array().unwrap().len(), 2);
+    for child in &shards(&status)[1..] {
+        assert_eq!(child["depth"], 1);
+        assert_eq!(child["parents"][0], "shardId-000000000000");
+        assert_eq!(child["state"], "open");
+    }
+    let table = app.run("status", &[]).await.ok().stdout;
+    assert!(
+        table.contains("└ shardId-000000000001") && table.contains("SHARD_END"),
+        "{table}"
+    );
+
+    // Only the parent: the plan says the children keep their checkpoints.
+    let parent_only = app
+        .run(
+            "reset",
+            &[
+                "--to",
+                "horizon",
+                "--shard",
+                "shardId-000000000000",
+                "--dry-run",
+            ],
+        )
+        .await
+        .ok();
+    assert!(
+        parent_only.stdout.contains("is finished and is read again")
+            && parent_only
+                .stdout
+                .contains("shardId-000000000001, shardId-000000000002"),
+        "{parent_only:#?}"
+    );
+
+    // The whole tree: read again, the parent's records before any child's.
+    let reset = app.run("reset", &["--to", "horizon"]).await.ok();
+    assert!(reset.stdout.contains("reset 3 shards"), "{reset:#?}");
+    let mut sub = app.builder("instance-e2").start().await.unwrap();
+    let got = read_all(&mut sub, &all, "the whole tree again").await;
+    sub.shutdown().await;
+    let last_parent = got.iter().rposition(|p| p.starts_with("parent-")).unwrap();
+    let first_child = got.iter().position(|p| p.starts_with("child-")).unwrap();
+    assert!(last_parent < first_child, "parents first: {got:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_a_clear_message_and_nothing_written() {
+    support::init_tracing();
+    let app = App::new("cli-bad", 1).await;
+    let mut sub = app.builder("instance-d").start().await.unwrap();
+    let records = app.put("bad", 3).await;
+    read_all(&mut sub, &payloads(&records), "the records").await;
+    sub.shutdown().await;
+    let before = app.rows().await;
+
+    // A table of another schema.
+    let dynamodb = support::dynamodb_client();
+    let other = support::unique_name("cli-other-schema");
+    dynamodb
+        .create_table()
+        .table_name(&other)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    support::wait_table_active(&dynamodb, &other).await;
+    let missing_table = support::unique_name("cli-no-such-table");
+    let missing_stream = support::unique_name("cli-no-such-stream");
+    let (t, s) = (app.table.as_str(), app.stream.as_str());
+
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec!["status", "--table", &missing_table, "--stream", s],
+            vec![&missing_table, "does not exist", "never creates"],
+        ),
+        (
+            vec![
+                "reset",
+                "--table",
+                &missing_table,
+                "--stream",
+                s,
+                "--to",
+                "horizon",
+            ],
+            vec![&missing_table, "does not exist"],
+        ),
+        (
+            vec!["workers", "--table", &other, "--stream", s],
+            vec![&other, "leaseKey"],
+        ),
+        (
+            vec!["status", "--table", t, "--stream", &missing_stream],
+            vec![&missing_stream, "does not exist"],
+        ),
+        (
+            vec!["workers", "--table", t, "--stream", &missing_stream],
+            vec![&missing_stream, "does not exist"],
+        ),
+        (
+            vec![
+                "reset",
+                "--table",
+                t,
+                "--stream",
+                &missing_stream,
+                "--to",
+                "latest",
+            ],
+            vec![&missing_stream, "does not exist"],
+        ),
+        (
+            vec![
+                "reset",
+                "--table",
+                t,
+                "--stream",
+                s,
+                "--to",
+                "horizon",
+                "--shard",
+                "shardId-000000000099",
+            ],
+            vec!["`shardId-000000000099`", "shardId-000000000000"],
+        ),
+        (
+            vec![
+                "reset",
+                "--table",
+                t,
+                "--stream",
+                s,
+                "--to",
+                "timestamp:2999-01-01T00:00:00Z",
+            ],
+            vec!["2999-01-01T00:00:00.000Z", "in the future"],
+        ),
+        (
+            vec!["reset", "--table", t, "--stream", s, "--to", "sideways"],
+            vec!["`sideways`", "horizon, latest"],
+        ),
+        (
+            vec![
+                "reset",
+                "--table",
+                t,
+                "--stream",
+                s,
+                "--to",
+                "timestamp:noon",
+            ],
+            vec!["`noon`"],
+        ),
+        (
+            vec![
+                "reset",
+                "--table",
+                t,
+                "--stream",
+                s,
+                "--to",
+                "sequence:12x",
+                "--shard",
+                "shardId-000000000000",
+            ],
+            vec!["`sequence:12x`"],
+        ),
+        (
+            vec![
+                "reset",
+                "--table",
+                t,
+                "--stream",
+                s,
+                "--to",
+                "sequence:1",
+                "--shard",
+                "shardId-000000000000",
+            ],
+            vec!["sequence:1", "not a record of shard `shardId-000000000000`"],
+        ),
+        (
+            vec!["reset", "--table", t, "--stream", s, "--to", "sequence:1"],
+            vec!["exactly one --shard"],
+        ),
+        (vec!["reset", "--table", t, "--stream", s], vec!["--to"]),
+        (vec!["status", "--table", t], vec!["--stream"]),
+        (vec!["workers", "--table", t], vec!["--stream"]),
+        (
+            vec!["status", "--stream", s],
+            vec!["--table", "--application"],
+        ),
+        (vec!["frobnicate", "--table", t], vec!["`frobnicate`"]),
+        (
+            vec!["status", "--table", t, "--stream", s, "--colour"],
+            vec!["`--colour`"],
+        ),
+        (
+            vec!["status", "--table", t, "--stream", s, "--watch", "never"],
+            vec!["`never`"],
+        ),
+        (
+            vec!["status", "--table", "a b", "--stream", s],
+            vec!["\"a b\""],
+        ),
+        (vec![], vec!["no command"]),
+    ];
+    for (args, needles) in &cases {
+        let run = cli(args).await;
+        assert_eq!(run.code, 2, "{args:?}: {run:#?}");
+        for needle in needles.iter() {
+            assert!(
+                run.stderr.contains(needle),
+                "{args:?}: `{needle}` in {run:#?}"
+            );
+        }
+        assert!(
+            !run.stdout.contains("reset 1 shard of"),
+            "{args:?}: nothing done: {run:#?}"
+        );
+    }
+    assert_eq!(app.rows().await, before, "nothing written");
+    let described = dynamodb
+        .describe_table()
+        .table_name(&missing_table)
+        .send()
+        .await;
+    assert!(described.is_err(), "the missing table was not created");
+
+    // --application names the default table; help for the tool and each command.
+    let by_app = cli(&["workers", "--application", "no-such-app-xyz", "--stream", s]).await;
+    assert_eq!(by_app.code, 2);
+    assert!(
+        by_app.stderr.contains("`kinesis-dataflow-no-such-app-xyz`"),
+        "{by_app:#?}"
+    );
+    for (args, needle) in [
+        (vec!["--help"], "Usage: kinesis-dataflow <COMMAND>"),
+        (vec!["status", "--help"], "Usage: kinesis-dataflow status"),
+        (vec!["workers", "-h"], "Usage: kinesis-dataflow workers"),
+        (
+            vec!["reset", "--to", "x", "--help"],
+            "Usage: kinesis-dataflow reset",
+        ),
+    ] {
+        let run = cli(&args).await.ok();
+        assert!(run.stdout.contains(needle), "{args:?}: {run:#?}");
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .try_into()
+        .unwrap()
+}
+
+/// `ms` as RFC 3339 in UTC with milliseconds.
+fn rfc3339(ms: u64) -> String {
+    // Days since the epoch to a civil date (Howard Hinnant's algorithm).
+    let days = (ms / 86_400_000) as i64;
+    let in_day = ms % 86_400_000;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let s = in_day / 1000;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        in_day % 1000
+    )
+}
