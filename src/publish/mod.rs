@@ -193,7 +193,8 @@ pub use sink::{PublishSink, Publishable};
 
 use self::collect::Collector;
 use self::plan::{CallLimits, Plan};
-use self::settings::{Jitter, fnv1a};
+use self::settings::Jitter;
+pub(crate) use self::settings::fnv1a;
 use crate::api::{PutRecordResult, SharedKinesis};
 use crate::error::KinesisError;
 
