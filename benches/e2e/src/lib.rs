@@ -1,8 +1,9 @@
 //! What the `drain` and `probes` binaries share: the ferrokinesis child process, the CPU and
 //! memory readings from `/proc`, loading records, counting decorators over the library's two
-//! seams (`KinesisApi`, `LeaseStore`), the byte-lane input the RustStream apps take, and small
-//! statistics. The SDK configuration, stream creation and waits come from the
-//! `kinesis-dataflow-test-support` crate the tests use too.
+//! seams (`KinesisApi`, `LeaseStore`), the byte-lane input the RustStream apps take, small
+//! statistics, and the progress lines long phases print on stderr ([`Progress`]). The SDK
+//! configuration, stream creation and waits come from the `kinesis-dataflow-test-support`
+//! crate the tests use too.
 //!
 //! Every binary of this package serves the emulator when re-run with `--serve-emulator`
 //! ([`SERVE_EMULATOR`]): its `main` must call [`serve_emulator`] first thing when it sees it.
@@ -22,6 +23,9 @@ use kinesis_dataflow::api::{ApiFuture, SharedKinesis};
 use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
 use kinesis_dataflow::lease::{LeaseFuture, SharedLeaseStore};
 use ruststream::runtime::{Deserialized, Input, SoloDeserialized};
+
+pub mod progress;
+pub use progress::{Progress, thousands};
 
 /// The error every function here returns.
 pub type BoxError = Box<dyn Error + Send + Sync>;

@@ -27,7 +27,8 @@
 //!
 //! It prints, per way, the median records/s, the median of the per-round ratios to (a), and
 //! the CPU seconds per 100,000 records of this process and of the emulator process. Times are
-//! reported, never asserted on.
+//! reported, never asserted on. While a load or a drain runs, a progress line goes to stderr
+//! every few seconds (records so far against the target, the round).
 
 use std::collections::BTreeMap;
 use std::future::{Future, ready};
@@ -48,8 +49,8 @@ use kinesis_dataflow::{
 };
 use kinesis_dataflow::{OutgoingRecord, Publisher};
 use kinesis_dataflow_e2e::{
-    BoxError, CpuClock, Emulator, Frame, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR, entry,
-    median, put_entries, serve_emulator,
+    BoxError, CpuClock, Emulator, Frame, PUT_BATCH, Progress, RECORD_BYTES, Result, SERVE_EMULATOR,
+    entry, median, put_entries, serve_emulator,
 };
 use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at};
 use ruststream::runtime::{AppInfo, Context, Handle, HandlerOutcome, RustStream, subscriber};
@@ -275,6 +276,11 @@ struct Bench {
     aggregated: bool,
     cpu: CpuClock,
     emulator_pid: String,
+    /// The records the running drain has read so far, for its progress line (reset by every
+    /// drain; ways (b) and (e) count into it directly).
+    seen: Arc<AtomicUsize>,
+    /// Timed rounds, for the progress lines.
+    rounds: usize,
 }
 
 async fn run(options: Options) -> Result<()> {
@@ -342,6 +348,8 @@ async fn run(options: Options) -> Result<()> {
         aggregated: options.aggregated,
         cpu,
         emulator_pid,
+        seen: Arc::new(AtomicUsize::new(0)),
+        rounds: options.rounds,
     };
 
     // One untimed drain first, so connection set-up and the emulator's first touches of its
@@ -397,8 +405,15 @@ async fn load(client: &Client, records: usize) -> Result<BTreeMap<String, usize>
         .step_by(PUT_BATCH)
         .map(|start| start..(start + PUT_BATCH).min(records))
         .collect();
+    let loaded = Arc::new(AtomicUsize::new(0));
+    let _progress = Progress::count("load", records as u64, "records", {
+        let loaded = loaded.clone();
+        move || loaded.load(Ordering::Relaxed) as u64
+    });
+    let loaded = &*loaded;
     let counts: Vec<BTreeMap<String, usize>> = futures::stream::iter(batches)
         .map(|range| async move {
+            let len = range.len();
             // 100 bytes: the record's index, zero-padded, so every record differs.
             let entries = range
                 .map(|i| {
@@ -406,7 +421,9 @@ async fn load(client: &Client, records: usize) -> Result<BTreeMap<String, usize>
                     entry(format!("pk-{i}"), data.into_bytes())
                 })
                 .collect::<Result<Vec<_>>>()?;
-            put_entries(client, STREAM, entries).await
+            let landed = put_entries(client, STREAM, entries).await;
+            loaded.fetch_add(len, Ordering::Relaxed);
+            landed
         })
         .buffer_unordered(PUTS_IN_FLIGHT)
         .try_collect()
@@ -430,6 +447,11 @@ async fn load_aggregated(client: &Client, records: usize) -> Result<BTreeMap<Str
     let publisher = Publisher::new(Arc::new(AwsKinesis::new(client.clone())), STREAM)
         .aggregate(Aggregate::default().max_records(100));
     let mut aggregates = std::collections::BTreeSet::new();
+    let loaded = Arc::new(AtomicUsize::new(0));
+    let _progress = Progress::count("load (aggregated)", records as u64, "records", {
+        let loaded = loaded.clone();
+        move || loaded.load(Ordering::Relaxed) as u64
+    });
     for start in (0..records).step_by(10_000) {
         let batch = (start..(start + 10_000).min(records))
             .map(|i| {
@@ -440,6 +462,7 @@ async fn load_aggregated(client: &Client, records: usize) -> Result<BTreeMap<Str
         for place in publisher.publish_batch(batch).await? {
             aggregates.insert((place.shard_id, place.sequence_number));
         }
+        loaded.store((start + 10_000).min(records), Ordering::Relaxed);
     }
     let mut backlog = BTreeMap::new();
     for (shard, _) in aggregates {
@@ -450,7 +473,8 @@ async fn load_aggregated(client: &Client, records: usize) -> Result<BTreeMap<Str
 
 /// What the broker face's handler counted, and the mark it took at the N-th record.
 struct Tally {
-    records: AtomicUsize,
+    /// The bench's `seen` counter, so the progress line reads it.
+    records: Arc<AtomicUsize>,
     bytes: AtomicUsize,
     target: usize,
     end: Mutex<Option<Mark>>,
@@ -505,6 +529,21 @@ impl Bench {
 
     /// Drains the backlog once, `way`, and times it. `round` 0 is the warm-up.
     async fn drain(&self, way: Way, round: usize) -> Result<Sample> {
+        self.seen.store(0, Ordering::Relaxed);
+        let (target, unit) = if self.aggregated && way == Way::Sdk {
+            (self.backlog.values().sum::<usize>(), "aggregates")
+        } else {
+            (self.records, "records")
+        };
+        let label = if round == 0 {
+            format!("drain, warm-up, {}", way.label())
+        } else {
+            format!("drain, round {round}/{}, {}", self.rounds, way.label())
+        };
+        let seen = self.seen.clone();
+        let _progress = Progress::count(label, target as u64, unit, move || {
+            seen.load(Ordering::Relaxed) as u64
+        });
         let start = self.mark();
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
             match way {
@@ -566,6 +605,7 @@ impl Bench {
             .map(|(shard, &want)| {
                 let client = self.client.clone();
                 let shard = shard.clone();
+                let seen = self.seen.clone();
                 tokio::spawn(async move {
                     let mut iterator = client
                         .get_shard_iterator()
@@ -585,6 +625,7 @@ impl Bench {
                             .send()
                             .await?;
                         drained.records += out.records.len();
+                        seen.fetch_add(out.records.len(), Ordering::Relaxed);
                         drained.bytes += out
                             .records
                             .iter()
@@ -624,11 +665,9 @@ impl Bench {
                 .read_settings(settings)
                 .start()
                 .await?;
-        let (records, bytes, errors) = (
-            AtomicUsize::new(0),
-            AtomicUsize::new(0),
-            AtomicUsize::new(0),
-        );
+        // Counted into `seen`, which the progress line reads.
+        let records = &*self.seen;
+        let (bytes, errors) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let _ = (&mut subscription)
             .filter_map(|item| {
                 if item.is_err() {
@@ -659,7 +698,7 @@ impl Bench {
         let way = if fan_out { "(f)" } else { "(b)" };
         println!("      {way} checkpoint writes per shard: {writes:?}");
         Ok(Drained {
-            records: records.into_inner(),
+            records: records.load(Ordering::Relaxed),
             bytes: bytes.into_inner(),
             errors: errors.into_inner(),
             end: Some(end),
@@ -669,7 +708,7 @@ impl Bench {
     /// (e) The broker face: a RustStream app on `KinesisBroker`, one trivial handler.
     async fn drain_broker_face(&self) -> Result<Drained> {
         let tally = Arc::new(Tally {
-            records: AtomicUsize::new(0),
+            records: self.seen.clone(),
             bytes: AtomicUsize::new(0),
             target: self.records,
             end: Mutex::new(None),
@@ -716,12 +755,17 @@ impl Bench {
             let mut reader = ShardStream::builder(self.api.clone(), STREAM, shard.as_str())
                 .settings(self.read_settings())
                 .open(StartingPoint::TrimHorizon)?;
+            let seen = self.seen.clone();
             tasks.push(tokio::spawn(async move {
                 let mut drained = Drained::default();
                 while drained.records < want {
                     match reader.next().await {
                         Some(Ok(record)) => {
                             drained.records += 1;
+                            if drained.records.is_multiple_of(1_000) {
+                                // For the progress line; a shared counter, so not per record.
+                                seen.fetch_add(1_000, Ordering::Relaxed);
+                            }
                             drained.bytes += record.data().len();
                         }
                         Some(Err(_)) => drained.errors += 1,
@@ -758,6 +802,7 @@ impl Bench {
             match merged.next().await {
                 Some(Ok(record)) => {
                     drained.records += 1;
+                    self.seen.store(drained.records, Ordering::Relaxed);
                     drained.bytes += record.data().len();
                 }
                 Some(Err(_)) => drained.errors += 1,

@@ -33,15 +33,21 @@
 //!
 //! Every line the instances printed, and the records written, go to
 //! `target/emulator-logs/<pid>/trial-<n>.log` beside the emulators' logs; `RUST_LOG` (e.g.
-//! `kinesis_dataflow=debug`) turns on the instances' tracing, on stderr.
+//! `kinesis_dataflow=debug`) turns on the instances' tracing, on stderr. While a trial runs, a
+//! progress line goes to stderr every few seconds (the trial, its phase, records written and
+//! handled); stdout carries only the figures.
 
 mod instance;
+// The e2e package's progress ticker, the same file (this package uses part of it).
+#[allow(dead_code)]
+#[path = "../../e2e/src/progress.rs"]
+mod progress;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -502,6 +508,7 @@ async fn produce(
     hash_keys: Vec<String>,
     rate: f64,
     stop: Arc<AtomicBool>,
+    written: Arc<AtomicU64>,
 ) -> Production {
     let mut production = Production::default();
     let mut tick = tokio::time::interval(Duration::from_secs_f64(hash_keys.len() as f64 / rate));
@@ -555,6 +562,7 @@ async fn produce(
                 production.failed += hash_keys.len();
             }
         }
+        written.store(counter, Ordering::Relaxed);
     }
     production
 }
@@ -570,6 +578,25 @@ async fn trial(env: &Env, options: &Options, n: usize, kind: Stop, victim: &str)
 
     let seen = Shared::default();
     let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
+    let phase = Arc::new(Mutex::new("starting the instances"));
+    let _progress = progress::Progress::start(
+        format!(
+            "failover, trial {n}/{}, {kind:?}, stopping {victim}",
+            options.reps * 2
+        ),
+        {
+            let (seen, written, phase) = (seen.clone(), written.clone(), phase.clone());
+            move || {
+                format!(
+                    "{}; {} records written, {} handled",
+                    lock(&phase),
+                    progress::thousands(written.load(Ordering::Relaxed)),
+                    progress::thousands(lock(&seen).handled.len() as u64)
+                )
+            }
+        },
+    );
     let mut instances = Vec::new();
     let ctx = TrialContext {
         env,
@@ -582,6 +609,8 @@ async fn trial(env: &Env, options: &Options, n: usize, kind: Stop, victim: &str)
         hash_keys,
         seen: &seen,
         stop: stop.clone(),
+        written,
+        phase: &phase,
     };
     let result = run_trial(ctx, &mut instances).await;
     // The producer stops (also when the trial failed half-way).
@@ -610,6 +639,10 @@ struct TrialContext<'a> {
     seen: &'a Shared,
     /// Stops the producer.
     stop: Arc<AtomicBool>,
+    /// Records the producer has written, for the progress line.
+    written: Arc<AtomicU64>,
+    /// The step the trial is at, for the progress line.
+    phase: &'a Mutex<&'static str>,
 }
 
 async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Result<Trial> {
@@ -624,7 +657,10 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
         hash_keys,
         seen,
         stop,
+        written,
+        phase,
     } = ctx;
+    let step = |now: &'static str| *lock(phase) = now;
     let logs = || format!(" (emulator logs: {})", env.logs.display());
     let total = hash_keys.len();
     let producing = || {
@@ -634,6 +670,7 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
             hash_keys.clone(),
             options.rate,
             stop.clone(),
+            written.clone(),
         ))
     };
     let producer = if options.start_together {
@@ -676,6 +713,7 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
         producer
     };
 
+    step("waiting for two shards each");
     wait_for("two shards each", PATIENCE, POLL, || {
         let seen = lock(seen);
         let held: Vec<&Vec<String>> = INSTANCES
@@ -691,6 +729,7 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
     .map_err(|e| format!("{e}{}", logs()))?;
     let balanced_at = unix_nanos();
     lock(seen).log.push(format!("{balanced_at} # balanced"));
+    step("running steady before the stop");
     tokio::time::sleep(options.warm).await;
 
     let (victim_shards, handled_before) = {
@@ -717,6 +756,7 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
         Stop::Crash => victim.child.kill()?,
         Stop::Graceful => victim.terminate()?,
     }
+    step("stopped one, waiting for the takeover");
     let mut victim_exit = None;
     let resumed = |seen: &Observed| -> bool {
         victim_shards.iter().all(|shard| {
@@ -751,6 +791,7 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
     }
     victim.finish(Duration::from_secs(1)).await;
 
+    step("taken over, writing on");
     tokio::time::sleep(options.after).await;
     stop.store(true, Ordering::Release);
     let production = producer.await?;
@@ -761,6 +802,7 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
             seen.log.push(line);
         }
     }
+    step("waiting for every record to be handled");
     wait_for(
         "every record handled",
         Duration::from_secs(20),
@@ -781,6 +823,7 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
         .iter_mut()
         .find(|i| i.name == survivor_name)
         .ok_or("no such instance")?;
+    step("stopping the survivor");
     survivor.terminate()?;
     survivor.finish(Duration::from_secs(20)).await;
 

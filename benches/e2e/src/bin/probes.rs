@@ -28,10 +28,12 @@
 //! * `checkpoints`: checkpoint writes per shard per minute at 10 and at 1,000 records/s, every
 //!   delivery acked, the default `checkpoint_interval` (5 s).
 //!
-//! Times are reported, never asserted on; a probe fails only when records go missing.
+//! Times are reported, never asserted on; a probe fails only when records go missing. While a
+//! phase runs (a latency or checkpoint run, the idle window, the stall, the drain after it), a
+//! progress line goes to stderr every few seconds; stdout carries only the figures.
 
 use std::future::{Future, ready};
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,10 +48,10 @@ use kinesis_dataflow::{
     AwsKinesis, Delivery, MemoryLeaseStore, ReadSettings, Record, Subscription,
 };
 use kinesis_dataflow_e2e::{
-    ApiCounts, CpuClock, Emulator, Frame, LeaseCounts, PUT_BATCH, Result, SERVE_EMULATOR,
+    ApiCounts, CpuClock, Emulator, Frame, LeaseCounts, PUT_BATCH, Progress, Result, SERVE_EMULATOR,
     SHARD_LIMIT, counting_kinesis, counting_lease_store, entry, heap_info, mib, now_micros,
     percentile, put_entries, record_stamp, rss_bytes, serve_emulator, stamped_record, status_bytes,
-    trim_heap,
+    thousands, trim_heap,
 };
 use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at, wait_for};
 use ruststream::runtime::{AppInfo, Context, Handle, HandlerOutcome, RustStream, subscriber};
@@ -226,10 +228,11 @@ fn run_all(args: &[String]) -> Result<()> {
         &["memory", "--hold"],
         &["checkpoints"],
     ];
-    for run in runs {
+    for (i, run) in runs.iter().enumerate() {
+        eprintln!("probes all: {}/{}: {}", i + 1, runs.len(), run.join(" "));
         println!("\n=== probes {} ===", run.join(" "));
         let status = std::process::Command::new(std::env::current_exe()?)
-            .args(run)
+            .args(*run)
             .args(&flags)
             .status()?;
         if !status.success() {
@@ -294,8 +297,14 @@ impl Env {
 
 /// Puts stamped records on `stream` at `rate` a second for `duration` (PutRecords of the
 /// records due at each tick: every 10 ms from 100 a second up, else one record a tick).
-/// Returns how many it sent.
-async fn produce(client: Client, stream: String, rate: f64, duration: Duration) -> Result<u64> {
+/// Returns how many it sent; `progress` follows the count as it goes.
+async fn produce(
+    client: Client,
+    stream: String,
+    rate: f64,
+    duration: Duration,
+    progress: Arc<AtomicU64>,
+) -> Result<u64> {
     let tick = if rate >= 100.0 {
         Duration::from_millis(10)
     } else {
@@ -317,6 +326,7 @@ async fn produce(client: Client, stream: String, rate: f64, duration: Duration) 
                 .collect::<Result<Vec<_>>>()?;
             put_entries(&client, &stream, entries).await?;
             sent += batch;
+            progress.store(sent, Ordering::Relaxed);
         }
     }
     Ok(sent)
@@ -477,6 +487,7 @@ async fn latency_run(
     rate: f64,
     mode: ReadMode,
     duration: Duration,
+    progress: String,
 ) -> Result<LatencyRun> {
     let sink = Arc::new(Latencies::default());
     let settings = mode.settings();
@@ -519,7 +530,16 @@ async fn latency_run(
     let (cpu, _) = env.cpu();
     let started = Instant::now();
     let warm_until = now_micros() + u64::try_from(WARM_UP.as_micros())?;
-    let sent = produce(env.client.clone(), stream.to_owned(), rate, duration).await?;
+    let sending = Arc::new(AtomicU64::new(0));
+    let _progress = sent_handled(progress, rate, duration, &sending, &sink);
+    let sent = produce(
+        env.client.clone(),
+        stream.to_owned(),
+        rate,
+        duration,
+        sending,
+    )
+    .await?;
     // The last records get one poll interval and a margin to arrive (missing ones are counted
     // below).
     let patience = mode.patience();
@@ -552,6 +572,27 @@ async fn latency_run(
     })
 }
 
+/// The progress line of a run putting records at `rate` for `duration`: sent against the
+/// target, handled.
+fn sent_handled(
+    label: String,
+    rate: f64,
+    duration: Duration,
+    sent: &Arc<AtomicU64>,
+    sink: &Arc<Latencies>,
+) -> Progress {
+    let target = (rate * duration.as_secs_f64()).round() as u64;
+    let (sent, sink) = (sent.clone(), sink.clone());
+    Progress::window(label, duration, move || {
+        format!(
+            "sent {} / {} records, handled {}",
+            thousands(sent.load(Ordering::Relaxed)),
+            thousands(target),
+            thousands(sink.count() as u64)
+        )
+    })
+}
+
 async fn latency(env: &Env, options: &Options) -> Result<()> {
     let duration = options.phase(30, 3);
     let one = "latency-1";
@@ -578,6 +619,7 @@ async fn latency(env: &Env, options: &Options) -> Result<()> {
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut summary = Vec::new();
     let mut missing = 0;
+    let (mut run_number, runs) = (0, 2 * 3 * 2);
     for (stream, shards, rate) in [(one, 1, 10.0), (four, 4, 1_000.0)] {
         let modes = [
             ReadMode::Polling(Duration::from_secs(1)),
@@ -586,7 +628,13 @@ async fn latency(env: &Env, options: &Options) -> Result<()> {
         ];
         for mode in modes {
             for face in [Face::Core, Face::Broker] {
-                let run = latency_run(env, face, stream, rate, mode, duration).await?;
+                run_number += 1;
+                let label = format!(
+                    "latency, run {run_number}/{runs}, {}, {rate:.0}/s on {shards} shard(s), {}",
+                    face.label(),
+                    mode.label()
+                );
+                let run = latency_run(env, face, stream, rate, mode, duration, label).await?;
                 let (p50, p99, max) = (
                     percentile(&run.steady, 50.0),
                     percentile(&run.steady, 99.0),
@@ -638,10 +686,11 @@ async fn latency_in_memory(duration: Duration) -> Result<()> {
     println!("| read mode | sent | handled | p50 ms | p99 ms | max ms |");
     println!("|---|---:|---:|---:|---:|---:|");
     let mut summary = Vec::new();
-    for mode in [
+    let modes = [
         ReadMode::Polling(Duration::from_millis(100)),
         ReadMode::FanOut,
-    ] {
+    ];
+    for (i, mode) in modes.into_iter().enumerate() {
         let memory = kinesis_dataflow::MemoryKinesis::new();
         memory.add_stream("latency-memory", 1)?;
         let api: SharedKinesis = Arc::new(memory.clone());
@@ -653,6 +702,14 @@ async fn latency_in_memory(duration: Duration) -> Result<()> {
                 .await?;
         let handle = subscription.shutdown_handle();
         let consumer = tokio::spawn(consume_core(subscription, sink.clone()));
+        let sending = Arc::new(AtomicU64::new(0));
+        let label = format!(
+            "latency in memory, run {}/{}, {}",
+            i + 1,
+            modes.len(),
+            mode.label()
+        );
+        let progress = sent_handled(label, 100.0, duration, &sending, &sink);
         let mut sent = 0_u64;
         let mut tick = tokio::time::interval(Duration::from_millis(10));
         let until = Instant::now() + duration;
@@ -660,6 +717,7 @@ async fn latency_in_memory(duration: Duration) -> Result<()> {
             tick.tick().await;
             memory.put("latency-memory", "k", stamped_record(now_micros(), sent))?;
             sent += 1;
+            sending.store(sent, Ordering::Relaxed);
         }
         let _ = wait_for(
             "every record handled",
@@ -668,6 +726,7 @@ async fn latency_in_memory(duration: Duration) -> Result<()> {
             || sink.count() >= sent as usize,
         )
         .await;
+        drop(progress);
         handle.shutdown().await;
         let (_subscription, _errors) = consumer.await?;
         let (_, all) = sink.split_at(0);
@@ -903,7 +962,15 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
     let t0 = Instant::now();
     let phase = Arc::new(AtomicU8::new(0));
     let sampler = RssSampler::start(phase);
+    let progress = Progress::window(format!("idle ({mode}), {shards} shards"), window, {
+        let api = api.clone();
+        move || {
+            let reads = (api.layer().counts() - api0).get_records;
+            format!("{} GetRecords in the window", thousands(reads))
+        }
+    });
     tokio::time::sleep(window).await;
+    drop(progress);
     let seconds = t0.elapsed().as_secs_f64();
     let (api1, leases1, (cpu1, emu1)) = (api.layer().counts(), leases.layer().counts(), env.cpu());
     let rss_end = rss_bytes();
@@ -1043,7 +1110,19 @@ async fn memory(env: &Env, options: &Options) -> Result<()> {
             .await?;
     // The records arrive over the stall, at an even rate.
     let rate = records as f64 / stall.as_secs_f64();
-    let producer = tokio::spawn(produce(env.client.clone(), stream.to_owned(), rate, stall));
+    let sending = Arc::new(AtomicU64::new(0));
+    let producer = tokio::spawn(produce(
+        env.client.clone(),
+        stream.to_owned(),
+        rate,
+        stall,
+        sending.clone(),
+    ));
+    let name = if options.hold {
+        "memory --hold"
+    } else {
+        "memory"
+    };
     let mut delivered = 0_usize;
     let mut errors = 0_usize;
     // The consumer takes the first record, then stalls.
@@ -1064,6 +1143,14 @@ async fn memory(env: &Env, options: &Options) -> Result<()> {
     let stall_start = Instant::now();
     let rss_stall_start = rss_bytes();
     let api_stall = api.layer().counts();
+    let progress = Progress::window(format!("{name}: stall"), stall, move || {
+        format!(
+            "sent {} / {} records, RSS {:.1} MiB",
+            thousands(sending.load(Ordering::Relaxed)),
+            thousands(records as u64),
+            mib(rss_bytes())
+        )
+    });
     let mut held: Vec<Delivery<Record>> = Vec::new();
     if options.hold {
         // Takes whatever the subscription hands out, settles nothing.
@@ -1088,17 +1175,29 @@ async fn memory(env: &Env, options: &Options) -> Result<()> {
     let held_at_end = held.len();
     phase.store(DRAINING, Ordering::Relaxed);
     let sent = producer.await?? as usize;
+    drop(progress);
     let resumed = Instant::now();
     delivered += held.len();
     for delivery in held.drain(..) {
         delivery.ack();
     }
+    let so_far = Arc::new(AtomicUsize::new(delivered));
+    let progress = Progress::count(
+        format!("{name}: draining after the stall"),
+        sent as u64,
+        "records delivered",
+        {
+            let so_far = so_far.clone();
+            move || so_far.load(Ordering::Relaxed) as u64
+        },
+    );
     let deadline = Instant::now() + Duration::from_secs(120);
     while delivered < sent && Instant::now() < deadline {
         match tokio::time::timeout(Duration::from_secs(5), subscription.next()).await {
             Ok(Some(Ok(delivery))) => {
                 delivery.ack();
                 delivered += 1;
+                so_far.store(delivered, Ordering::Relaxed);
             }
             Ok(Some(Err(_))) => errors += 1,
             Ok(None) => break,
@@ -1106,6 +1205,7 @@ async fn memory(env: &Env, options: &Options) -> Result<()> {
         }
     }
     let drain_seconds = resumed.elapsed().as_secs_f64();
+    drop(progress);
     phase.store(DONE, Ordering::Relaxed);
     let rss_drained = rss_bytes();
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -1214,7 +1314,8 @@ async fn checkpoints(env: &Env, options: &Options) -> Result<()> {
     println!("|---:|---:|---:|---:|---|---:|---:|---:|---:|");
     let mut summary = Vec::new();
     let mut missing = 0;
-    for rate in [10.0, 1_000.0] {
+    let rates = [10.0, 1_000.0];
+    for (i, rate) in rates.into_iter().enumerate() {
         let leases = counting_lease_store(Arc::new(MemoryLeaseStore::new()));
         let subscription = Subscription::builder(env.aws.clone(), leases.clone(), stream)
             .start()
@@ -1227,13 +1328,24 @@ async fn checkpoints(env: &Env, options: &Options) -> Result<()> {
             leases.layer().checkpoints_per_shard(),
         );
         let t0 = Instant::now();
-        let sent = produce(env.client.clone(), stream.to_owned(), rate, duration).await?;
+        let sending = Arc::new(AtomicU64::new(0));
+        let label = format!("checkpoints, run {}/{}, {rate:.0}/s", i + 1, rates.len());
+        let progress = sent_handled(label, rate, duration, &sending, &sink);
+        let sent = produce(
+            env.client.clone(),
+            stream.to_owned(),
+            rate,
+            duration,
+            sending,
+        )
+        .await?;
         // Missing records are counted below.
         let patience = Duration::from_secs(5);
         let _ = wait_for("every record handled", patience, HANDLED_POLL, || {
             sink.count() >= sent as usize
         })
         .await;
+        drop(progress);
         let seconds = t0.elapsed().as_secs_f64();
         let (in_window, per_shard1) = (
             leases.layer().counts(),

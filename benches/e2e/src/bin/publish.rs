@@ -29,6 +29,8 @@
 //! It prints, per group, each way's median records/s (user records for (g)), the median of the
 //! per-round ratios to the group's baseline, the PutRecords calls made, and the CPU seconds per
 //! 100,000 records of this process and of the emulator. Times are reported, never asserted on.
+//! While a way publishes, a progress line goes to stderr every few seconds (records so far
+//! against the way's count, the round).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,8 +41,8 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use kinesis_dataflow::publish::{Aggregate, Collect};
 use kinesis_dataflow::{AwsKinesis, OutgoingRecord, Publisher};
 use kinesis_dataflow_e2e::{
-    CpuClock, Emulator, PUT_BATCH, RECORD_BYTES, Result, SERVE_EMULATOR, counting_kinesis, entry,
-    median, serve_emulator,
+    CpuClock, Emulator, PUT_BATCH, Progress, RECORD_BYTES, Result, SERVE_EMULATOR,
+    counting_kinesis, entry, median, serve_emulator,
 };
 use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at};
 
@@ -259,7 +261,14 @@ async fn run_group(
             let records = way.records(options);
             let (client_before, emulator_before) = (cpu.seconds("self"), cpu.seconds(&pid));
             let started = Instant::now();
-            publish(way, &client, &stream, records, options, &calls).await?;
+            // Rounds counted from 0, as the figures above name them.
+            let label = format!(
+                "publish, round {round} ({}/{}), {}",
+                round + 1,
+                options.rounds,
+                way.label()
+            );
+            publish(way, &client, &stream, records, options, &calls, label).await?;
             let elapsed = started.elapsed().as_secs_f64();
             let per_100k = 100_000.0 / records as f64;
             let sample = Sample {
@@ -320,6 +329,7 @@ async fn publish(
     n: usize,
     options: &Options,
     calls: &Arc<AtomicUsize>,
+    progress: String,
 ) -> Result<()> {
     let counting = counting_kinesis(Arc::new(AwsKinesis::new(client.clone())));
     let mut publisher = Publisher::new(counting.clone(), stream);
@@ -331,6 +341,13 @@ async fn publish(
         publisher = publisher.aggregate(Aggregate::default());
     }
     let mut tasks = tokio::task::JoinSet::new();
+    // Records published so far, for the progress line: the single ways' shared index (records
+    // taken, at most one a task ahead of those stored), the batch ways' finished batches.
+    let done = Arc::new(AtomicUsize::new(0));
+    let _progress = Progress::count(progress, n as u64, "records", {
+        let done = done.clone();
+        move || done.load(Ordering::Relaxed).min(n) as u64
+    });
     match way {
         Way::Single | Way::Collected => {
             let publisher = if way == Way::Collected {
@@ -345,7 +362,7 @@ async fn publish(
             } else {
                 publisher
             };
-            let next = Arc::new(AtomicUsize::new(0));
+            let next = done.clone();
             for _ in 0..options.tasks {
                 let (publisher, next) = (publisher.clone(), next.clone());
                 tasks.spawn(async move {
@@ -380,6 +397,7 @@ async fn publish(
                 let (client, stream, publisher) =
                     (client.clone(), stream.to_owned(), publisher.clone());
                 let (next, batches, calls) = (next.clone(), batches.clone(), calls.clone());
+                let done = done.clone();
                 tasks.spawn(async move {
                     loop {
                         let Some(range) = batches.get(next.fetch_add(1, Ordering::Relaxed)) else {
@@ -402,6 +420,7 @@ async fn publish(
                                 .await
                                 .map_err(|e| e.to_string())?;
                         }
+                        done.fetch_add(range.len(), Ordering::Relaxed);
                     }
                 });
             }
