@@ -496,3 +496,37 @@ fn shard_streams_are_send_and_static() {
     check::<Record>();
     check::<KinesisError>();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_subscription_opening_many_idle_shards_spreads_their_first_reads() {
+    use kinesis_dataflow::{MemoryLeaseStore, Subscription};
+    const SHARDS: usize = 200;
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, SHARDS as u32).unwrap();
+    let api: SharedKinesis = Arc::new(memory.clone());
+    let mut sub = Subscription::builder(api, Arc::new(MemoryLeaseStore::new()), STREAM)
+        .owner("one")
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(sub.shards().len(), SHARDS);
+    assert!(timeout(Duration::from_secs(3), sub.next()).await.is_err());
+    let reads = calls_of(&memory, Operation::GetRecords);
+    let mut first: std::collections::BTreeMap<String, tokio::time::Instant> = Default::default();
+    for call in &reads {
+        first.entry(call.shard.clone().unwrap()).or_insert(call.at);
+    }
+    assert_eq!(first.len(), SHARDS, "every shard read within 3 s");
+    let mut at_once: std::collections::BTreeMap<tokio::time::Instant, usize> = Default::default();
+    for at in first.values() {
+        *at_once.entry(*at).or_default() += 1;
+    }
+    let most = at_once.values().copied().max().unwrap_or(0);
+    assert!(
+        most <= 3,
+        "{most} of {SHARDS} shards opened together had their first read at the same instant"
+    );
+    // Spread, not delayed: the last first read within one poll interval of the first.
+    let span = *first.values().max().unwrap() - *first.values().min().unwrap();
+    assert!(span <= Duration::from_secs(1), "{span:?}");
+}

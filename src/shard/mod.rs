@@ -28,11 +28,13 @@
 
 mod consumer;
 mod deaggregate;
+mod first_reads;
 mod reader;
 mod settings;
 mod stream;
 
 pub use consumer::{CONSUMER_ACTIVATION_TIMEOUT, deregister_consumer, register_consumer};
+pub(crate) use first_reads::FirstReads;
 pub(crate) use reader::ReadProbe;
 pub use reader::SettledPosition;
 pub use settings::{

@@ -104,6 +104,8 @@ pub(crate) struct Reader {
     pub(crate) settled: Option<SettledPosition>,
     /// Told of every successful GetRecords.
     pub(crate) probe: Option<Arc<ReadProbe>>,
+    /// Where the first GetRecords takes its slot, when opened beside others.
+    pub(crate) first_reads: Option<Arc<super::FirstReads>>,
     /// The shard's hash key range, when known (for user records put against a stale map).
     pub(crate) hash_range: Option<crate::kpl::HashRange>,
     /// Counts reads by outcome, and how far behind the tip they were.
@@ -156,6 +158,7 @@ impl Reader {
             start,
             settled,
             probe: None,
+            first_reads: None,
             hash_range: None,
             metrics: crate::telemetry::ShardMetrics::default(),
             iterator: None,
@@ -263,8 +266,17 @@ impl Reader {
                     Err(None) => continue,
                 },
             };
-            if let (Some(gap), Some(last)) = (self.settings.min_gap(), self.last_get_records) {
-                sleep_until(last + gap).await;
+            match (
+                self.settings.min_gap(),
+                self.last_get_records,
+                &self.first_reads,
+            ) {
+                (Some(gap), Some(last), _) => sleep_until(last + gap).await,
+                (_, None, Some(first_reads)) => {
+                    let spacing = super::first_reads::spacing(self.settings.poll_interval);
+                    sleep_until(first_reads.take(spacing)).await;
+                }
+                _ => {}
             }
             self.last_get_records = Some(Instant::now());
             let answer = self

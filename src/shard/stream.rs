@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, Span};
 
 use super::ShardEnd;
+use super::first_reads::FirstReads;
 use super::reader::{ReadProbe, Reader, SettledPosition, Step};
 use super::settings::ReadSettings;
 use crate::api::SharedKinesis;
@@ -51,6 +52,7 @@ pub struct ShardStreamBuilder {
     settings: ReadSettings,
     settled: Option<SettledPosition>,
     probe: Option<Arc<ReadProbe>>,
+    first_reads: Option<Arc<FirstReads>>,
     hash_range: Option<crate::kpl::HashRange>,
     consumer_arn: Option<String>,
     metrics: Option<ShardMetrics>,
@@ -81,6 +83,7 @@ impl ShardStreamBuilder {
             settings: ReadSettings::default(),
             settled: None,
             probe: None,
+            first_reads: None,
             hash_range: None,
             consumer_arn: None,
             metrics: None,
@@ -129,6 +132,13 @@ impl ShardStreamBuilder {
         self
     }
 
+    /// Takes the slot of this reader's first GetRecords from `first_reads`, shared with the
+    /// readers opened beside it (see [`FirstReads`]).
+    pub(crate) fn first_reads(mut self, first_reads: Arc<FirstReads>) -> Self {
+        self.first_reads = Some(first_reads);
+        self
+    }
+
     /// With [`ReadSettings::fan_out`]: the consumer's ARN, known ACTIVE (a subscription
     /// registers the consumer once for all its readers).
     pub(crate) fn consumer_arn(mut self, arn: Option<String>) -> Self {
@@ -156,6 +166,7 @@ impl ShardStreamBuilder {
             self.settled,
         );
         reader.probe = self.probe;
+        reader.first_reads = self.first_reads;
         reader.hash_range = self.hash_range;
         reader.metrics = self.metrics.unwrap_or_else(|| {
             ShardMetrics::new(

@@ -199,6 +199,7 @@ impl Coordinator {
                 config,
                 permits: Arc::new(Semaphore::new(MAX_WORK)),
                 probe: Arc::new(ReadProbe::default()),
+                first_reads: Arc::default(),
                 policy,
                 releases: Arc::default(),
                 worker_gate: Arc::new(WorkerGate::new(config_give_up)),

@@ -133,6 +133,7 @@ async fn open_at(
             .settings(shared.config.read.clone())
             .settled(acks.settled_position())
             .probe(shared.probe.clone())
+            .first_reads(shared.first_reads.clone())
             .consumer_arn(shared.config.consumer_arn.clone())
             .open(start.clone())?;
     match tokio::time::timeout(shared.config.call_timeout(), reader.try_prime()).await {

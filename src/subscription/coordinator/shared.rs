@@ -6,7 +6,7 @@ use tokio::sync::Semaphore;
 
 use crate::api::SharedKinesis;
 use crate::lease::SharedLeaseStore;
-use crate::shard::ReadProbe;
+use crate::shard::{FirstReads, ReadProbe};
 use crate::subscription::config::SubscriptionConfig;
 use crate::subscription::gate::WorkerGate;
 use crate::telemetry::{LeaseMetrics, ShardMetrics};
@@ -21,6 +21,9 @@ pub(crate) struct Shared {
     pub(crate) permits: Arc<Semaphore>,
     /// Counts the successful reads of every reader here.
     pub(crate) probe: Arc<ReadProbe>,
+    /// The slots of every reader's first GetRecords, so that shards taken together are not
+    /// all read at the same moment.
+    pub(crate) first_reads: Arc<FirstReads>,
     /// What deliveries dropped unsettled become, for every shard's ledger.
     pub(crate) policy: crate::ack::AckPolicy,
     /// How hand-backs went, for the stop log.

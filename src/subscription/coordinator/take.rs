@@ -129,6 +129,7 @@ fn open(
         .settings(shared.config.read.clone())
         .settled(acks.settled_position())
         .probe(shared.probe.clone())
+        .first_reads(shared.first_reads.clone())
         .consumer_arn(shared.config.consumer_arn.clone())
         .open(opening.start.clone())?;
     Ok((acks, reader))
