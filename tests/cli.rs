@@ -11,9 +11,6 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-};
 use aws_sdk_kinesis::primitives::Blob;
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::lease::{Lease, SharedLeaseStore};
@@ -525,28 +522,7 @@ async fn bad_input_is_refused_with_a_clear_message_and_nothing_written() {
     // A table of another schema.
     let dynamodb = support::dynamodb_client();
     let other = support::unique_name("cli-other-schema");
-    dynamodb
-        .create_table()
-        .table_name(&other)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("id")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .unwrap();
-    support::wait_table_active(&dynamodb, &other).await;
+    support::create_table_keyed_by(&dynamodb, &other, "id").await;
     let missing_table = support::unique_name("cli-no-such-table");
     let missing_stream = support::unique_name("cli-no-such-stream");
     let (t, s) = (app.table.as_str(), app.stream.as_str());

@@ -13,10 +13,7 @@ use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::operation::create_table::CreateTableInput;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TableStatus,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, BillingMode, KeyType, TableStatus};
 use futures::StreamExt;
 use kinesis_dataflow::error::Operation;
 use kinesis_dataflow::lease::{Lease, LeaseError, LeaseStore, SharedLeaseStore};
@@ -725,28 +722,7 @@ async fn a_malformed_row_names_its_key_and_attribute() {
 async fn a_table_with_another_key_is_refused() {
     let client = support::dynamodb_client();
     let table = support::unique_name("not-leases");
-    client
-        .create_table()
-        .table_name(&table)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("id")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .expect("CreateTable");
-    support::wait_table_active(&client, &table).await;
+    support::create_table_keyed_by(&client, &table, "id").await;
     let store = DynamoLeaseStore::new(client, &table).unwrap();
     let err = store.prepare().await.unwrap_err();
     assert!(

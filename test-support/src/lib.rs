@@ -64,7 +64,8 @@ pub use sdk::{
     sdk_config, sdk_config_at,
 };
 pub use streams::{
-    create_stream, create_stream_shards, list_shards, unique_name, wait_active, wait_table_active,
+    create_stream, create_stream_shards, create_table_keyed_by, list_shards, unique_name,
+    wait_active, wait_table_active,
 };
 pub use timings::fast;
 pub use trace::init_tracing;

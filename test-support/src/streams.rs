@@ -182,6 +182,39 @@ pub async fn wait_table_active(client: &aws_sdk_dynamodb::Client, table: &str) {
     }
 }
 
+/// Creates DynamoDB table `table` keyed by a single string attribute `key` (another schema
+/// than a lease table's) and waits until it is `ACTIVE`: what a lease store must refuse.
+pub async fn create_table_keyed_by(client: &aws_sdk_dynamodb::Client, table: &str, key: &str) {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    let definition = AttributeDefinition::builder()
+        .attribute_name(key)
+        .attribute_type(ScalarAttributeType::S)
+        .build()
+        .expect("an attribute definition with a name and a type");
+    let schema = KeySchemaElement::builder()
+        .attribute_name(key)
+        .key_type(KeyType::Hash)
+        .build()
+        .expect("a key schema element with a name and a type");
+    client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(definition)
+        .key_schema(schema)
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap_or_else(|err| {
+            fail(&format!(
+                "CreateTable {table} failed: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(err)
+            ))
+        });
+    wait_table_active(client, table).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
