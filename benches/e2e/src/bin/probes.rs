@@ -78,6 +78,8 @@ options:
   --shards N    idle: the shards held (default 100; at most 2,000)
   --in-memory   idle: the in-memory transport (MemoryKinesis) instead of the SDK's, for
                 comparison (the lease store is in memory either way)
+  --broker      idle: the broker face (an app with one subscriber, as the spec's example runs)
+                instead of a core Subscription; polling only
   --stagger     idle: delays each shard's first GetRecords by an offset in [0, 1 s) hashed from
                 its id, so the idle shards poll out of phase (an experiment)
   --help        this text";
@@ -144,6 +146,7 @@ struct Options {
     shards: Option<usize>,
     in_memory: bool,
     stagger: bool,
+    broker: bool,
     help: bool,
 }
 
@@ -159,6 +162,7 @@ impl Options {
             shards: None,
             in_memory: false,
             stagger: false,
+            broker: false,
             help: false,
         };
         let mut it = args.iter();
@@ -178,6 +182,7 @@ impl Options {
                 "--shards" => options.shards = Some(number("--shards")? as usize),
                 "--in-memory" => options.in_memory = true,
                 "--stagger" => options.stagger = true,
+                "--broker" => options.broker = true,
                 "--help" | "-h" => options.help = true,
                 name if !name.starts_with('-') && probe.is_none() => {
                     probe = Some(match name {
@@ -885,6 +890,9 @@ impl KinesisLayer for Stagger {
 
 /// The idle probe, polling and then with enhanced fan-out.
 async fn idle(env: &Env, options: &Options) -> Result<()> {
+    if options.broker {
+        return idle_broker(env, options).await;
+    }
     idle_run(env, options, false).await?;
     idle_run(env, options, true).await
 }
@@ -1074,6 +1082,83 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
         per_second(api_run.get_records, seconds),
         per_second(leases_run.total(), seconds),
         per_second(leases_run.writes(), seconds),
+    );
+    Ok(())
+}
+
+/// `idle --broker`: an app of the broker face with one subscriber on an idle stream (the default
+/// `KinesisStream` settings, in-memory leases), as the spec's example runs, holding every shard.
+/// The broker builds its own transport, so no call is counted here: memory and connections only.
+async fn idle_broker(env: &Env, options: &Options) -> Result<()> {
+    let shards = options.shards.unwrap_or(100);
+    let window = options.phase(60, 5);
+    let stream = format!("idle-{shards}-broker");
+    create_stream_shards(&env.client, &stream, shards).await?;
+    let rss_before = rss_bytes();
+    let (anon_before, file_before) = (status_bytes("RssAnon"), status_bytes("RssFile"));
+    let heap_before = heap_info();
+    let started = Instant::now();
+    let sink = Arc::new(Latencies::default());
+    let source = KinesisStream::new(stream.as_str());
+    let handler = LatencyHandler(sink.clone());
+    let app = RustStream::new(AppInfo::new("e2e-idle", "0.0.0")).with_broker(env.broker(), |b| {
+        b.include(subscriber(source, handler).build());
+    });
+    let running = app.start().await?;
+    let startup = started.elapsed().as_secs_f64();
+    let rss_start = rss_bytes();
+    let progress = Progress::window(
+        format!("idle (broker face), {shards} shards"),
+        window,
+        || "waiting".to_owned(),
+    );
+    tokio::time::sleep(window).await;
+    drop(progress);
+    let rss_end = rss_bytes();
+    let heap_end = heap_info();
+    let (anon_end, file_end) = (status_bytes("RssAnon"), status_bytes("RssFile"));
+    let connections = connections_to(env.emulator.port);
+    let rss_trimmed = (heap_end.is_some() && trim_heap()).then(rss_bytes);
+    running.shutdown().await?;
+    let per_shard = mib(rss_end.saturating_sub(rss_before)) / shards as f64;
+    println!(
+        "idle (broker face): an app with one subscriber (default settings) on an idle stream of \
+         {shards} shards; window {:.1} s after start() returned (start(): {startup:.2} s)",
+        window.as_secs_f64()
+    );
+    println!("  open connections to the emulator at the window's end: {connections}");
+    println!(
+        "  resident memory: {:.1} MiB before start(), {:.1} MiB at the window's start, {:.1} \
+         MiB at its end; per held shard: {per_shard:.3} MiB",
+        mib(rss_before),
+        mib(rss_start),
+        mib(rss_end)
+    );
+    println!(
+        "  RSS split: anonymous {:.1} -> {:.1} MiB, file-backed (code) {:.1} -> {:.1} MiB",
+        mib(anon_before),
+        mib(anon_end),
+        mib(file_before),
+        mib(file_end)
+    );
+    if let (Some(before), Some(heap), Some(trimmed)) = (heap_before, heap_end, rss_trimmed) {
+        println!(
+            "  malloc: {:.1} MiB live before start(), {:.1} MiB at the window's end, {:.1} MiB \
+             held free then; RSS after malloc_trim(0): {:.1} MiB ({:.3} MiB per shard)",
+            mib(before.in_use),
+            mib(heap.in_use),
+            mib(heap.free),
+            mib(trimmed),
+            mib(trimmed.saturating_sub(rss_before)) / shards as f64
+        );
+    }
+    println!("  records delivered: {} (none expected)", sink.count());
+    println!(
+        "summary: idle, {shards} shards, broker face: RSS {:.1} -> {:.1} MiB ({:.1} before \
+         start(); {per_shard:.3} MiB per shard), {connections} connections",
+        mib(rss_start),
+        mib(rss_end),
+        mib(rss_before),
     );
     Ok(())
 }
