@@ -48,10 +48,10 @@ use kinesis_dataflow::{
     AwsKinesis, Delivery, MemoryLeaseStore, ReadSettings, Record, Subscription,
 };
 use kinesis_dataflow_e2e::{
-    ApiCounts, CpuClock, Emulator, Frame, LeaseCounts, PUT_BATCH, Progress, Result, SERVE_EMULATOR,
-    SHARD_LIMIT, counting_kinesis, counting_lease_store, entry, heap_info, mib, now_micros,
-    percentile, put_entries, record_stamp, rss_bytes, serve_emulator, stamped_record, status_bytes,
-    thousands, trim_heap,
+    ApiCounts, CpuClock, Emulator, Frame, HeapInfo, LeaseCounts, PUT_BATCH, Progress, Result,
+    SERVE_EMULATOR, SHARD_LIMIT, counting_kinesis, counting_lease_store, entry, heap_info, mib,
+    now_micros, percentile, put_entries, record_stamp, rss_bytes, serve_emulator, stamped_record,
+    status_bytes, thousands, trim_heap,
 };
 use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at, wait_for};
 use ruststream::runtime::{AppInfo, Context, Handle, HandlerOutcome, RustStream, subscriber};
@@ -888,6 +888,56 @@ impl KinesisLayer for Stagger {
     }
 }
 
+/// The process's memory at one moment: RSS, its split, and the heap's own account.
+struct Footprint {
+    rss: u64,
+    anon: u64,
+    file: u64,
+    heap: Option<HeapInfo>,
+}
+
+impl Footprint {
+    fn now() -> Self {
+        Self {
+            rss: rss_bytes(),
+            anon: status_bytes("RssAnon"),
+            file: status_bytes("RssFile"),
+            heap: heap_info(),
+        }
+    }
+
+    /// RSS once malloc gives back the memory it holds free (every shard still held); the last
+    /// reading of a run, so the next run starts from there. `None` without glibc.
+    fn trimmed(&self) -> Option<u64> {
+        (self.heap.is_some() && trim_heap()).then(rss_bytes)
+    }
+
+    /// Prints the RSS split and the heap's account from this reading (before `start()`) to
+    /// `end`, with the RSS after the trim, per shard of `shards`.
+    fn print_change(&self, end: &Footprint, trimmed: Option<u64>, shards: usize) {
+        println!(
+            "  RSS split: anonymous {:.1} -> {:.1} MiB, file-backed (code) {:.1} -> {:.1} MiB \
+             (before start() -> the window's end)",
+            mib(self.anon),
+            mib(end.anon),
+            mib(self.file),
+            mib(end.file)
+        );
+        if let (Some(before), Some(heap), Some(trimmed)) = (self.heap, end.heap, trimmed) {
+            println!(
+                "  malloc: {:.1} MiB in live allocations before start(), {:.1} MiB at the \
+                 window's end, {:.1} MiB held free then; RSS after malloc_trim(0), every shard \
+                 still held: {:.1} MiB ({:.3} MiB per shard)",
+                mib(before.in_use),
+                mib(heap.in_use),
+                mib(heap.free),
+                mib(trimmed),
+                mib(trimmed.saturating_sub(self.rss)) / shards as f64
+            );
+        }
+    }
+}
+
 /// The idle probe, polling and then with enhanced fan-out.
 async fn idle(env: &Env, options: &Options) -> Result<()> {
     if options.broker {
@@ -945,9 +995,8 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
     let api = counting_kinesis(transport);
     let table = Arc::new(MemoryLeaseStore::new());
     let leases = counting_lease_store(table.clone());
-    let rss_before = rss_bytes();
-    let (anon_before, file_before) = (status_bytes("RssAnon"), status_bytes("RssFile"));
-    let heap_before = heap_info();
+    let before = Footprint::now();
+    let rss_before = before.rss;
     let started = Instant::now();
     let settings = if fan_out {
         ReadSettings::default().fan_out("idle-probe")
@@ -981,14 +1030,13 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
     drop(progress);
     let seconds = t0.elapsed().as_secs_f64();
     let (api1, leases1, (cpu1, emu1)) = (api.layer().counts(), leases.layer().counts(), env.cpu());
-    let rss_end = rss_bytes();
-    let heap_end = heap_info();
-    let (anon_end, file_end) = (status_bytes("RssAnon"), status_bytes("RssFile"));
+    let end = Footprint::now();
+    let rss_end = end.rss;
     let connections = connections_to(env.emulator.port);
     let samples = sampler.stop().await?;
     // Every shard still held: what RSS falls to once malloc gives back the memory it holds
     // free (the next run starts from there).
-    let rss_trimmed = (heap_end.is_some() && trim_heap()).then(rss_bytes);
+    let rss_trimmed = end.trimmed();
     // Read from the table itself, past the counting decorator.
     let held = table
         .list(stream)
@@ -1037,26 +1085,7 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
         "  per held shard: {per_shard:.3} MiB ((RSS at the window's end - RSS before start()) / \
          {shards} shards)"
     );
-    println!(
-        "  RSS split: anonymous {:.1} -> {:.1} MiB, file-backed (code) {:.1} -> {:.1} MiB (before \
-         start() -> the window's end)",
-        mib(anon_before),
-        mib(anon_end),
-        mib(file_before),
-        mib(file_end)
-    );
-    if let (Some(before), Some(heap), Some(trimmed)) = (heap_before, heap_end, rss_trimmed) {
-        println!(
-            "  malloc: {:.1} MiB in live allocations before start(), {:.1} MiB at the window's \
-             end, {:.1} MiB held free then; RSS after malloc_trim(0), every shard still held: \
-             {:.1} MiB ({:.3} MiB per shard)",
-            mib(before.in_use),
-            mib(heap.in_use),
-            mib(heap.free),
-            mib(trimmed),
-            mib(trimmed.saturating_sub(rss_before)) / shards as f64
-        );
-    }
+    before.print_change(&end, rss_trimmed, shards);
     let series: Vec<String> = samples
         .iter()
         .map(|s| format!("{:.1}", mib(s.rss)))
@@ -1094,9 +1123,8 @@ async fn idle_broker(env: &Env, options: &Options) -> Result<()> {
     let window = options.phase(60, 5);
     let stream = format!("idle-{shards}-broker");
     create_stream_shards(&env.client, &stream, shards).await?;
-    let rss_before = rss_bytes();
-    let (anon_before, file_before) = (status_bytes("RssAnon"), status_bytes("RssFile"));
-    let heap_before = heap_info();
+    let before = Footprint::now();
+    let rss_before = before.rss;
     let started = Instant::now();
     let sink = Arc::new(Latencies::default());
     let source = KinesisStream::new(stream.as_str());
@@ -1114,11 +1142,10 @@ async fn idle_broker(env: &Env, options: &Options) -> Result<()> {
     );
     tokio::time::sleep(window).await;
     drop(progress);
-    let rss_end = rss_bytes();
-    let heap_end = heap_info();
-    let (anon_end, file_end) = (status_bytes("RssAnon"), status_bytes("RssFile"));
+    let end = Footprint::now();
+    let rss_end = end.rss;
     let connections = connections_to(env.emulator.port);
-    let rss_trimmed = (heap_end.is_some() && trim_heap()).then(rss_bytes);
+    let rss_trimmed = end.trimmed();
     running.shutdown().await?;
     let per_shard = mib(rss_end.saturating_sub(rss_before)) / shards as f64;
     println!(
@@ -1134,24 +1161,7 @@ async fn idle_broker(env: &Env, options: &Options) -> Result<()> {
         mib(rss_start),
         mib(rss_end)
     );
-    println!(
-        "  RSS split: anonymous {:.1} -> {:.1} MiB, file-backed (code) {:.1} -> {:.1} MiB",
-        mib(anon_before),
-        mib(anon_end),
-        mib(file_before),
-        mib(file_end)
-    );
-    if let (Some(before), Some(heap), Some(trimmed)) = (heap_before, heap_end, rss_trimmed) {
-        println!(
-            "  malloc: {:.1} MiB live before start(), {:.1} MiB at the window's end, {:.1} MiB \
-             held free then; RSS after malloc_trim(0): {:.1} MiB ({:.3} MiB per shard)",
-            mib(before.in_use),
-            mib(heap.in_use),
-            mib(heap.free),
-            mib(trimmed),
-            mib(trimmed.saturating_sub(rss_before)) / shards as f64
-        );
-    }
+    before.print_change(&end, rss_trimmed, shards);
     println!("  records delivered: {} (none expected)", sink.count());
     println!(
         "summary: idle, {shards} shards, broker face: RSS {:.1} -> {:.1} MiB ({:.1} before \
