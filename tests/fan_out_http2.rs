@@ -3,7 +3,8 @@
 //!
 //! * Plain port, the SDK's default HTTP client (`support::kinesis_client_at`): a byte-level
 //!   relay between the client and the emulator records what each connection carries. Every
-//!   connection opens with an HTTP/1.1 request line, the SubscribeToShard request is one of
+//!   connection that carries anything opens with an HTTP/1.1 request line (hyper's pool may
+//!   open one it never uses; no byte crosses it), the SubscribeToShard request is one of
 //!   them, its answer is `HTTP/1.1 200` with a chunked event stream, and no connection offers
 //!   HTTP/2 (no `PRI * HTTP/2.0` preface, no `Upgrade: h2c`).
 //! * TLS port (`https://localhost:<support::kinesis_tls_port()>`): kinesis-local serves the
@@ -156,6 +157,10 @@ struct Conversation {
 }
 
 impl Conversation {
+    /// No byte either way: a connection opened and never used.
+    fn is_unused(&self) -> bool {
+        self.request_bytes.is_empty() && self.response_bytes.is_empty()
+    }
     fn requests(&self) -> String {
         String::from_utf8_lossy(&self.request_bytes).into_owned()
     }
@@ -267,6 +272,13 @@ async fn the_default_client_subscribes_over_http1_on_the_plain_port() {
     let mut subscribed = false;
     for conversation in &conversations {
         let conversation = lock(conversation);
+        if conversation.is_unused() {
+            // hyper's pool starts a connection when a request finds no idle one; when another
+            // connection turns idle first, the request takes that one and the new connection
+            // goes to the pool unused (hyper-util's `connection_for`). No protocol was spoken
+            // on it, so there is nothing to judge.
+            continue;
+        }
         let requests = conversation.requests();
         let first = requests.lines().next().unwrap_or_default();
         assert!(
