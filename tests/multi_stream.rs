@@ -15,8 +15,8 @@ use kinesis_dataflow::api::{PutRecordsEntry, SharedKinesis};
 use kinesis_dataflow::lease::SharedLeaseStore;
 use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
-    AwsKinesis, DynamoLeaseStore, KinesisPosition, MultiSubscription, MultiSubscriptionBuilder,
-    ReadSettings, StreamSet,
+    AwsKinesis, DynamoLeaseStore, KinesisError, KinesisPosition, MultiSubscription,
+    MultiSubscriptionBuilder, ReadSettings, StreamSet,
 };
 
 const KEYS: usize = 8;
@@ -75,6 +75,9 @@ fn consume(instance: usize, mut sub: MultiSubscription, log: Log, errors: Log) -
                 }
                 Err(e) => {
                     eprintln!("instance {instance}: {e}");
+                    if transient(&e) {
+                        continue;
+                    }
                     errors.lock().unwrap().push(Seen {
                         instance,
                         stream: e.to_string(),
@@ -87,6 +90,16 @@ fn consume(instance: usize, mut sub: MultiSubscription, log: Log, errors: Log) -
         sub.shutdown().await;
     });
     handle
+}
+
+/// A call that failed and is retried (on a loaded machine kinesis-local can miss the fast
+/// timings' call timeout), or a reader stopped by such failures: reported, but nothing the
+/// tests look for. Anything else is kept in the error log.
+fn transient(error: &KinesisError) -> bool {
+    match error {
+        KinesisError::ReaderStopped { last, .. } => last.is_retryable(),
+        other => other.is_retryable(),
+    }
 }
 
 /// Writes round `round` to `stream`: one record per key, `stream:key:round`.
@@ -220,18 +233,30 @@ async fn two_instances_share_two_streams_through_a_split_and_a_crash() {
         .await
         .unwrap();
     let second = consume(2, second, log.clone(), errors.clone());
-
+    // Five rounds, then more until both instances have delivered some: on a loaded machine the
+    // hand-off to the newcomer can take several listings, and a lease not renewed in time
+    // goes back and forth.
     let both = [orders.as_str(), payments.as_str()];
-    for round in 0..5 {
-        write_round(&api, &orders, round).await;
-        write_round(&api, &payments, round).await;
+    let mut rounds = 0;
+    loop {
+        write_round(&api, &orders, rounds).await;
+        write_round(&api, &payments, rounds).await;
+        rounds += 1;
+        if rounds < 5 {
+            continue;
+        }
+        wait_delivered(&log, &both, rounds, "before the split").await;
+        let instances: BTreeSet<usize> = log.lock().unwrap().iter().map(|s| s.instance).collect();
+        if instances.len() == 2 {
+            break;
+        }
+        assert!(
+            rounds < 50,
+            "both instances read within 50 rounds: {instances:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    wait_delivered(&log, &both, 5, "before the split").await;
-    {
-        let log = log.lock().unwrap();
-        let instances: BTreeSet<usize> = log.iter().map(|s| s.instance).collect();
-        assert_eq!(instances.len(), 2, "both instances read: {instances:?}");
-    }
+    let (split_rounds, crash_rounds) = (rounds..rounds + 5, rounds + 5..rounds + 10);
 
     // A split in one stream while the other flows.
     api.split_shard(
@@ -241,22 +266,22 @@ async fn two_instances_share_two_streams_through_a_split_and_a_crash() {
     )
     .await
     .unwrap();
-    for round in 5..10 {
+    for round in split_rounds.clone() {
         write_round(&api, &payments, round).await;
     }
     support::wait_active(&client, &orders).await;
-    for round in 5..10 {
+    for round in split_rounds.clone() {
         write_round(&api, &orders, round).await;
     }
-    wait_delivered(&log, &both, 10, "after the split").await;
+    wait_delivered(&log, &both, split_rounds.end, "after the split").await;
 
     // The first instance crashes; the second takes everything over.
     abort_tx.send(()).unwrap();
-    for round in 10..15 {
+    for round in crash_rounds.clone() {
         write_round(&api, &orders, round).await;
         write_round(&api, &payments, round).await;
     }
-    let expect_rounds: Vec<usize> = (0..15).collect();
+    let expect_rounds: Vec<usize> = (0..crash_rounds.end).collect();
     let all_delivered = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let done = {
@@ -290,10 +315,11 @@ async fn two_instances_share_two_streams_through_a_split_and_a_crash() {
     assert!(
         ordered
             .iter()
-            .any(|s| s.instance == 2 && s.stream == orders && s.ordinal >= 10),
+            .any(|s| s.instance == 2 && s.stream == orders && s.ordinal >= crash_rounds.start),
         "the second instance read orders after the crash"
     );
-    assert!(errors.lock().unwrap().is_empty(), "no errors on the stream");
+    let errors = errors.lock().unwrap();
+    assert!(errors.is_empty(), "no errors but retried calls: {errors:?}");
 }
 
 async fn rows_of(store: &SharedLeaseStore, stream: &str) -> Vec<kinesis_dataflow::lease::Lease> {
