@@ -44,11 +44,15 @@ pub(crate) fn opening(
     context: &StartContext<'_>,
 ) -> Option<Opening> {
     let named = context.start_at.and_then(|p| p.for_shard(shard));
-    // A shard nobody has read yet begins where the application's first start began, even
-    // under `start_at(latest())`: another instance that started a moment earlier promised
-    // everything written since its own start.
-    let unread_at_tip =
-        named == Some(StartingPoint::Latest) && matches!(checkpoint, Some(Checkpoint::Initial(_)));
+    // A shard nobody has settled a record of begins where the application's first start
+    // began (its row's `Initial`), or where a reader of it began (`Start`), even under
+    // `start_at(latest())`: another instance that started a moment earlier promised
+    // everything written since its own start, and may have handed the shard on since.
+    let unread_at_tip = named == Some(StartingPoint::Latest)
+        && matches!(
+            checkpoint,
+            Some(Checkpoint::Initial(_) | Checkpoint::Start(_))
+        );
     let overridden = at_startup && named.is_some() && !unread_at_tip;
     let origin = if overridden {
         ShardOrigin::Startup
@@ -166,6 +170,28 @@ mod tests {
         let own = Some(Checkpoint::Initial(STARTED));
         assert_eq!(
             at(own, true, &context(Some(&latest), true)),
+            Some(StartingPoint::Latest)
+        );
+    }
+
+    #[test]
+    fn latest_does_not_skip_what_a_reader_of_another_instance_began_at() {
+        // Another instance took the shard at its start, fixed where its reader began (a
+        // `Start`), settled nothing, and handed the shard on while this one was starting.
+        let latest = KinesisPosition::latest();
+        let positioned = Some(Checkpoint::Start(StartingPoint::AtTimestamp(500)));
+        assert_eq!(
+            at(positioned.clone(), true, &context(Some(&latest), true)),
+            Some(StartingPoint::AtTimestamp(500))
+        );
+        assert_eq!(
+            at(positioned, true, &context(Some(&latest), false)),
+            Some(StartingPoint::AtTimestamp(500))
+        );
+        // Over a settled record, `start_at(latest())` applies at startup, as the spec says.
+        let settled = Some(Checkpoint::Sequence("9".into()));
+        assert_eq!(
+            at(settled, true, &context(Some(&latest), true)),
             Some(StartingPoint::Latest)
         );
     }
