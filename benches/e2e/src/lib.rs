@@ -40,6 +40,11 @@ pub const PUT_BATCH: usize = 500;
 pub const SERVE_EMULATOR: &str = "--serve-emulator";
 /// Set (to anything) in the emulator child's environment to apply the write limits.
 const ENFORCE_LIMITS_ENV: &str = "E2E_ENFORCE_LIMITS";
+/// Set in the emulator child's environment (to a certificate's PEM, with [`TLS_KEY_ENV`]) to
+/// serve over TLS.
+const TLS_CERT_ENV: &str = "E2E_TLS_CERT";
+/// The private key (PEM) of [`TLS_CERT_ENV`]'s certificate.
+const TLS_KEY_ENV: &str = "E2E_TLS_KEY";
 /// The emulator's open-shard limit across all its streams (ferrokinesis's default is 10): room
 /// for the idle probe's two streams (polling and fan-out) of up to 2,000 shards each.
 pub const SHARD_LIMIT: u32 = 4_000;
@@ -89,16 +94,81 @@ pub fn serve_emulator() -> Result<()> {
             ..ferrokinesis::store::StoreOptions::default()
         };
         let (app, _store) = ferrokinesis::create_app(options);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
         std::thread::spawn(|| {
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
             std::process::exit(0);
         });
-        println!("{READY_PREFIX}{port}");
-        axum::serve(listener, app).await?;
+        let tls = std::env::var(TLS_CERT_ENV)
+            .ok()
+            .zip(std::env::var(TLS_KEY_ENV).ok());
+        if let Some((cert, key)) = tls {
+            // ALPN `h2, http/1.1` (axum-server's rustls configuration); HTTP/1.1 and HTTP/2
+            // are both served (hyper-util's auto builder).
+            let config = axum_server::tls_rustls::RustlsConfig::from_pem(
+                cert.into_bytes(),
+                key.into_bytes(),
+            )
+            .await?;
+            println!("{READY_PREFIX}{port}");
+            axum_server::from_tcp_rustls(listener, config)?
+                .serve(app.into_make_service())
+                .await?;
+        } else {
+            println!("{READY_PREFIX}{port}");
+            axum::serve(tokio::net::TcpListener::from_std(listener)?, app).await?;
+        }
         Ok(())
     })
+}
+
+/// A self-signed certificate for `localhost` and `127.0.0.1`, made for one run: the emulator
+/// serves it ([`Emulator::start_tls`]) and the client trusts exactly it ([`Self::https_client`]).
+#[derive(Clone)]
+pub struct TlsIdentity {
+    /// The certificate, PEM.
+    pub cert_pem: String,
+    key_pem: String,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsIdentity").finish_non_exhaustive()
+    }
+}
+
+impl TlsIdentity {
+    /// Makes a key pair and a certificate for `localhost` and `127.0.0.1`.
+    ///
+    /// # Errors
+    ///
+    /// When rcgen cannot make them.
+    pub fn generate() -> Result<Self> {
+        let made =
+            rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])?;
+        Ok(Self {
+            cert_pem: made.cert.pem(),
+            key_pem: made.signing_key.serialize_pem(),
+        })
+    }
+
+    /// The SDK's HTTPS client as its default is built (hyper over rustls with aws-lc, ALPN
+    /// `h2, http/1.1`), with this certificate as its only trusted root.
+    ///
+    /// # Errors
+    ///
+    /// When the TLS context cannot be built.
+    pub fn https_client(&self) -> Result<aws_sdk_kinesis::config::SharedHttpClient> {
+        use aws_smithy_http_client::tls::rustls_provider::CryptoMode;
+        use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore};
+        let trust = TrustStore::empty().with_pem_certificate(self.cert_pem.clone().into_bytes());
+        Ok(aws_smithy_http_client::Builder::new()
+            .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
+            .tls_context(TlsContext::builder().with_trust_store(trust).build()?)
+            .build_https())
+    }
 }
 
 /// The emulator child process (this binary re-run with [`SERVE_EMULATOR`]); killed when
@@ -110,6 +180,8 @@ pub struct Emulator {
     _stdin: ChildStdin,
     /// The port it listens on, on 127.0.0.1.
     pub port: u16,
+    /// Whether it serves over TLS.
+    tls: bool,
 }
 
 impl Emulator {
@@ -119,7 +191,17 @@ impl Emulator {
     ///
     /// When the child cannot be started or does not report its port.
     pub fn start() -> Result<Self> {
-        Self::start_child(false)
+        Self::start_child(false, None)
+    }
+
+    /// Starts the child serving over TLS with `identity` (ALPN `h2, http/1.1`, as Kinesis
+    /// serves) and waits until it listens; [`Self::endpoint`] is then `https://localhost:<port>`.
+    ///
+    /// # Errors
+    ///
+    /// When the child cannot be started or does not report its port.
+    pub fn start_tls(identity: &TlsIdentity) -> Result<Self> {
+        Self::start_child(false, Some(identity))
     }
 
     /// Starts the child with the service's per-shard write limits applied (1,000 records/s
@@ -129,16 +211,22 @@ impl Emulator {
     ///
     /// When the child cannot be started or does not report its port.
     pub fn start_enforcing_limits() -> Result<Self> {
-        Self::start_child(true)
+        Self::start_child(true, None)
     }
 
-    fn start_child(enforce_limits: bool) -> Result<Self> {
+    fn start_child(enforce_limits: bool, tls: Option<&TlsIdentity>) -> Result<Self> {
         let mut command = Command::new(std::env::current_exe()?);
         if enforce_limits {
             command.env(ENFORCE_LIMITS_ENV, "1");
         } else {
             command.env_remove(ENFORCE_LIMITS_ENV);
         }
+        match tls {
+            Some(identity) => command
+                .env(TLS_CERT_ENV, &identity.cert_pem)
+                .env(TLS_KEY_ENV, &identity.key_pem),
+            None => command.env_remove(TLS_CERT_ENV).env_remove(TLS_KEY_ENV),
+        };
         let mut child = command
             .arg(SERVE_EMULATOR)
             .stdin(Stdio::piped())
@@ -161,6 +249,7 @@ impl Emulator {
             child,
             _stdin: stdin,
             port,
+            tls: tls.is_some(),
         })
     }
 
@@ -170,10 +259,14 @@ impl Emulator {
         self.child.id()
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `http://127.0.0.1:<port>`, or `https://localhost:<port>` over TLS.
     #[must_use]
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        if self.tls {
+            format!("https://localhost:{}", self.port)
+        } else {
+            format!("http://127.0.0.1:{}", self.port)
+        }
     }
 }
 

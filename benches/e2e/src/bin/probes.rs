@@ -49,9 +49,9 @@ use kinesis_dataflow::{
 };
 use kinesis_dataflow_e2e::{
     ApiCounts, CpuClock, Emulator, Frame, HeapInfo, LeaseCounts, PUT_BATCH, Progress, Result,
-    SERVE_EMULATOR, SHARD_LIMIT, counting_kinesis, counting_lease_store, entry, heap_info, mib,
-    now_micros, percentile, put_entries, record_stamp, rss_bytes, serve_emulator, stamped_record,
-    status_bytes, thousands, trim_heap,
+    SERVE_EMULATOR, SHARD_LIMIT, TlsIdentity, counting_kinesis, counting_lease_store, entry,
+    heap_info, mib, now_micros, percentile, put_entries, record_stamp, rss_bytes, serve_emulator,
+    stamped_record, status_bytes, thousands, trim_heap,
 };
 use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at, wait_for};
 use ruststream::runtime::{AppInfo, Context, Handle, HandlerOutcome, RustStream, subscriber};
@@ -82,6 +82,8 @@ options:
                 instead of a core Subscription; polling only
   --stagger     idle: delays each shard's first GetRecords by an offset in [0, 1 s) hashed from
                 its id, so the idle shards poll out of phase (an experiment)
+  --tls         the emulator over TLS with ALPN `h2, http/1.1` (a certificate made for the run,
+                trusted by the client), so the SDK's client speaks HTTP/2 as it does to Kinesis
   --help        this text";
 
 /// The idle probe's largest `--shards`: its two streams (polling, fan-out) must fit in the
@@ -111,7 +113,7 @@ fn main() -> Result<()> {
         return run_all(&args);
     }
     kinesis_dataflow_e2e::runtime()?.block_on(async {
-        let env = Env::start().await?;
+        let env = Env::start(options.tls).await?;
         match options.probe {
             Probe::Latency => latency(&env, &options).await,
             Probe::Idle => idle(&env, &options).await,
@@ -147,6 +149,7 @@ struct Options {
     in_memory: bool,
     stagger: bool,
     broker: bool,
+    tls: bool,
     help: bool,
 }
 
@@ -163,6 +166,7 @@ impl Options {
             in_memory: false,
             stagger: false,
             broker: false,
+            tls: false,
             help: false,
         };
         let mut it = args.iter();
@@ -183,6 +187,7 @@ impl Options {
                 "--in-memory" => options.in_memory = true,
                 "--stagger" => options.stagger = true,
                 "--broker" => options.broker = true,
+                "--tls" => options.tls = true,
                 "--help" | "-h" => options.help = true,
                 name if !name.starts_with('-') && probe.is_none() => {
                     probe = Some(match name {
@@ -259,19 +264,37 @@ struct Env {
     /// The library's SDK transport over `client`.
     aws: SharedKinesis,
     cpu: CpuClock,
+    /// The emulator serves over TLS (ALPN `h2, http/1.1`).
+    tls: bool,
 }
 
 impl Env {
-    async fn start() -> Result<Self> {
-        let emulator = Emulator::start()?;
+    /// The emulator and a client of it; over TLS (ALPN `h2, http/1.1`) with `tls`.
+    async fn start(tls: bool) -> Result<Self> {
+        let (emulator, config) = if tls {
+            let identity = TlsIdentity::generate()?;
+            let emulator = Emulator::start_tls(&identity)?;
+            let config = sdk_config_at(&emulator.endpoint())
+                .into_builder()
+                .http_client(identity.https_client()?)
+                .build();
+            (emulator, config)
+        } else {
+            let emulator = Emulator::start()?;
+            let config = sdk_config_at(&emulator.endpoint());
+            (emulator, config)
+        };
         let endpoint = emulator.endpoint();
-        let config = sdk_config_at(&endpoint);
         let client = Client::new(&config);
         println!(
-            "ferrokinesis 0.7 in a child process (pid {}, port {}); client runtime: tokio \
+            "ferrokinesis 0.7 in a child process (pid {}, {endpoint}{}); client runtime: tokio \
              multi-thread, 2 workers",
             emulator.pid(),
-            emulator.port
+            if tls {
+                ", TLS with ALPN h2, http/1.1"
+            } else {
+                ""
+            }
         );
         Ok(Self {
             aws: Arc::new(AwsKinesis::new(client.clone())),
@@ -280,6 +303,7 @@ impl Env {
             config,
             client,
             cpu: CpuClock::new(),
+            tls,
         })
     }
 
@@ -448,7 +472,13 @@ async fn consume_core(
                 sink.record(delivery.data());
                 delivery.ack();
             }
-            Err(_) => errors += 1,
+            Err(e) => {
+                // The first few, so that a count in a summary can be told apart.
+                if errors < 3 {
+                    eprintln!("  error item: {e}");
+                }
+                errors += 1;
+            }
         }
     }
     (subscription, errors)
@@ -962,11 +992,13 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
         (false, true) => "polling, in-memory transport",
         (true, true) => "enhanced fan-out, in-memory transport",
     };
-    let mode = if options.stagger {
-        format!("{mode}, first reads staggered")
-    } else {
-        mode.to_owned()
-    };
+    let mut mode = mode.to_owned();
+    if options.stagger {
+        mode.push_str(", first reads staggered");
+    }
+    if env.tls && !options.in_memory {
+        mode.push_str(", TLS");
+    }
     let mut log_clearer = None;
     let transport: SharedKinesis = if options.in_memory {
         let memory = kinesis_dataflow::MemoryKinesis::new();
@@ -1164,8 +1196,9 @@ async fn idle_broker(env: &Env, options: &Options) -> Result<()> {
     before.print_change(&end, rss_trimmed, shards);
     println!("  records delivered: {} (none expected)", sink.count());
     println!(
-        "summary: idle, {shards} shards, broker face: RSS {:.1} -> {:.1} MiB ({:.1} before \
+        "summary: idle, {shards} shards, broker face{}: RSS {:.1} -> {:.1} MiB ({:.1} before \
          start(); {per_shard:.3} MiB per shard), {connections} connections",
+        if env.tls { ", TLS" } else { "" },
         mib(rss_start),
         mib(rss_end),
         mib(rss_before),
