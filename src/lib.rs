@@ -67,7 +67,8 @@ pub use publish::{OutgoingRecord, PublishSink, Publishable, Publisher};
 pub use record::Record;
 pub use shard::{ReadSettings, ShardStream};
 pub use subscription::{
-    MultiSubscription, MultiSubscriptionBuilder, StreamSet, Subscription, SubscriptionBuilder,
+    MultiSubscription, MultiSubscriptionBuilder, StopSignal, StreamSet, Subscription,
+    SubscriptionBuilder, shutdown_signal,
 };
 
 /// The README's code, compiled as doctests so it cannot drift from the API.

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | [`Subscription`] | the merged `Stream<Item = Result<Delivery<Record>, KinesisError>>` |
 //! | [`SubscriptionBuilder`] | stream, lease store, owner, position, intervals |
-//! | [`ShutdownHandle`] | stops a subscription gracefully from anywhere |
+//! | [`ShutdownHandle`] | stops a subscription gracefully from anywhere; [`ShutdownHandle::stop_on_signal`] on SIGINT or SIGTERM |
 //! | [`MultiSubscription`] | several streams as one `Stream`, their leases in one table; [`StreamSet`] changes them while it runs |
 //! | the `DEFAULT_*` constants | the settings' defaults |
 //!
@@ -23,7 +23,8 @@
 //!
 //! Stopping: [`Subscription::shutdown`] (or a [`ShutdownHandle`]) stops reading, waits up to
 //! `shutdown_timeout` for in-flight deliveries to be settled, flushes checkpoints and releases
-//! the leases, so another instance resumes exactly where this one stopped. Dropping a
+//! the leases, so another instance resumes exactly where this one stopped; the stream ends
+//! once that is done. Dropping a
 //! subscription starts the same graceful stop in the background (so `take(n)` and other
 //! pipelines that drop the stream behave). [`Subscription::abort`] stops the way a crashed
 //! process does: nothing is flushed or released, and the leases are taken over once they
@@ -37,6 +38,7 @@ mod gate;
 mod multi;
 mod pump;
 mod seeker;
+mod signal;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -60,6 +62,7 @@ pub use config::{
 };
 pub use multi::{MultiSubscription, MultiSubscriptionBuilder, StreamSet};
 pub use seeker::SubscriptionSeeker;
+pub use signal::{StopSignal, shutdown_signal};
 
 use self::coordinator::{Command, Coordinator, Links};
 use self::pump::ShardPump;
@@ -349,7 +352,7 @@ impl SubscriptionBuilder {
             bounded::CallTimeout(config.call_timeout()),
         ));
         let coordinator = Coordinator::new(self.api, store, self.stream.clone(), config, links);
-        let run = tracing::Instrument::instrument(coordinator.run(), span);
+        let run = tracing::Instrument::instrument(coordinator.run(), span.clone());
         let task = match &self.runtime {
             Some(runtime) => runtime.spawn(run),
             None => tokio::spawn(run),
@@ -380,6 +383,13 @@ impl SubscriptionBuilder {
         // The shards the first listing took are announced already: hold them now, so
         // `shards()` lists them as soon as `start` returns.
         subscription.apply_announced();
+        let held = subscription.shards.len();
+        span.in_scope(|| {
+            tracing::info!(
+                shards = held,
+                "subscription started (shards held now; others follow as the instances balance)"
+            );
+        });
         Ok(subscription)
     }
 }
@@ -425,11 +435,20 @@ impl ShutdownHandle {
 ///
 /// Each shard's records come in order; shards are interleaved. Items are `Err` when a read
 /// failed (the reader retries on its own) or a shard listing failed, and for KPL-aggregated
-/// records (settled as skipped automatically). The stream ends as soon as a graceful shutdown
-/// starts; the checkpoints are flushed and the leases released afterwards, in the background.
-/// A program that exits when the stream ends must first await
-/// [`ShutdownHandle::shutdown`] (or [`Subscription::shutdown`]), or the release is cut short
-/// and the shards wait for their leases to expire.
+/// records (settled as skipped automatically).
+///
+/// **Stopping.** Once a graceful stop begins ([`ShutdownHandle::shutdown`], a dropped
+/// subscription, or a signal through [`ShutdownHandle::stop_on_signal`]), the stream
+/// yields nothing more but keeps running until the stop is complete: the deliveries already
+/// handed out are settled (up to the shutdown timeout), the final checkpoints written, the
+/// leases released and this instance's worker row deleted. Only then does it end. So a program
+/// that exits when its pipeline ends leaves nothing behind, whatever sits in between. The stop
+/// takes at most the shutdown timeout plus one lease-store call timeout (a third of the lease
+/// duration); past that it logs what it abandoned and ends anyway. An adaptor that holds
+/// deliveries until its source ends (`chunks(n)` with a part-filled chunk) holds them past that
+/// wait: they are redelivered after the restart, so batch with a time bound instead
+/// ([`DeliveryStreamExt::batches_by_shard`](crate::ack::DeliveryStreamExt::batches_by_shard),
+/// `ready_chunks`).
 #[must_use = "streams do nothing unless polled"]
 pub struct Subscription {
     // Keyed by `Arc<str>`: the map hands out a clone of the key with every item.
@@ -561,6 +580,9 @@ impl Subscription {
                 self.shards.remove(shard.as_str());
             }
             Command::Error(e) => return Some(e),
+            // The stop began: nothing more is read, but the stream ends only once the stop
+            // is complete, so a pipeline (and a program) ending with it has nothing left to do.
+            Command::Stop => self.shards.clear(),
             Command::Close => {
                 self.closing = true;
                 self.shards.clear();

@@ -172,6 +172,7 @@ impl MultiSubscriptionBuilder {
             reported: BTreeSet::new(),
             arrivals: arrivals_tx,
             shutdown: shutdown_rx,
+            stopping: HashMap::new(),
         };
         let task = match keeper.each.runtime.clone() {
             Some(runtime) => runtime.spawn(keeper.run(done_tx)),
@@ -235,6 +236,10 @@ struct Keeper {
     reported: BTreeSet<Arc<str>>,
     arrivals: mpsc::UnboundedSender<Arrival>,
     shutdown: watch::Receiver<bool>,
+    /// Streams removed from the set whose stop is still under way. One is started again only
+    /// once its stop is complete: two subscriptions of one stream with one owner id would
+    /// write the same worker row, and the old one's stop would delete the new one's row.
+    stopping: HashMap<Arc<str>, JoinHandle<()>>,
 }
 
 impl Keeper {
@@ -254,12 +259,19 @@ impl Keeper {
                         break;
                     }
                 }
+                // A removed stream's stop ended: start it again at once if it is back.
+                // (In a block: `select_all` of nothing panics, and a disabled branch's future
+                // is still made.)
+                _ = async { futures::future::select_all(self.stopping.values_mut()).await },
+                    if !self.stopping.is_empty() => {}
                 () = tokio::time::sleep(every) => {}
             }
             self.reconcile().await;
         }
         let members = std::mem::take(&mut self.running);
         futures::future::join_all(members.values().map(|m| m.handle.shutdown())).await;
+        // Streams removed earlier finish their stops too before the merged stream ends.
+        futures::future::join_all(self.stopping.drain().map(|(_, task)| task)).await;
         let _ = done.send(true);
     }
 
@@ -283,12 +295,16 @@ impl Keeper {
         for name in leaving {
             if let Some(member) = self.running.remove(&name) {
                 tracing::info!(stream = %name, "stream removed from the set: stopping its readers");
-                tokio::spawn(async move { member.handle.shutdown().await });
+                let stop = tokio::spawn(async move { member.handle.shutdown().await });
+                self.stopping.insert(name, stop);
             }
         }
+        self.stopping.retain(|_, stop| !stop.is_finished());
         self.reported.retain(|name| wanted.contains(name));
         for name in wanted {
-            if !self.running.contains_key(&name) {
+            if self.stopping.contains_key(&name) {
+                tracing::debug!(stream = %name, "stream inserted again while its stop runs: started once that is done");
+            } else if !self.running.contains_key(&name) {
                 self.start(name).await;
             }
         }
@@ -326,7 +342,7 @@ impl Keeper {
 /// Each shard's records come in order; streams and shards are interleaved, and
 /// [`Record::stream`] tells them apart. Items are `Err` as on a [`Subscription`], and when a
 /// stream inserted into the set cannot be started (once per stream, until it starts). The
-/// stream ends as soon as a graceful shutdown starts.
+/// stream ends once a graceful stop of every stream is complete, as a [`Subscription`]'s does.
 #[must_use = "streams do nothing unless polled"]
 pub struct MultiSubscription {
     members: StreamMap<Arc<str>, Subscription>,
@@ -456,11 +472,9 @@ impl Stream for MultiSubscription {
                 Poll::Pending => break,
             }
         }
-        if *this.handle.shutdown.borrow() {
-            this.closing = true;
-            this.members.clear();
-            return Poll::Ready(None);
-        }
+        // Once a stop began, the members yield nothing more and end as each one's stop
+        // completes; this stream ends when the background task has stopped them all (the
+        // arrivals channel closes).
         match Pin::new(&mut this.members).poll_next(cx) {
             Poll::Ready(Some((_, item))) => Poll::Ready(Some(item)),
             // No stream right now, or one ended: the arrivals channel wakes this stream.

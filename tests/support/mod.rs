@@ -16,5 +16,6 @@ pub mod proxy;
 pub mod reading;
 pub mod shipped;
 pub mod suites;
+pub mod unknown;
 
 pub use kinesis_dataflow_test_support::*;

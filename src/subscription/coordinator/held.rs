@@ -10,7 +10,7 @@ use super::keeper::{Keeper, Report};
 use super::take::Taken;
 use super::{Command, Coordinator, Held};
 use crate::ack::ShardAcks;
-use crate::lease::Lease;
+use crate::lease::{Lease, LeaseError};
 use crate::position::Checkpoint;
 use crate::shard::ShardStream;
 use crate::subscription::gate::LeaseGate;
@@ -96,6 +96,23 @@ impl Coordinator {
         let _ = self.commands.send(Command::Add(shard.to_owned(), pump));
     }
 
+    /// Stops reading a shard and its keeper without writing anything: the lease is (or may
+    /// be) another instance's. Whatever waits for a checkpoint of this shard (an ack sink's
+    /// close, a durable flush) is told it will not come, naming the lost lease.
+    pub(super) fn forget(&mut self, shard: &str) {
+        if let Some(held) = self.detach(shard) {
+            held.acks.durability().failed(
+                LeaseError::Lost {
+                    stream: self.shared.stream.to_string(),
+                    shard: shard.to_owned(),
+                    owner: self.config().owner.clone(),
+                }
+                .into(),
+            );
+            held.keeper.forget();
+        }
+    }
+
     /// Stops reading a shard: its gate closes and its pump leaves the stream. The one place a
     /// held shard is torn down; the caller decides what becomes of its lease.
     pub(super) fn detach(&mut self, shard: &str) -> Option<Held> {
@@ -132,11 +149,12 @@ impl Coordinator {
     pub(super) fn on_report(&mut self, report: Report) {
         match report {
             Report::Lost(shard, gate) => {
-                if self.is_current(&shard, &gate)
-                    && let Some(held) = self.detach(&shard)
-                {
+                if self.is_current(&shard, &gate) {
                     self.shared.leases.lost();
-                    held.keeper.forget();
+                    self.forget(&shard);
+                    // The table changed under this instance: list it again rather than at
+                    // the next safety scan, so a shard nobody reads is found within a listing.
+                    self.list_soon();
                 }
             }
             Report::Expired(shard, gate) => {

@@ -301,8 +301,13 @@ impl KeeperTask {
 
     /// Writes `checkpoint` into the row.
     async fn write(&mut self, checkpoint: Checkpoint) -> Wrote {
-        let sent = Instant::now();
-        match self.store.checkpoint(&self.lease, &checkpoint).await {
+        let mut sent = Instant::now();
+        let mut result = self.store.checkpoint(&self.lease, &checkpoint).await;
+        if result.as_ref().is_err_and(LeaseError::is_lost) && self.adopt().await {
+            sent = Instant::now();
+            result = self.store.checkpoint(&self.lease, &checkpoint).await;
+        }
+        match result {
             Ok(lease) => {
                 tracing::debug!(shard = %self.shard, ?checkpoint, "checkpoint written");
                 self.lease = lease;
@@ -323,9 +328,14 @@ impl KeeperTask {
     }
 
     async fn renew(&mut self) -> Wrote {
-        let sent = Instant::now();
+        let mut sent = Instant::now();
         let since = self.gate.since_renewed();
-        match self.store.renew(&self.lease).await {
+        let mut result = self.store.renew(&self.lease).await;
+        if result.as_ref().is_err_and(LeaseError::is_lost) && self.adopt().await {
+            sent = Instant::now();
+            result = self.store.renew(&self.lease).await;
+        }
+        match result {
             Ok(lease) => {
                 if since > self.timing.renew_every * 3 / 2 {
                     tracing::warn!(shard = %self.shard, late_by = ?since, "lease renewed late");
@@ -343,6 +353,27 @@ impl KeeperTask {
                 self.last_error = Some(e);
                 Wrote::Failed
             }
+        }
+    }
+
+    /// After a write answered lost: reads the row back, and when it still names this
+    /// instance (an earlier write of this keeper whose answer was lost had been applied, see
+    /// [`outcome`](super::outcome)), carries on from the row as it is. True when it does.
+    async fn adopt(&mut self) -> bool {
+        let Some(owner) = self.lease.owner.clone() else {
+            return false;
+        };
+        match super::outcome::read_back(&self.store, &self.lease, &owner).await {
+            Some(row) => {
+                tracing::info!(
+                    shard = %self.shard,
+                    "a lease write whose outcome was unknown had been applied; carrying on from \
+                     the row as written"
+                );
+                self.lease = row;
+                true
+            }
+            None => false,
         }
     }
 
@@ -406,6 +437,9 @@ impl KeeperTask {
             sleep(SETTLE_POLL).await;
             if self.gate.since_renewed() >= self.timing.renew_every && self.renew().await.is_lost()
             {
+                // Whoever waits for the final checkpoint learns it will not come.
+                self.acks.durability().failed(self.lost_error().into());
+                self.tally.count(false);
                 return;
             }
         }
@@ -438,9 +472,13 @@ impl KeeperTask {
     }
 
     /// Releases the lease; true when that worked.
-    async fn give_back(&self) -> bool {
+    async fn give_back(&mut self) -> bool {
         let counts = self.acks.counts();
-        match self.store.release(&self.lease).await {
+        let mut result = self.store.release(&self.lease).await;
+        if result.as_ref().is_err_and(LeaseError::is_lost) && self.adopt().await {
+            result = self.store.release(&self.lease).await;
+        }
+        match result {
             Ok(_) => {
                 tracing::info!(
                     shard = %self.shard,

@@ -76,9 +76,74 @@ impl Liveness {
     }
 }
 
+/// The instances this one waits on: for each other owner holding shard rows that have not
+/// expired, how many it holds and the longest time until they expire if nobody renews them
+/// (the most this instance waits for them, should that instance be gone). Worker rows are
+/// left out.
+pub(crate) fn waiting_on(
+    rows: &BTreeMap<String, Lease>,
+    me: &str,
+    liveness: &Liveness,
+    now: Instant,
+    lease_duration: Duration,
+) -> BTreeMap<String, (usize, Duration)> {
+    let mut waits: BTreeMap<String, (usize, Duration)> = BTreeMap::new();
+    for row in rows.values() {
+        let Some(owner) = row.owner.as_deref() else {
+            continue;
+        };
+        if owner == me || row.shard_id.starts_with(super::plan::WORKER_PREFIX) {
+            continue;
+        }
+        if liveness.is_expired(row, now, lease_duration) {
+            continue;
+        }
+        let left = liveness
+            .remaining(row, now, lease_duration)
+            .unwrap_or(lease_duration);
+        let entry = waits.entry(owner.to_owned()).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.max(left);
+    }
+    waits
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waits_are_per_other_owner_with_the_longest_time_left() {
+        let lease = Duration::from_secs(10);
+        let t0 = Instant::now();
+        let mut rows = BTreeMap::new();
+        for (id, owner) in [
+            ("s0", "x"),
+            ("s1", "x"),
+            ("s2", "me"),
+            ("s3", "y"),
+            ("worker:x", "x"),
+        ] {
+            let mut row = Lease::new("s", id, vec![]);
+            row.owner = Some(owner.to_owned());
+            rows.insert(id.to_owned(), row);
+        }
+        let mut live = Liveness::default();
+        live.observe(&rows, t0);
+        // s1 renewed 4 s later: x's leases are gone 14 s after t0 at the latest.
+        rows.get_mut("s1").unwrap().counter = 1;
+        live.observe(&rows, t0 + Duration::from_secs(4));
+        let waits = waiting_on(&rows, "me", &live, t0 + Duration::from_secs(5), lease);
+        assert_eq!(
+            waits,
+            BTreeMap::from([
+                ("x".to_owned(), (2, Duration::from_secs(9))),
+                ("y".to_owned(), (1, Duration::from_secs(5))),
+            ])
+        );
+        // Once expired, nobody is waited on.
+        assert!(waiting_on(&rows, "me", &live, t0 + Duration::from_secs(14), lease).is_empty());
+    }
 
     fn rows(counter: u64, owner: Option<&str>) -> BTreeMap<String, Lease> {
         let mut lease = Lease::new("s", "0", vec![]);

@@ -15,11 +15,13 @@ mod lineage;
 mod listing;
 mod liveness;
 mod opening;
+mod outcome;
 mod plan;
 mod roster;
 mod rows;
 mod seek;
 mod shared;
+mod stop;
 mod sync;
 mod take;
 mod watching;
@@ -66,7 +68,12 @@ pub(crate) enum Command {
     Remove(String),
     /// Report an error on the stream.
     Error(KinesisError),
-    /// Stop reading: the stream ends.
+    /// A graceful stop began: no more deliveries, but the stream goes on until [`Close`].
+    ///
+    /// [`Close`]: Command::Close
+    Stop,
+    /// The stop is complete (final checkpoints written, leases released, worker row
+    /// deleted) or the task ended: the stream ends.
     Close,
 }
 
@@ -152,6 +159,8 @@ pub(crate) struct Coordinator {
     replaceable: HashSet<String>,
     /// Listings in a row that found the stream deleted, once started.
     not_found: u32,
+    /// The instances this one said it waits on (once each, until its share is full).
+    waiting_on: HashSet<String>,
     /// Set (with [`SubscriptionConfig::end_when_deleted`]) once the stream is gone for good.
     deleted: Arc<std::sync::atomic::AtomicBool>,
     jobs: FuturesUnordered<BoxFuture<'static, Done>>,
@@ -231,6 +240,7 @@ impl Coordinator {
             next_listing: Instant::now(),
             replaceable: HashSet::new(),
             not_found: 0,
+            waiting_on: HashSet::new(),
             deleted,
             jobs: FuturesUnordered::new(),
             events_tx,
@@ -273,6 +283,9 @@ impl Coordinator {
         if self.deleted.load(std::sync::atomic::Ordering::Acquire) {
             rows::forget_stream(&self.shared).await;
         }
+        // Only now does the subscription's stream end: a program that exits when its
+        // pipeline ends has nothing left to write.
+        let _ = self.commands.send(Command::Close);
         let _ = self.done.send(true);
     }
 
@@ -286,49 +299,6 @@ impl Coordinator {
             Done::Watched(read) => self.on_watched(read),
             Done::Declared(row, result) => self.on_declared(&row, result),
             Done::RosterMoved => self.on_roster_moved(),
-        }
-    }
-
-    // --- stopping --------------------------------------------------------------------------
-
-    /// Graceful stop: no more reading, in-flight deliveries get a bounded time, checkpoints
-    /// are flushed and leases released; takes still under way are released unread.
-    async fn stop(&mut self) {
-        let before = self.shared.releases.counts();
-        let _ = self.commands.send(Command::Close);
-        let shards: Vec<String> = self.held.keys().cloned().collect();
-        for shard in shards {
-            self.hand_off(&shard);
-        }
-        while let Some(done) = self.jobs.next().await {
-            match done {
-                Done::Take(_, TakeOutcome::Taken(taken)) => {
-                    let _ = self.shared.store.release(&taken.lease).await;
-                }
-                Done::Worker(done) => self.on_worker(done),
-                _ => {}
-            }
-        }
-        for (_, task) in std::mem::take(&mut self.releasing) {
-            let _ = task.await;
-        }
-        self.worker.delete_at_stop(&self.shared).await;
-        // The others list at once and take what was released.
-        roster::bump_roster(&self.shared).await;
-        let (all_released, all_failed) = self.shared.releases.counts();
-        let (released, failed) = (all_released - before.0, all_failed - before.1);
-        if failed == 0 {
-            tracing::info!(
-                released,
-                "subscription stopped; final checkpoints written, leases released"
-            );
-        } else {
-            tracing::warn!(
-                released,
-                failed,
-                "subscription stopped; some shards could not write their final checkpoint or release \
-                 their lease (they expire, and their unsettled records are read again)"
-            );
         }
     }
 }

@@ -57,9 +57,7 @@ impl Coordinator {
     fn forget_all(&mut self) {
         let shards: Vec<String> = self.held.keys().cloned().collect();
         for shard in shards {
-            if let Some(held) = self.detach(&shard) {
-                held.keeper.forget();
-            }
+            self.forget(&shard);
         }
     }
 

@@ -1,7 +1,7 @@
 //! What the coordinator does with a listing: carry out its plan (takes, hand-offs,
 //! deletes), and tell `start` when the first one is done.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -10,7 +10,7 @@ use super::listing::{self, Listing, ListingFailure, NewRowRule};
 use super::opening::{StartContext, opening};
 use super::plan::{self, Holdings, WORKER_PREFIX};
 use super::take::{self, TakeOutcome};
-use super::{Command, Coordinator, Done, lineage, roster};
+use super::{Command, Coordinator, Done, lineage, liveness, roster};
 use crate::error::KinesisError;
 use crate::lease::Lease;
 use crate::position::StartingPoint;
@@ -179,6 +179,10 @@ impl Coordinator {
             );
         }
         self.delete(stale);
+        let short = shares
+            .target
+            .saturating_sub(self.held.len() + self.taking.len() + shares.take.len());
+        self.say_waits(&listing.rows, short, now);
         let first = self.startup.shards.is_none();
         if first {
             self.startup.shards = Some(shares.take.iter().map(|l| l.shard_id.clone()).collect());
@@ -194,6 +198,31 @@ impl Coordinator {
         self.balance(shares.hand_off, shares.target, shares.live_workers);
         if self.startup.pending.is_empty() {
             self.tell_started();
+        }
+    }
+
+    /// Says once at info, per instance, when this one is `short` of its share because another
+    /// instance holds leases that have not expired: how long it may wait for them (should that
+    /// instance be gone, say after a crash, they are taken once they expire).
+    fn say_waits(&mut self, rows: &BTreeMap<String, Lease>, short: usize, now: Instant) {
+        if short == 0 {
+            self.waiting_on.clear();
+            return;
+        }
+        let lease_duration = self.config().lease_duration;
+        let me = self.config().owner.clone();
+        let waits = liveness::waiting_on(rows, &me, &self.liveness, now, lease_duration);
+        for (owner, (shards, left)) in waits {
+            if self.waiting_on.insert(owner.clone()) {
+                tracing::info!(
+                    instance = %owner,
+                    shards,
+                    short,
+                    "waiting up to {} s for instance {owner}'s leases (taken when they expire, \
+                     should it be gone; handed over sooner if it is alive)",
+                    left.as_secs_f64().ceil()
+                );
+            }
         }
     }
 
@@ -301,8 +330,10 @@ impl Coordinator {
                 self.no_longer_starting(&shard);
             }
             TakeOutcome::Failed(e) => {
-                // Still one of the shards this subscription opens with, at the next listing.
-                tracing::warn!(shard = %shard, error = %e, "taking the lease failed");
+                // Still one of the shards this subscription opens with, at the next listing,
+                // which reads the table soon.
+                tracing::warn!(shard = %shard, error = %e, "taking the lease failed; tried again at the next listing");
+                self.list_soon();
             }
             TakeOutcome::Unopenable(e) => {
                 let _ = self.commands.send(Command::Error(e));

@@ -44,7 +44,16 @@ pub(crate) async fn take(shared: Arc<Shared>, lease: Lease, opening: Opening) ->
     let sent = Instant::now();
     let taken = match shared.store.take(&lease, &shared.config.owner).await {
         Ok(taken) => taken,
-        Err(e) if e.is_lost() => return TakeOutcome::Lost,
+        // A take whose outcome is unknown (a timeout, a 5xx, or a retry that found its own
+        // write) took the lease when the row names this instance now (see `outcome`).
+        Err(e) if super::outcome::maybe_applied(&e) => {
+            let owner = shared.config.owner.as_str();
+            match super::outcome::read_back(&shared.store, &lease, owner).await {
+                Some(row) if row.counter > lease.counter => row,
+                _ if e.is_lost() => return TakeOutcome::Lost,
+                _ => return TakeOutcome::Failed(e),
+            }
+        }
         Err(e) => return TakeOutcome::Failed(e),
     };
     let (acks, mut reader) = match open(&shared, &taken, &opening) {

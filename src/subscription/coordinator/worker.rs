@@ -61,6 +61,11 @@ pub(crate) struct WorkerRow {
 }
 
 impl WorkerRow {
+    /// True while this instance holds its worker row (as last written).
+    pub(crate) fn holds(&self) -> bool {
+        self.row.is_some()
+    }
+
     /// The next job: renew the row, create and take it, or delete it while the instance
     /// cannot work. `None` while a job runs or when there is nothing to do.
     pub(crate) fn next_job(
@@ -140,8 +145,21 @@ impl WorkerRow {
 }
 
 async fn renew(shared: Arc<Shared>, row: Lease) -> WorkerDone {
-    let sent = Instant::now();
-    match shared.store.renew(&row).await {
+    let mut sent = Instant::now();
+    let mut result = shared.store.renew(&row).await;
+    if result.as_ref().is_err_and(LeaseError::is_lost) {
+        // A renewal whose answer was lost may have been applied: a row that still names this
+        // instance was written by it, so it is renewed as it is (see `outcome`).
+        let owner = shared.config.owner.as_str();
+        if let Some(current) = super::outcome::read_back(&shared.store, &row, owner).await {
+            tracing::info!(
+                "a worker-row write whose outcome was unknown had been applied; renewing the row as written"
+            );
+            sent = Instant::now();
+            result = shared.store.renew(&current).await;
+        }
+    }
+    match result {
         Ok(row) => WorkerDone::Held(row, sent, Held::Renewed),
         Err(e) if e.is_lost() => WorkerDone::Lost,
         Err(e) => WorkerDone::Failed(e),

@@ -1,0 +1,410 @@
+//! The life cycle's end on the in-memory transport and lease store: a graceful stop that the
+//! stream's end stands for (nothing left to write once it ends), a stop with slow handlers
+//! while another instance waits, and waits on durability that must end when the lease is
+//! gone instead of hanging.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::{Lease, LeaseStore};
+use kinesis_dataflow::position::Checkpoint;
+use kinesis_dataflow::{
+    AckSink, Delivery, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore, Record,
+    Subscription, SubscriptionBuilder,
+};
+
+const STREAM: &str = "life";
+/// Enough for any step here; a hang is reported instead of waited for.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn setup(shards: u32, records: usize) -> (MemoryKinesis, SharedKinesis, MemoryLeaseStore) {
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, shards).unwrap();
+    support::reading::write_tagged(&memory, STREAM, "r", 0, records, 8);
+    (memory.clone(), Arc::new(memory), MemoryLeaseStore::new())
+}
+
+fn builder(api: &SharedKinesis, store: &MemoryLeaseStore, owner: &str) -> SubscriptionBuilder {
+    support::reading::fast(api, Arc::new(store.clone()), STREAM, owner)
+        .initial_position(KinesisPosition::horizon())
+}
+
+async fn next(sub: &mut Subscription) -> Delivery<Record> {
+    loop {
+        match tokio::time::timeout(PATIENCE, sub.next()).await {
+            Ok(Some(Ok(d))) => return d,
+            Ok(Some(Err(e))) => eprintln!("read error (retried): {e}"),
+            other => panic!("expected a delivery, got {other:?}"),
+        }
+    }
+}
+
+fn payload(d: &Record) -> String {
+    String::from_utf8_lossy(d.data()).into_owned()
+}
+
+async fn rows(store: &MemoryLeaseStore) -> Vec<Lease> {
+    store.list(STREAM).await.unwrap()
+}
+
+/// The rows `owner` left behind: shard leases it owns and its worker row (the roster row,
+/// `worker:`, names whoever moved it last and stays).
+async fn left_behind(store: &MemoryLeaseStore, owner: &str) -> Vec<String> {
+    rows(store)
+        .await
+        .into_iter()
+        .filter(|l| {
+            let owned_shard =
+                l.shard_id.starts_with("shardId-") && l.owner.as_deref() == Some(owner);
+            owned_shard || l.shard_id == format!("worker:{owner}")
+        })
+        .map(|l| l.shard_id)
+        .collect()
+}
+
+/// Waits until `check` holds, or panics naming `what`.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let waited = tokio::time::timeout(PATIENCE, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "never happened: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_ends_only_once_the_stop_is_complete() {
+    let (_memory, api, store) = setup(2, 12);
+    let mut sub = builder(&api, &store, "a").start().await.unwrap();
+    let mut held = Vec::new();
+    while held.len() < 12 {
+        held.push(next(&mut sub).await);
+    }
+    let last: BTreeSet<(String, String)> = held
+        .iter()
+        .map(|d| (d.shard_id().to_owned(), d.sequence_number().to_owned()))
+        .collect();
+    let stop = sub.shutdown_handle();
+    tokio::spawn(async move { stop.shutdown().await });
+    // The handlers finish a while after the stop began.
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        for d in held {
+            d.ack();
+        }
+    });
+    let ended = tokio::time::timeout(PATIENCE, async {
+        while let Some(item) = sub.next().await {
+            assert!(item.is_err(), "nothing is delivered once the stop began");
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream ends");
+    // The moment the stream ended, nothing is left to write.
+    assert_eq!(
+        left_behind(&store, "a").await,
+        Vec::<String>::new(),
+        "no lease owned and no worker row once the stream ended"
+    );
+    for row in rows(&store).await {
+        if row.shard_id.starts_with("shardId-") {
+            let Some(Checkpoint::Sequence(at)) = row.checkpoint else {
+                panic!("no final checkpoint in {row:?}");
+            };
+            let highest = last
+                .iter()
+                .filter(|(shard, _)| *shard == row.shard_id)
+                .map(|(_, seq)| seq.clone())
+                .max_by(|a, b| a.len().cmp(&b.len()).then(a.cmp(b)));
+            assert_eq!(
+                Some(at),
+                highest,
+                "the final checkpoint of {}",
+                row.shard_id
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_sink_waiting_on_a_shard_dropped_with_the_worker_row_fails_instead_of_hanging() {
+    support::events::record_events();
+    let (_memory, api, store) = setup(1, 5);
+    // Background checkpoints far apart: only the sink's close would write one.
+    let mut sub = builder(&api, &store, "gone")
+        .checkpoint_interval(Duration::from_secs(600))
+        .start()
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    while held.len() < 5 {
+        held.push(next(&mut sub).await);
+    }
+    // Another instance declares this one gone (releases its worker row) and takes its shard.
+    for row in rows(&store).await {
+        if row.shard_id == "worker:gone" {
+            store.release(&row).await.unwrap();
+        } else if row.shard_id.starts_with("shardId-") {
+            store.take(&row, "other").await.unwrap();
+        }
+    }
+    let dropped = "this instance's worker row was released or removed by another instance (it \
+                   was not renewed for the lease duration): its shards may be another's now and \
+                   are dropped; their unsettled records are read again";
+    eventually("the instance drops its shards", || async {
+        !support::events::events(dropped).is_empty()
+    })
+    .await;
+    let closed = tokio::time::timeout(
+        PATIENCE,
+        futures::stream::iter(held.into_iter().map(Ok)).forward(AckSink::new()),
+    )
+    .await
+    .expect("the ack sink's close does not hang on a shard the instance dropped");
+    let error = closed.expect_err("no checkpoint can cover what was settled");
+    assert!(
+        matches!(error, KinesisError::LeaseStore(_)) && error.to_string().contains(STREAM),
+        "the lost lease is named: {error}"
+    );
+    sub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_back_that_finds_its_lease_taken_fails_the_waiters_instead_of_hanging() {
+    let (_memory, api, store) = setup(1, 3);
+    let mut sub = builder(&api, &store, "a")
+        .checkpoint_interval(Duration::from_secs(600))
+        .shutdown_timeout(Duration::from_secs(20))
+        .start()
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    while held.len() < 3 {
+        held.push(next(&mut sub).await);
+    }
+    // The stop waits for the deliveries, renewing the lease, which another instance takes.
+    let stop = sub.shutdown_handle();
+    let stopped = tokio::spawn(async move { stop.shutdown().await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let shard = rows(&store)
+        .await
+        .into_iter()
+        .find(|l| l.shard_id.starts_with("shardId-"))
+        .unwrap();
+    store.take(&shard, "other").await.unwrap();
+    tokio::time::timeout(PATIENCE, stopped)
+        .await
+        .expect("the stop ends once the lease is found lost")
+        .unwrap();
+    let closed = tokio::time::timeout(
+        PATIENCE,
+        futures::stream::iter(held.into_iter().map(Ok)).forward(AckSink::new()),
+    )
+    .await
+    .expect("the ack sink's close does not hang");
+    assert!(closed.is_err(), "no checkpoint covers them: {closed:?}");
+}
+
+/// What each instance's handlers finished, by payload.
+type Finished = Arc<Mutex<Vec<String>>>;
+
+/// Runs `sub` with handlers that take `slow` each (all at once), recording what they
+/// finished and acking it; returns when the stream ends.
+async fn run_handlers(sub: Subscription, slow: Duration, finished: Finished) {
+    sub.filter_map(|item| async move { item.ok() })
+        .map(|d| {
+            let finished = finished.clone();
+            async move {
+                tokio::time::sleep(slow).await;
+                finished.lock().unwrap().push(payload(&d));
+                d
+            }
+        })
+        .buffer_unordered(10_000)
+        .map(Ok)
+        .forward(AckSink::new())
+        .await
+        .expect("every checkpoint written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_handlers_at_a_stop_are_not_delivered_again_by_the_instance_that_stays() {
+    let lease = kinesis_dataflow_test_support::timings::LEASE_DURATION;
+    // Handlers slower than the lease duration, within the shutdown timeout.
+    let slow = lease * 3;
+    let (memory, api, store) = setup(2, 0);
+    let a = builder(&api, &store, "a")
+        .shutdown_timeout(lease * 6)
+        .start()
+        .await
+        .unwrap();
+    let stop_a = a.shutdown_handle();
+    let a_done: Finished = Arc::default();
+    let a_run = tokio::spawn(run_handlers(a, slow, a_done.clone()));
+    let b = builder(&api, &store, "b").start().await.unwrap();
+    let stop_b = b.shutdown_handle();
+    let b_done: Finished = Arc::default();
+    let b_run = tokio::spawn(run_handlers(b, Duration::ZERO, b_done.clone()));
+    // Both hold a shard before anything is written.
+    eventually("each instance holds one shard", || async {
+        let owners: BTreeSet<Option<String>> = rows(&store)
+            .await
+            .into_iter()
+            .filter(|l| l.shard_id.starts_with("shardId-"))
+            .map(|l| l.owner)
+            .collect();
+        owners == BTreeSet::from([Some("a".to_owned()), Some("b".to_owned())])
+    })
+    .await;
+    let written: BTreeSet<String> = support::reading::write_tagged(&memory, STREAM, "w", 0, 40, 8)
+        .into_iter()
+        .collect();
+    // A stops while its handlers are busy with what it read.
+    tokio::time::sleep(lease / 2).await;
+    tokio::time::timeout(PATIENCE, stop_a.shutdown())
+        .await
+        .expect("A's stop ends");
+    tokio::time::timeout(PATIENCE, a_run)
+        .await
+        .expect("A's pipeline ends with its stream")
+        .unwrap();
+    let finished_by_a: BTreeSet<String> = a_done.lock().unwrap().iter().cloned().collect();
+    assert!(
+        !finished_by_a.is_empty(),
+        "A's handlers finished records during its stop"
+    );
+    eventually("B reads every record", || async {
+        let seen: BTreeSet<String> = (a_done.lock().unwrap().iter())
+            .chain(b_done.lock().unwrap().iter())
+            .cloned()
+            .collect();
+        written.is_subset(&seen)
+    })
+    .await;
+    let again: Vec<String> = (b_done.lock().unwrap().iter())
+        .filter(|p| finished_by_a.contains(*p))
+        .cloned()
+        .collect();
+    assert!(
+        again.is_empty(),
+        "records A's handlers finished during its stop were delivered again by B: {again:?}"
+    );
+    tokio::time::timeout(PATIENCE, stop_b.shutdown())
+        .await
+        .expect("B's stop ends");
+    b_run.await.unwrap();
+}
+
+/// Counts the writes to worker rows that answered lost.
+#[derive(Debug, Default)]
+struct WorkerRowLosses(std::sync::atomic::AtomicU64);
+
+impl kinesis_dataflow::lease::layer::LeaseLayer for WorkerRowLosses {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: kinesis_dataflow::lease::layer::LeaseCall<'a>,
+        next: kinesis_dataflow::lease::LeaseFuture<'a, T>,
+    ) -> kinesis_dataflow::lease::LeaseFuture<'a, T> {
+        use kinesis_dataflow::lease::layer::LeaseCall;
+        let worker = match call {
+            LeaseCall::Renew { lease }
+            | LeaseCall::Take { lease, .. }
+            | LeaseCall::Delete { lease } => {
+                lease.shard_id.starts_with("worker:") && lease.shard_id != "worker:"
+            }
+            _ => false,
+        };
+        Box::pin(async move {
+            let result = next.await;
+            if worker && result.as_ref().is_err_and(|e| e.is_lost()) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            result
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_inserted_again_while_its_stop_runs_is_started_once_that_is_done() {
+    use kinesis_dataflow::lease::layer::LayeredStore;
+    use kinesis_dataflow::{MultiSubscription, StreamSet};
+    let (memory, api, store) = setup(1, 3);
+    let losses = Arc::new(WorkerRowLosses::default());
+    let layered = Arc::new(LayeredStore::new(Arc::new(store.clone()), losses.clone()));
+    let streams = StreamSet::new([STREAM]);
+    let mut all = MultiSubscription::builder(api.clone(), layered, streams.clone())
+        .configure(|each| {
+            use kinesis_dataflow_test_support::timings::*;
+            each.owner("m")
+                .initial_position(KinesisPosition::horizon())
+                .read_settings(
+                    kinesis_dataflow::ReadSettings::default()
+                        .poll_interval(POLL_INTERVAL)
+                        .unlimited_reads(),
+                )
+                .list_interval(LIST_INTERVAL)
+                .lease_duration(LEASE_DURATION)
+                .checkpoint_interval(CHECKPOINT_INTERVAL)
+                .shutdown_timeout(LEASE_DURATION * 4)
+        })
+        .start()
+        .await
+        .unwrap();
+    // One delivery held: the removed stream's stop waits for it.
+    let held = loop {
+        match tokio::time::timeout(PATIENCE, all.next()).await {
+            Ok(Some(Ok(d))) => break d,
+            Ok(Some(Err(e))) => eprintln!("read error (retried): {e}"),
+            other => panic!("expected a delivery, got {other:?}"),
+        }
+    };
+    assert!(streams.remove(STREAM));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(streams.insert(STREAM));
+    let all_stop = all.shutdown_handle();
+    let reader = tokio::spawn(async move {
+        let mut payloads = Vec::new();
+        while let Some(item) = all.next().await {
+            if let Ok(d) = item {
+                payloads.push(payload(&d));
+                d.ack();
+            }
+        }
+        payloads
+    });
+    // The handler finishes a while later; the stop then completes.
+    tokio::time::sleep(kinesis_dataflow_test_support::timings::LEASE_DURATION * 2).await;
+    held.ack();
+    support::reading::write_tagged(&memory, STREAM, "after", 0, 5, 2);
+    eventually("the stream read again after its stop", || async {
+        rows(&store)
+            .await
+            .iter()
+            .any(|row| row.shard_id.starts_with("shardId-") && row.owner.as_deref() == Some("m"))
+    })
+    .await;
+    tokio::time::sleep(kinesis_dataflow_test_support::timings::LEASE_DURATION * 2).await;
+    tokio::time::timeout(PATIENCE, all_stop.shutdown())
+        .await
+        .expect("the stop ends");
+    let payloads = reader.await.unwrap();
+    assert!(
+        payloads.iter().filter(|p| p.starts_with("after:")).count() >= 5,
+        "the stream is read again: {payloads:?}"
+    );
+    assert_eq!(
+        losses.0.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no worker-row write answered lost: one subscription of the stream at a time writes it"
+    );
+}
