@@ -1,7 +1,7 @@
 // A consumer as a service team writes one with the dataflow core: JSON orders decoded, the
 // paid ones kept, handled in per-shard batches of up to 50 (or whatever a shard gathered in a
-// second), acknowledged through the ack sink, stopped gracefully on Ctrl-C. Errors are shown,
-// never dropped.
+// second), acknowledged through the ack sink, stopped gracefully on SIGINT (Ctrl-C) or SIGTERM
+// (what Kubernetes, ECS and systemd send). Errors are shown, never dropped.
 //
 // Configured by the standard AWS environment (region, credentials, endpoints), so it runs
 // against AWS, LocalStack, or kinesis-local + dynalite:
@@ -17,6 +17,7 @@
 //
 // No `//!` docs here: `tests/example_consumer.rs` runs the built binary.
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -32,10 +33,21 @@ struct Order {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), KinesisError> {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
+    // Errors as their messages, not as `Debug` dumps.
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), KinesisError> {
     let mut args = std::env::args().skip(1);
     let stream = args.next().unwrap_or_else(|| "orders".to_owned());
     let application = args.next().unwrap_or_else(|| "order-consumer".to_owned());
@@ -50,15 +62,10 @@ async fn main() -> Result<(), KinesisError> {
         subscription.shards()
     );
 
-    // Ctrl-C: stop reading; the pipeline finishes what it holds and the ack sink's close waits
-    // until a written checkpoint covers every acknowledged order.
-    let stop = subscription.shutdown_handle();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            println!("stopping");
-            stop.shutdown().await;
-        }
-    });
+    // SIGINT or SIGTERM: stop reading. The stream then ends once the stop is complete
+    // (what the pipeline holds settled, final checkpoints written, leases released), so when
+    // `forward` returns there is nothing left to do but exit.
+    subscription.shutdown_handle().stop_on_signal();
 
     let mut errors = 0u64;
     let mut handled = 0u64;

@@ -20,6 +20,7 @@
 // No `//!` docs here: `tests/metrics.rs` runs the built binary.
 
 use std::net::SocketAddr;
+use std::process::ExitCode;
 
 use futures::StreamExt;
 use kinesis_dataflow::{AwsKinesis, KinesisError, KinesisPosition, Publisher, Subscription};
@@ -27,10 +28,21 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use tracing::Instrument;
 
 #[tokio::main]
-async fn main() -> Result<(), KinesisError> {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
+    // Errors as their messages, not as `Debug` dumps.
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), KinesisError> {
     let mut args = std::env::args().skip(1);
     let stream = args.next().unwrap_or_else(|| "orders".to_owned());
     let application = args.next().unwrap_or_else(|| "billing".to_owned());
@@ -85,16 +97,8 @@ async fn main() -> Result<(), KinesisError> {
         subscription.shards()
     );
 
-    let stop = subscription.shutdown_handle();
-    tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM can be handled");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        stop.shutdown().await;
-    });
+    // SIGINT or SIGTERM: stop; the stream ends once the stop is complete.
+    subscription.shutdown_handle().stop_on_signal();
     let mut handled = 0u64;
     while let Some(item) = subscription.next().await {
         match item {
@@ -114,7 +118,6 @@ async fn main() -> Result<(), KinesisError> {
             Err(e) => eprintln!("read error: {e}"),
         }
     }
-    subscription.shutdown().await;
     println!("stopped after {handled} records");
     Ok(())
 }

@@ -11,10 +11,11 @@
 // ```
 //
 // Arguments: the source stream, the destination stream, and the application name that names
-// the lease table (default `relay`). Ctrl-C stops it gracefully.
+// the lease table (default `relay`). SIGINT (Ctrl-C) or SIGTERM stops it gracefully.
 //
 // No `//!` docs here: `tests/example_relay.rs` runs the built binary.
 
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -24,10 +25,21 @@ use kinesis_dataflow::{
 };
 
 #[tokio::main]
-async fn main() -> Result<(), KinesisError> {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
+    // Errors as their messages, not as `Debug` dumps.
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), KinesisError> {
     let mut args = std::env::args().skip(1);
     let (Some(source), Some(destination)) = (args.next(), args.next()) else {
         eprintln!("usage: relay <source stream> <destination stream> [application]");
@@ -46,12 +58,8 @@ async fn main() -> Result<(), KinesisError> {
     );
     println!("relaying {source} to {destination}");
 
-    let stop = subscription.shutdown_handle();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            stop.shutdown().await;
-        }
-    });
+    // SIGINT or SIGTERM: stop reading; the stream ends once the stop is complete.
+    subscription.shutdown_handle().stop_on_signal();
 
     let result = subscription
         .errors_to(|error| eprintln!("read error (retried): {error}"))
@@ -68,9 +76,8 @@ async fn main() -> Result<(), KinesisError> {
         // Batches into PutRecords; acks each delivery on A once B stored its copy.
         .forward(publisher.delivery_sink())
         .await;
-    match &result {
-        Ok(()) => println!("stopped"),
-        Err(e) => eprintln!("stopped: {e}"),
+    if result.is_ok() {
+        println!("stopped");
     }
     result
 }
