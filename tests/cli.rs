@@ -739,3 +739,35 @@ fn rfc3339(ms: u64) -> String {
         in_day % 1000
     )
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_credentials_and_unknown_options_are_said_once_and_clearly() {
+    // No credentials anywhere: the environment has none, no profile, no metadata service.
+    let empty_home = support::logs_dir().join("cli-no-credentials-home");
+    std::fs::create_dir_all(&empty_home).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kinesis-dataflow"))
+        .args(["status", "--table", "t", "--stream", "s"])
+        .env_clear()
+        .env("AWS_REGION", "us-east-1")
+        .env("HOME", &empty_home)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ENDPOINT_URL_DYNAMODB", support::dynamodb_endpoint())
+        .env("AWS_ENDPOINT_URL_KINESIS", support::kinesis_endpoint())
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .expect("the tool finishes")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no credentials found"), "{stderr}");
+    assert!(
+        !stderr.contains("IMDS"),
+        "no word of the metadata service: {stderr}"
+    );
+
+    let run = cli(&["reset", "--nope"]).await;
+    assert_eq!(run.code, 2, "{run:#?}");
+    assert_eq!(run.stderr.matches("--help").count(), 1, "{run:#?}");
+}

@@ -78,7 +78,8 @@ kinesis-dataflow reset: move an application's checkpoints on a stream
 Usage: kinesis-dataflow reset (--table <TABLE> | --application <NAME>) --stream <STREAM> --to <POSITION> [OPTIONS]
 
 Positions:
-  horizon                the oldest record each shard still holds (TRIM_HORIZON)
+  horizon                the oldest record each shard still holds (TRIM_HORIZON; also
+                         `earliest` and `trim_horizon`)
   latest                 now: only what arrives from now on (closed shards are finished)
   timestamp:<TIME>       the first record that arrived at or after TIME: RFC 3339
                          (2026-12-01T09:30:00Z, 2026-12-01T10:30:00.250+01:00) or milliseconds
@@ -338,9 +339,11 @@ fn split_flags(command: &'static str, rest: &[String]) -> Result<Given, Failure>
             } else {
                 format!("unexpected argument `{arg}` for `{command}` (options start with --)")
             };
-            return Err(usage(format!(
-                "{what}; see `kinesis-dataflow {command} --help`"
-            )));
+            return Err(Failure {
+                message: format!("{what}; see `kinesis-dataflow {command} --help`"),
+                code: 2,
+                names_help: true,
+            });
         };
         let value = match (takes_value, inline) {
             (true, Some(value)) => Some(value),
@@ -441,6 +444,23 @@ fn reset(given: &Given, now_ms: u64) -> Result<ResetArgs, Failure> {
     })
 }
 
+/// Milliseconds since the epoch below this are before 1973-03-03: a number that small is
+/// almost surely seconds typed by mistake (a reset there replays everything).
+const SECONDS_NOT_MILLISECONDS: u64 = 100_000_000_000;
+
+/// The refusal of a timestamp given in digits that reads as seconds rather than milliseconds.
+fn epoch_seconds_hint(value: &str, ms: u64) -> Option<String> {
+    let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+    (digits && ms < SECONDS_NOT_MILLISECONDS).then(|| {
+        format!(
+            "{value} milliseconds since the epoch is {}, which looks like seconds typed by \
+             mistake; the tool takes milliseconds: did you mean timestamp:{value}000? (or write \
+             RFC 3339, 2026-12-01T09:30:00Z)",
+            time::format(ms)
+        )
+    })
+}
+
 /// Parses `--to`'s value.
 pub fn position(text: &str, now_ms: u64) -> Result<Position, Failure> {
     let bad = |why: &str| {
@@ -450,7 +470,10 @@ pub fn position(text: &str, now_ms: u64) -> Result<Position, Failure> {
         ))
     };
     match text {
-        "horizon" | "trim_horizon" | "TRIM_HORIZON" => return Ok(Position::Horizon),
+        // `earliest` is what other clients call it.
+        "horizon" | "trim_horizon" | "TRIM_HORIZON" | "earliest" | "EARLIEST" => {
+            return Ok(Position::Horizon);
+        }
         "latest" | "LATEST" => return Ok(Position::Latest),
         _ => {}
     }
@@ -465,6 +488,9 @@ pub fn position(text: &str, now_ms: u64) -> Result<Position, Failure> {
                      (2026-12-01T09:30:00Z) or milliseconds since the Unix epoch"
                 ))
             })?;
+            if let Some(hint) = epoch_seconds_hint(value, ms) {
+                return Err(usage(format!("--to `{text}`: {hint}")));
+            }
             if ms > now_ms {
                 return Err(usage(format!(
                     "--to `{text}`: {} is in the future (now is {}); nothing has arrived there \
@@ -577,6 +603,25 @@ mod tests {
         ] {
             let err = parsed(line).unwrap_err();
             assert!(err.contains(needle), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn epoch_seconds_and_aliases_of_horizon() {
+        let err = position("timestamp:1796176860", NOW).unwrap_err();
+        assert_eq!(err.code, 2);
+        assert!(
+            err.message.contains("looks like seconds")
+                && err.message.contains("timestamp:1796176860000"),
+            "{}",
+            err.message
+        );
+        assert_eq!(
+            position("timestamp:1796176860000", 1_796_176_860_001).unwrap(),
+            Position::Timestamp(1_796_176_860_000)
+        );
+        for alias in ["earliest", "trim_horizon", "horizon"] {
+            assert_eq!(position(alias, NOW).unwrap(), Position::Horizon, "{alias}");
         }
     }
 

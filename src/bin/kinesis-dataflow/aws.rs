@@ -46,6 +46,7 @@ pub async fn connect(target: &Target) -> Result<Aws, Failure> {
             "no AWS region configured: set AWS_REGION (or a region in your AWS profile)".to_owned(),
         ));
     };
+    check_credentials(&config).await?;
     let store = DynamoLeaseStore::from_conf(&config, target.table.clone())
         .map_err(|e| Failure::usage(format!("--table: {e}")))?;
     store
@@ -57,6 +58,27 @@ pub async fn connect(target: &Target) -> Result<Aws, Failure> {
         store,
         region,
     })
+}
+
+/// Fails with exit status 2 when no credentials can be found, before any call: the SDK would
+/// otherwise try every source (the instance metadata service last) and print its own
+/// complaints about each.
+async fn check_credentials(config: &aws_config::SdkConfig) -> Result<(), Failure> {
+    use aws_sdk_dynamodb::config::ProvideCredentials;
+    let none = |why: String| {
+        Failure::usage(format!(
+            "no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
+             AWS_PROFILE, or run where a role provides them ({why})"
+        ))
+    };
+    let Some(provider) = config.credentials_provider() else {
+        return Err(none("no credentials provider configured".to_owned()));
+    };
+    provider
+        .provide_credentials()
+        .await
+        .map(drop)
+        .map_err(|e| none(e.to_string()))
 }
 
 fn table_error(table: &str, region: &str, error: &LeaseError) -> Failure {

@@ -24,22 +24,36 @@ pub struct Failure {
     pub message: String,
     /// The exit status.
     pub code: u8,
+    /// The message already says which `--help` to read.
+    pub names_help: bool,
 }
 
 impl Failure {
     /// Bad input (a flag, a name, a position): exit status 2.
     pub fn usage(message: String) -> Self {
-        Self { message, code: 2 }
+        Self {
+            message,
+            code: 2,
+            names_help: false,
+        }
     }
 
     /// A call failed: exit status 1.
     pub fn failed(message: String) -> Self {
-        Self { message, code: 1 }
+        Self {
+            message,
+            code: 1,
+            names_help: false,
+        }
     }
 
     /// Refused because live instances hold the leases: exit status 3.
     pub fn refused(message: String) -> Self {
-        Self { message, code: 3 }
+        Self {
+            message,
+            code: 3,
+            names_help: false,
+        }
     }
 }
 
@@ -61,7 +75,9 @@ fn main() -> ExitCode {
         Ok(command) => command,
         Err(failure) => {
             eprintln!("kinesis-dataflow: {}", failure.message);
-            eprintln!("see `kinesis-dataflow --help`");
+            if !failure.names_help {
+                eprintln!("see `kinesis-dataflow --help`");
+            }
             return ExitCode::from(failure.code);
         }
     };
