@@ -150,12 +150,11 @@ async fn an_ack_sink_waiting_on_a_shard_dropped_with_the_worker_row_fails_instea
     while held.len() < 5 {
         held.push(next(&mut sub).await);
     }
-    // Another instance declares this one gone (releases its worker row) and takes its shard.
+    // Another instance declares this one gone (releases its worker row): this one drops its
+    // shards at its next worker-row renewal, their leases being possibly another's now.
     for row in rows(&store).await {
         if row.shard_id == "worker:gone" {
             store.release(&row).await.unwrap();
-        } else if row.shard_id.starts_with("shardId-") {
-            store.take(&row, "other").await.unwrap();
         }
     }
     let dropped = "this instance's worker row was released or removed by another instance (it \
@@ -407,4 +406,33 @@ async fn a_stream_inserted_again_while_its_stop_runs_is_started_once_that_is_don
         0,
         "no worker-row write answered lost: one subscription of the stream at a time writes it"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_a_crash_says_that_it_started_and_whom_it_waits_for() {
+    support::events::record_events();
+    let (_memory, api, store) = setup(2, 4);
+    let crashed = builder(&api, &store, "crashed-x").start().await.unwrap();
+    crashed.abort();
+    let mut again = builder(&api, &store, "restarted-y").start().await.unwrap();
+    assert!(
+        !support::events::events(
+            "subscription started (shards held now; others follow as the instances balance)"
+        )
+        .is_empty(),
+        "the start is said at info"
+    );
+    eventually("the wait for the crashed instance is said", || async {
+        support::events::events_starting("waiting up to ")
+            .iter()
+            .any(|fields| fields.get("instance").map(String::as_str) == Some("crashed-x"))
+    })
+    .await;
+    // Then its shards are taken once its leases expire.
+    let mut read = 0;
+    while read < 4 {
+        next(&mut again).await.ack();
+        read += 1;
+    }
+    again.shutdown().await;
 }

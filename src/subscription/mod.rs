@@ -347,9 +347,13 @@ impl SubscriptionBuilder {
             stopping: stopping.clone(),
             deleted: deleted.clone(),
         };
+        let aborted = Arc::new(AtomicBool::new(false));
         let store: SharedLeaseStore = Arc::new(LayeredStore::new(
             self.store,
-            bounded::CallTimeout(config.call_timeout()),
+            bounded::CallTimeout {
+                limit: config.call_timeout(),
+                aborted: aborted.clone(),
+            },
         ));
         let coordinator = Coordinator::new(self.api, store, self.stream.clone(), config, links);
         let run = tracing::Instrument::instrument(coordinator.run(), span.clone());
@@ -379,6 +383,7 @@ impl SubscriptionBuilder {
             stream: self.stream,
             owner,
             deleted,
+            aborted,
         };
         // The shards the first listing took are announced already: hold them now, so
         // `shards()` lists them as soon as `start` returns.
@@ -464,6 +469,8 @@ pub struct Subscription {
     owner: String,
     /// Set when the stream was found deleted and the subscription ended for it.
     deleted: Arc<AtomicBool>,
+    /// Set by [`abort`](Self::abort): the lease store refuses every call from then on.
+    aborted: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Subscription {
@@ -557,6 +564,9 @@ impl Subscription {
     /// leases are taken over by other instances once they expire. Deliveries already handed out
     /// are redelivered from the last written checkpoint.
     pub fn abort(mut self) {
+        // First: whatever still runs a moment (the keepers, a job, the loop until it is
+        // cancelled, which the pumps dropped next would wake) writes nothing more.
+        self.aborted.store(true, Ordering::Release);
         if let Some(task) = self.task.take() {
             task.abort();
         }

@@ -53,9 +53,19 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
     }
 }
 
-/// Installs the recorder as the test binary's one global subscriber (the first call wins).
+/// Installs the recorder as the test binary's one global subscriber (the first call wins;
+/// a concurrent call waits until it is installed).
+///
+/// A callsite first hit while the subscriber is being installed (by a test running beside)
+/// would keep the interest of no subscriber at all, and its events would never be recorded:
+/// so the interest of every callsite is computed again once the recorder is in place.
 pub fn record_events() {
-    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Recorder));
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let _ =
+            tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Recorder));
+        tracing::callsite::rebuild_interest_cache();
+    });
 }
 
 /// The fields of every event logged with `message` so far, in order.
@@ -75,4 +85,15 @@ pub fn forget(message: &str, drop: impl Fn(&Fields) -> bool) {
         .lock()
         .unwrap()
         .retain(|(m, f)| m != message || !drop(f));
+}
+
+/// The fields of every event whose message starts with `prefix` so far, in order.
+pub fn events_starting(prefix: &str) -> Vec<Fields> {
+    EVENTS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, _)| m.starts_with(prefix))
+        .map(|(_, f)| f.clone())
+        .collect()
 }

@@ -10,7 +10,7 @@ use super::listing::{self, Listing, ListingFailure, NewRowRule};
 use super::opening::{StartContext, opening};
 use super::plan::{self, Holdings, WORKER_PREFIX};
 use super::take::{self, TakeOutcome};
-use super::{Command, Coordinator, Done, lineage, liveness, roster};
+use super::{Command, Coordinator, Done, lineage, liveness, roster, worker};
 use crate::error::KinesisError;
 use crate::lease::Lease;
 use crate::position::StartingPoint;
@@ -201,23 +201,31 @@ impl Coordinator {
         }
     }
 
-    /// Says once at info, per instance, when this one is `short` of its share because another
-    /// instance holds leases that have not expired: how long it may wait for them (should that
-    /// instance be gone, say after a crash, they are taken once they expire).
+    /// Says once at info, per instance, what this one waits for: leases another instance holds
+    /// that have not expired, while this instance is `short` of its share, or while that
+    /// instance has no worker row (it crashed before writing one, or withdrew it: its shards
+    /// are not shared until its leases expire). Says how long it may wait for them (should
+    /// that instance be gone, say after a crash, they are taken once they expire).
     fn say_waits(&mut self, rows: &BTreeMap<String, Lease>, short: usize, now: Instant) {
-        if short == 0 {
-            self.waiting_on.clear();
-            return;
-        }
         let lease_duration = self.config().lease_duration;
         let me = self.config().owner.clone();
         let waits = liveness::waiting_on(rows, &me, &self.liveness, now, lease_duration);
-        for (owner, (shards, left)) in waits {
+        let no_worker_row = |owner: &str| {
+            rows.get(&worker::worker_row_id(owner))
+                .is_none_or(|row| row.owner.is_none())
+        };
+        let waited: Vec<(String, usize, Duration)> = waits
+            .into_iter()
+            .filter(|(owner, _)| short > 0 || no_worker_row(owner))
+            .map(|(owner, (shards, left))| (owner, shards, left))
+            .collect();
+        self.waiting_on
+            .retain(|owner| waited.iter().any(|(o, _, _)| o == owner));
+        for (owner, shards, left) in waited {
             if self.waiting_on.insert(owner.clone()) {
                 tracing::info!(
                     instance = %owner,
                     shards,
-                    short,
                     "waiting up to {} s for instance {owner}'s leases (taken when they expire, \
                      should it be gone; handed over sooner if it is alive)",
                     left.as_secs_f64().ceil()
