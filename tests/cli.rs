@@ -418,14 +418,32 @@ async fn reset_with_force_while_running_makes_the_instance_read_again_from_the_h
     app.status_until("caught up", |s| caught_up(s, "instance-c"))
         .await;
 
-    let forced = app.run("reset", &["--to", "horizon", "--force"]).await.ok();
+    let began = std::time::Instant::now();
+    let lease = format!("{}", support::timings::LEASE_DURATION.as_secs_f64());
+    let forced = app
+        .run(
+            "reset",
+            &["--to", "horizon", "--force", "--lease-duration", &lease],
+        )
+        .await
+        .ok();
+    let reset_took = began.elapsed();
     assert!(
-        forced.stdout.contains("instance-c (live)") && forced.stdout.contains("reset 2 shards"),
+        forced.stdout.contains("instance-c (live)")
+            && forced.stdout.contains("reset 2 shards")
+            && forced
+                .stdout
+                .contains("holding the leases taken from instances"),
         "{forced:#?}"
     );
     // The running instance lost the leases, took them again and reads everything again: its
     // own checkpoint writes could not overwrite the reset.
     read_all(&mut sub, &expected, "the records again after the reset").await;
+    eprintln!(
+        "forced reset with {lease} s leases: the tool took {reset_took:?}, every record read \
+         again {:?} after it began",
+        began.elapsed()
+    );
     app.status_until("held and caught up again", |s| caught_up(s, "instance-c"))
         .await;
     sub.shutdown().await;
@@ -459,6 +477,21 @@ async fn a_reset_to_the_horizon_reads_a_split_stream_again_parents_first() {
                 })
         })
         .await;
+    // The parent alone while the children are held: refused (the instance would read the
+    // children on while the parent is read again), nothing written.
+    let refused = app
+        .run(
+            "reset",
+            &["--to", "horizon", "--shard", "shardId-000000000000"],
+        )
+        .await;
+    assert_eq!(refused.code, 2, "{refused:#?}");
+    assert!(
+        refused.stderr.contains("children")
+            && refused.stderr.contains("held by `instance-e`")
+            && refused.stderr.contains("shardId-000000000001"),
+        "{refused:#?}"
+    );
     sub.shutdown().await;
     let parent = &shards(&status)[0];
     assert_eq!(parent["shard_id"], "shardId-000000000000");

@@ -15,10 +15,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use kinesis_dataflow::api::SharedKinesis;
-use kinesis_dataflow::{KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription};
+use kinesis_dataflow::{KinesisPosition, MemoryKinesis, MemoryLeaseStore};
 use kinesis_dataflow_test_support::timings::{LEASE_DURATION, LIST_INTERVAL};
+use support::reading::{Log, Seen, log_until_end as run};
 use support::unknown::{Answer, Takes, Unknown, Write};
 use tokio::time::Instant;
 
@@ -26,32 +26,6 @@ const STREAM: &str = "uncertain";
 const RECORDS: usize = 240;
 /// A hang guard for each step.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-/// One delivery as its instance's loop saw it.
-#[derive(Debug, Clone)]
-struct Seen {
-    at: Instant,
-    instance: &'static str,
-    shard: String,
-    payload: String,
-}
-
-type Log = Arc<Mutex<Vec<Seen>>>;
-
-/// Reads `sub` until it ends, logging and acking each delivery as it is handed out.
-async fn run(mut sub: Subscription, instance: &'static str, log: Log) {
-    while let Some(item) = sub.next().await {
-        if let Ok(d) = item {
-            log.lock().unwrap().push(Seen {
-                at: Instant::now(),
-                instance,
-                shard: d.shard_id().to_owned(),
-                payload: String::from_utf8_lossy(d.data()).into_owned(),
-            });
-            d.ack();
-        }
-    }
-}
 
 /// How often a write of `kind` is answered badly: every one for the writes that happen a few
 /// times in a run, every third for the periodic ones (answering every renewal badly would be
@@ -289,11 +263,19 @@ async fn keeps_its_leases(kind: Write, answer: Answer) {
             .unwrap();
         tokio::time::sleep(LEASE_DURATION / 30).await;
     }
+    let what = format!("{kind:?} answered {answer:?}");
+    // Every record read (a hang guard, not a timing).
+    let all_read = tokio::time::timeout(PATIENCE, async {
+        while log.lock().unwrap().len() < 100 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(all_read.is_ok(), "{what}: records never read");
     tokio::time::timeout(PATIENCE, stop.shutdown())
         .await
         .expect("the stop ends");
     running.await.unwrap();
-    let what = format!("{kind:?} answered {answer:?}");
     assert!(
         layer.injected() >= 2,
         "{what}: the fault happened only {} times",

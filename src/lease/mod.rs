@@ -56,6 +56,10 @@ pub type LeaseFuture<'a, T> = BoxFuture<'a, Result<T, LeaseError>>;
 /// A shared handle to any lease store.
 pub type SharedLeaseStore = Arc<dyn LeaseStore>;
 
+/// The owner prefix the `kinesis-dataflow reset` tool writes leases as while it moves their
+/// checkpoints: a holder that finds its lease taken by such an owner says that a reset took it.
+pub const RESET_OWNER_PREFIX: &str = "kinesis-dataflow-reset-";
+
 /// One row of the lease table: one shard of one stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {

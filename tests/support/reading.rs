@@ -69,3 +69,34 @@ pub async fn read_until(
     }
     got
 }
+
+/// One delivery as an instance's loop saw it, when it was handed out.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// When the loop got it.
+    pub at: tokio::time::Instant,
+    /// Which instance.
+    pub instance: &'static str,
+    /// Its shard.
+    pub shard: String,
+    /// Its data, as text.
+    pub payload: String,
+}
+
+/// Deliveries of several instances, in the order their loops got them.
+pub type Log = std::sync::Arc<std::sync::Mutex<Vec<Seen>>>;
+
+/// Reads `sub` until it ends, noting each delivery in `log` as it is handed out and acking it.
+pub async fn log_until_end(mut sub: Subscription, instance: &'static str, log: Log) {
+    while let Some(item) = sub.next().await {
+        if let Ok(d) = item {
+            log.lock().unwrap().push(Seen {
+                at: tokio::time::Instant::now(),
+                instance,
+                shard: d.shard_id().to_owned(),
+                payload: String::from_utf8_lossy(d.data()).into_owned(),
+            });
+            d.ack();
+        }
+    }
+}

@@ -91,6 +91,9 @@ Options:
   --dry-run              print what would change and stop
   --force                take the leases from live instances (they stop reading those shards
                          and resume from the new positions)
+  --lease-duration <SECONDS>
+                         the application's lease duration (default 10, the library's): a
+                         lease taken from an instance is held two thirds of it before release
   --json                 print the plan (and what was done) as one JSON document
 
 It prints what changes first (per shard: from -> to). Without --force it refuses, writing
@@ -99,6 +102,10 @@ declared gone, or whose lease row was written within the last 60 s. Each lease i
 (fenced on its owner and counter like every write, so an instance's later checkpoint write
 fails and cannot overwrite the reset), then its checkpoint is written, then it is released;
 the instances take the leases again within about a second and read from the new positions.
+A lease taken from an instance (--force) is held two thirds of the lease duration first: the
+instance stops reading that shard within that time of losing it (at its next renewal, or when
+its lease would run out), so the shard never has two readers. A forced reset thus takes
+effect within two thirds of the lease duration plus about a second (7.7 s with the defaults).
 
 Every shard of the stream is reset by default, parents and children alike: at horizon or a
 timestamp the whole tree is read again, parents before children; a finished shard is read
@@ -165,6 +172,10 @@ pub struct ResetArgs {
     pub dry_run: bool,
     /// Take leases from live instances.
     pub force: bool,
+    /// The application's lease duration, in milliseconds: how long a lease taken from an
+    /// instance is held before it is released (two thirds of it), so that instance has
+    /// stopped reading before any other may take the shard.
+    pub lease_duration_ms: u64,
     /// JSON output.
     pub json: bool,
 }
@@ -211,6 +222,7 @@ fn flags_of(command: &str) -> &'static [(&'static str, bool)] {
             ("--shard", true),
             ("--dry-run", false),
             ("--force", false),
+            ("--lease-duration", true),
             ("--json", false),
         ],
         _ => &[],
@@ -434,10 +446,24 @@ fn reset(given: &Given, now_ms: u64) -> Result<ResetArgs, Failure> {
             shards.len()
         )));
     }
+    let lease_duration_ms = match given.one("--lease-duration")? {
+        None => 10_000,
+        Some(text) => text
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 3_600.0)
+            .map(|s| (s * 1000.0).round() as u64)
+            .ok_or_else(|| {
+                usage(format!(
+                    "--lease-duration `{text}` is not a number of seconds from 0.1 to 3600"
+                ))
+            })?,
+    };
     Ok(ResetArgs {
         target,
         to,
         shards,
+        lease_duration_ms,
         dry_run: given.has("--dry-run"),
         force: given.has("--force"),
         json: given.has("--json"),
@@ -562,6 +588,7 @@ mod tests {
                 shards: vec!["a".into()],
                 dry_run: true,
                 force: false,
+                lease_duration_ms: 10_000,
                 json: false,
             })
         );

@@ -6,7 +6,7 @@
 //! the leases, and move the roster row so running instances take them again at once.
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_kinesis::types::ShardIteratorType;
@@ -113,6 +113,9 @@ pub async fn run(args: &ResetArgs) -> Result<(), Failure> {
             }
         })
         .collect();
+    if let Some(message) = held_children(&changes, &shards, &by_id) {
+        return Err(Failure::usage(message));
+    }
     let notes = notes(args, &changes, &shards, &by_id);
     let live: Vec<&Change> = changes
         .iter()
@@ -153,7 +156,9 @@ pub async fn run(args: &ResetArgs) -> Result<(), Failure> {
         println!(
             "\nreset {} of stream `{stream}`. Running instances take the leases \
              again within about a second (the roster row was moved) and read from the new \
-             positions; stopped instances read from there when they start.",
+             positions (a forced reset, measured: 7.7 s after the take with 10 s leases, \
+             two thirds of the lease duration and a second); stopped instances read from \
+             there when they start.",
             output::count(to_change, "shard")
         );
     }
@@ -257,11 +262,13 @@ fn notes(
                 .map(|s| s.id.as_str())
                 .filter(|id| !reset.contains(id) && rows.contains_key(id))
                 .collect();
+            // Held children are refused before this (see `held_children`): these wait.
             if !children.is_empty() {
                 notes.push(format!(
-                    "{} is finished and is read again; its children {} are not reset: they wait \
-                     until it is read to its end again, then go on from their own checkpoints \
-                     (name them with --shard too, or leave --shard out, to read them again)",
+                    "{} is finished and is read again; its children {} are not reset: nobody \
+                     reads them now, so they wait until it is read to its end again, then go on \
+                     from their own checkpoints (name them with --shard too, or leave --shard \
+                     out, to read them again)",
                     change.shard.id,
                     children.join(", ")
                 ));
@@ -275,6 +282,42 @@ fn notes(
         );
     }
     notes
+}
+
+/// Refuses to read a finished parent again while one of its children, not reset with it, is
+/// held by an instance: that instance goes on reading the child while the parent is read
+/// again, so the keys' order across the split would break. Children nobody holds wait.
+fn held_children(
+    changes: &[Change],
+    shards: &[Shard],
+    rows: &BTreeMap<&str, &LeaseRow>,
+) -> Option<String> {
+    let reset: HashSet<&str> = changes.iter().map(|c| c.shard.id.as_str()).collect();
+    let mut refused = Vec::new();
+    for change in changes.iter().filter(|c| c.changed) {
+        if !change.row.lease.is_finished() || change.to == Checkpoint::ShardEnd {
+            continue;
+        }
+        for child in shards
+            .iter()
+            .filter(|s| s.parents.contains(&change.shard.id))
+        {
+            let holder = rows
+                .get(child.id.as_str())
+                .and_then(|row| row.lease.owner.as_deref());
+            if let (false, Some(holder)) = (reset.contains(child.id.as_str()), holder) {
+                refused.push(format!("{} (held by `{holder}`)", child.id));
+            }
+        }
+    }
+    (!refused.is_empty()).then(|| {
+        format!(
+            "reading a finished parent again while its children are read would break the order \
+             of their keys: the children {} are held and not reset; reset them too (name them \
+             with --shard, or leave --shard out), or stop the instances first",
+            refused.join(", ")
+        )
+    })
 }
 
 fn refusal(live: &[&Change], owners: &BTreeMap<String, workers::Worker>, now: u64) -> String {
@@ -417,14 +460,26 @@ async fn apply(aws: &Aws, args: &ResetArgs, changes: &[Change]) -> Result<(), Fa
     let store = &aws.store;
     let stream = &args.target.stream;
     let me = format!(
-        "kinesis-dataflow-reset-{}-{}",
+        "{}{}-{}",
+        kinesis_dataflow::lease::RESET_OWNER_PREFIX,
         std::process::id(),
         time::now_ms()
     );
     let mut held: Vec<(Lease, &Change)> = Vec::new();
+    // A lease taken from an instance is held until that instance's reader has stopped: its
+    // gate closes two thirds of the lease duration after its last renewal, which was sent
+    // before this take (or this take would have failed its condition).
+    let hold = Duration::from_millis(args.lease_duration_ms * 2 / 3);
+    let mut hold_until: Option<Instant> = None;
     for change in changes.iter().filter(|c| c.changed) {
+        let sent = Instant::now();
         match take(aws, stream, &change.row.lease, &me, args.force).await {
-            Ok(lease) => held.push((lease, change)),
+            Ok(lease) => {
+                if change.row.lease.owner.is_some() {
+                    hold_until = hold_until.max(Some(sent + hold));
+                }
+                held.push((lease, change));
+            }
             Err(failure) => {
                 let released = release_all(aws, held.into_iter().map(|(l, _)| l)).await;
                 let leases = match released {
@@ -470,6 +525,17 @@ async fn apply(aws: &Aws, args: &ResetArgs, changes: &[Change]) -> Result<(), Fa
                 to_release.push(lease);
             }
         }
+    }
+    if let Some(until) = hold_until {
+        let left = until.saturating_duration_since(Instant::now());
+        if !args.json && !left.is_zero() {
+            println!(
+                "holding the leases taken from instances for {:.1} s: they stop reading those \
+                 shards within two thirds of the lease duration, so no shard has two readers",
+                left.as_secs_f64()
+            );
+        }
+        tokio::time::sleep_until(until.into()).await;
     }
     let released = release_all(aws, to_release).await;
     bump_roster(store, stream, &me).await;

@@ -15,6 +15,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep, sleep_until};
 
+use super::outcome::ReadBack;
 use super::shared::{ReleaseTally, Shared};
 use crate::ack::ShardAcks;
 use crate::error::KinesisError;
@@ -102,6 +103,7 @@ impl Keeper {
             finished: false,
             expired: false,
             last_error: None,
+            taken_by: None,
             current_since: Instant::now(),
         };
         Self {
@@ -147,6 +149,8 @@ struct KeeperTask {
     expired: bool,
     /// The last failure of a write to the row.
     last_error: Option<LeaseError>,
+    /// Who holds the lease now, as read back after a write answered lost.
+    taken_by: Option<String>,
     /// Counts hand-backs and how long each took.
     leases: crate::telemetry::LeaseMetrics,
     /// The ledger's counts as last reported to the metrics.
@@ -172,7 +176,13 @@ impl Wrote {
 impl KeeperTask {
     async fn run(mut self, mut inbox: UnboundedReceiver<Order>) {
         let now = Instant::now();
-        let mut renew = interval_at(now + self.timing.renew_every, self.timing.renew_every);
+        // The first renewal is due a renewal interval after the last write that renewed the
+        // lease was sent (the take, or the recorded start), not after this task started: on
+        // a slow table the take, the first iterator and the recorded start take a while, and
+        // the gate closes two thirds of the lease duration after that write.
+        let first_renewal =
+            now.checked_sub(self.gate.since_renewed()).unwrap_or(now) + self.timing.renew_every;
+        let mut renew = interval_at(first_renewal, self.timing.renew_every);
         let mut checkpoint = interval_at(
             now + self.timing.checkpoint_every,
             self.timing.checkpoint_every,
@@ -316,7 +326,7 @@ impl KeeperTask {
                 Wrote::Yes
             }
             Err(e) if e.is_lost() => {
-                tracing::warn!(shard = %self.shard, "lease lost before the checkpoint was written; stopped reading");
+                self.say_lost("before the checkpoint was written");
                 Wrote::Lost
             }
             Err(e) => {
@@ -345,7 +355,7 @@ impl KeeperTask {
                 Wrote::Yes
             }
             Err(e) if e.is_lost() => {
-                tracing::warn!(shard = %self.shard, "lease lost to another instance; stopped reading");
+                self.say_lost("at its renewal");
                 Wrote::Lost
             }
             Err(e) => {
@@ -364,7 +374,7 @@ impl KeeperTask {
             return false;
         };
         match super::outcome::read_back(&self.store, &self.lease, &owner).await {
-            Some(row) => {
+            ReadBack::Ours(row) => {
                 tracing::info!(
                     shard = %self.shard,
                     "a lease write whose outcome was unknown had been applied; carrying on from \
@@ -373,7 +383,33 @@ impl KeeperTask {
                 self.lease = row;
                 true
             }
-            None => false,
+            ReadBack::Theirs(owner) => {
+                self.taken_by = owner;
+                false
+            }
+            ReadBack::Unknown => false,
+        }
+    }
+
+    /// Says who took the lease, as read back: a reset by the `kinesis-dataflow` tool, or
+    /// another instance.
+    fn say_lost(&self, when: &str) {
+        match self.taken_by.as_deref() {
+            Some(owner) if owner.starts_with(crate::lease::RESET_OWNER_PREFIX) => tracing::warn!(
+                shard = %self.shard,
+                by = owner,
+                "lease taken by a reset (`kinesis-dataflow reset --force`), found {when}; stopped \
+                 reading: the shard is read again from the reset position once the tool releases it"
+            ),
+            Some(owner) => tracing::warn!(
+                shard = %self.shard,
+                by = owner,
+                "lease lost to another instance, found {when}; stopped reading"
+            ),
+            None => tracing::warn!(
+                shard = %self.shard,
+                "lease lost (released or taken by another), found {when}; stopped reading"
+            ),
         }
     }
 

@@ -111,6 +111,7 @@ enum Done {
     Watched(Result<BTreeMap<String, Lease>, LeaseError>),
     Declared(Lease, Result<(), LeaseError>),
     RosterMoved,
+    Seek(Box<seek::Opened>),
 }
 
 /// Where the subscription stands with its start.
@@ -270,7 +271,7 @@ impl Coordinator {
                 Some(report) = self.reports.recv() => self.on_report(report),
                 Some(event) = self.events.recv() => self.on_pump_end(event),
                 Some(done) = self.jobs.next() => self.on_done(done),
-                Some(request) = self.seeks.recv() => self.on_seek(request).await,
+                Some(request) = self.seeks.recv() => self.on_seek(request),
                 _ = renew.tick() => self.keep_worker_row(),
                 _ = sleep_until(next_listing), if !self.listing => self.start_listing(),
                 _ = sleep_until(next_watch), if !self.watch.busy => self.start_watch(),
@@ -299,6 +300,7 @@ impl Coordinator {
             Done::Watched(read) => self.on_watched(read),
             Done::Declared(row, result) => self.on_declared(&row, result),
             Done::RosterMoved => self.on_roster_moved(),
+            Done::Seek(opened) => self.on_seek_opened(*opened),
         }
     }
 }

@@ -11,22 +11,42 @@
 
 use crate::lease::{Lease, LeaseError, SharedLeaseStore};
 
-/// Reads `lease`'s row again; `Some(row)` when it still names `owner`, so the write that
-/// answered lost (or failed) was preceded by one of `owner`'s own that landed.
-pub(crate) async fn read_back(
+/// What reading a row back found.
+#[derive(Debug)]
+pub(crate) enum ReadBack {
+    /// The row still names this instance: its earlier write landed; carry on from this row.
+    Ours(Lease),
+    /// The row names another owner (or none, or is gone): the lease is lost.
+    Theirs(Option<String>),
+    /// The row could not be read.
+    Unknown,
+}
+
+/// Reads `lease`'s row again, to settle a write that answered lost (or failed) for `owner`.
+pub(crate) async fn read_back(store: &SharedLeaseStore, lease: &Lease, owner: &str) -> ReadBack {
+    let ids = [lease.shard_id.clone()];
+    match store.get(&lease.stream, &ids).await {
+        Ok(rows) => match rows.into_iter().find(|row| row.shard_id == lease.shard_id) {
+            Some(row) if row.owner.as_deref() == Some(owner) => ReadBack::Ours(row),
+            Some(row) => ReadBack::Theirs(row.owner),
+            None => ReadBack::Theirs(None),
+        },
+        Err(e) => {
+            tracing::debug!(row = %lease.shard_id, error = %e, "could not read the row back after a write whose outcome is unknown");
+            ReadBack::Unknown
+        }
+    }
+}
+
+/// `Some(row)` when the row read back still names this instance (see [`read_back`]).
+pub(crate) async fn still_ours(
     store: &SharedLeaseStore,
     lease: &Lease,
     owner: &str,
 ) -> Option<Lease> {
-    let ids = [lease.shard_id.clone()];
-    match store.get(&lease.stream, &ids).await {
-        Ok(rows) => rows
-            .into_iter()
-            .find(|row| row.shard_id == lease.shard_id && row.owner.as_deref() == Some(owner)),
-        Err(e) => {
-            tracing::debug!(row = %lease.shard_id, error = %e, "could not read the row back after a write whose outcome is unknown");
-            None
-        }
+    match read_back(store, lease, owner).await {
+        ReadBack::Ours(row) => Some(row),
+        ReadBack::Theirs(_) | ReadBack::Unknown => None,
     }
 }
 

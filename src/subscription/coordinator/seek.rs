@@ -7,9 +7,9 @@ use std::time::SystemTime;
 use futures::future::join_all;
 use tokio::sync::oneshot;
 
-use super::Coordinator;
 use super::keeper::Order;
 use super::shared::Shared;
+use super::{Coordinator, Done};
 use crate::ack::ShardAcks;
 use crate::error::{KinesisError, Operation};
 use crate::position::{Checkpoint, KinesisPosition, StartingPoint};
@@ -17,10 +17,78 @@ use crate::shard::ShardStream;
 use crate::subscription::gate::LeaseGate;
 use crate::subscription::seeker::SeekRequest;
 
+/// A new reader of a held shard: the shard, where it starts, its ledger and its stream.
+type NewReader = (String, StartingPoint, Arc<ShardAcks>, ShardStream);
+
+/// The readers a seek opened (or why it could not), carried from the job back to the loop.
+pub(crate) struct Opened {
+    reply: oneshot::Sender<Result<(), KinesisError>>,
+    asked: SystemTime,
+    readers: Result<Vec<NewReader>, KinesisError>,
+}
+
+impl Opened {
+    /// Answers the seek with `error` instead of moving anything (the subscription stops).
+    pub(crate) fn refuse(self, error: KinesisError) {
+        let _ = self.reply.send(Err(error));
+    }
+}
+
 impl Coordinator {
-    pub(super) async fn on_seek(&mut self, request: SeekRequest) {
-        let result = self.seek(request.to).await;
-        let _ = request.reply.send(result);
+    /// Starts a seek: its new readers fetch their first iterators in a job beside the loop
+    /// (GetShardIterator may be slow, and renewals, reports and pump events must go on
+    /// meanwhile); [`on_seek_opened`](Self::on_seek_opened) moves the shards once they are.
+    pub(super) fn on_seek(&mut self, request: SeekRequest) {
+        let targets = match self.seek_targets(&request.to) {
+            Ok(targets) => targets,
+            Err(e) => {
+                let _ = request.reply.send(Err(e));
+                return;
+            }
+        };
+        let asked = SystemTime::now();
+        let shared = self.shared.clone();
+        self.jobs.push(Box::pin(async move {
+            let readers = join_all(
+                targets
+                    .into_iter()
+                    .map(|(shard, start)| open_at(shared.clone(), shard, start)),
+            )
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>();
+            Done::Seek(Box::new(Opened {
+                reply: request.reply,
+                asked,
+                readers,
+            }))
+        }));
+    }
+
+    /// Moves the shards a seek opened readers for, and answers the seek once where each new
+    /// reader begins is recorded (in a task of its own: the loop does not wait).
+    pub(super) fn on_seek_opened(&mut self, opened: Opened) {
+        let Opened {
+            reply,
+            asked,
+            readers,
+        } = opened;
+        match readers {
+            Ok(readers) => {
+                let recorded = self.move_readers(readers, asked);
+                tokio::spawn(async move {
+                    for (shard, answer) in recorded {
+                        if !answer.await.unwrap_or(false) {
+                            tracing::warn!(shard = %shard, "the seek's position could not be recorded; a takeover before the next checkpoint resumes from the previous one");
+                        }
+                    }
+                    let _ = reply.send(Ok(()));
+                });
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
     }
 
     /// The shards `to` moves: every held shard for a position of every shard (horizon,
@@ -54,29 +122,39 @@ impl Coordinator {
             .collect())
     }
 
-    /// Moves the shards `to` names. The new readers fetch their first iterators (side by
-    /// side) before anything moves, so a position the service refuses leaves every shard where
-    /// it was. Each moved shard starts a fresh ledger: deliveries handed out before the seek no
-    /// longer count towards its checkpoint, and what the old reader had buffered is dropped.
-    /// Where each new reader begins is recorded in the lease table before the seek returns,
-    /// so an instance that takes the shard over after a crash replays from there too.
-    async fn seek(&mut self, to: KinesisPosition) -> Result<(), KinesisError> {
-        let targets = self.seek_targets(&to)?;
-        let asked = SystemTime::now();
-        let opened = join_all(
-            targets
-                .into_iter()
-                .map(|(shard, start)| open_at(self.shared.clone(), shard, start)),
-        )
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
-        let mut recorded = Vec::with_capacity(opened.len());
-        for (shard, start, acks, reader) in opened {
+    /// Moves each shard to its new reader (opened, its first iterator fetched, so a position
+    /// the service refused left every shard where it was). Each moved shard starts a fresh
+    /// ledger: deliveries handed out before the seek no longer count towards its checkpoint,
+    /// and what the old reader had buffered is dropped. A shard no longer held, or whose
+    /// keeper has stopped (it finished meanwhile), is not moved: its new reader is dropped
+    /// unread. Returns, per moved shard, the answer to whether its new start was recorded.
+    fn move_readers(
+        &mut self,
+        readers: Vec<NewReader>,
+        asked: SystemTime,
+    ) -> Vec<(String, oneshot::Receiver<bool>)> {
+        let mut recorded = Vec::with_capacity(readers.len());
+        for (shard, start, acks, reader) in readers {
             // The shard may have been dropped while the readers opened (a lost lease).
             let Some(held) = self.held.get(&shard) else {
                 continue;
             };
+            let gate = Arc::new(LeaseGate::successor(&held.gate));
+            let begins = Checkpoint::Start(match &start {
+                StartingPoint::Latest => StartingPoint::since(asked),
+                other => other.clone(),
+            });
+            let (tell, answer) = oneshot::channel();
+            let ordered = held.keeper.order(Order::Moved {
+                acks: acks.clone(),
+                gate: gate.clone(),
+                begins,
+                recorded: tell,
+            });
+            if !ordered {
+                // The keeper ended (the shard finished and went back): nothing to move.
+                continue;
+            }
             held.gate.revoke();
             held.acks.retire();
             held.acks.close();
@@ -84,28 +162,11 @@ impl Coordinator {
                 stream: self.shared.stream.to_string(),
                 shard: shard.clone(),
             });
-            let gate = Arc::new(LeaseGate::successor(&held.gate));
-            let begins = Checkpoint::Start(match &start {
-                StartingPoint::Latest => StartingPoint::since(asked),
-                other => other.clone(),
-            });
-            let (tell, answer) = oneshot::channel();
-            held.keeper.order(Order::Moved {
-                acks: acks.clone(),
-                gate: gate.clone(),
-                begins,
-                recorded: tell,
-            });
             tracing::info!(shard = %shard, position = ?start, "subscription moved (seek)");
             self.replace_reader(&shard, acks, reader, gate);
             recorded.push((shard, answer));
         }
-        for (shard, answer) in recorded {
-            if !answer.await.unwrap_or(false) {
-                tracing::warn!(shard = %shard, "the seek's position could not be recorded; a takeover before the next checkpoint resumes from the previous one");
-            }
-        }
-        Ok(())
+        recorded
     }
 }
 
@@ -114,7 +175,7 @@ async fn open_at(
     shared: Arc<Shared>,
     shard: String,
     start: StartingPoint,
-) -> Result<(String, StartingPoint, Arc<ShardAcks>, ShardStream), KinesisError> {
+) -> Result<NewReader, KinesisError> {
     let _permit = shared.permits.acquire().await;
     let metrics = shared.shard_metrics(&shard);
     let span = shared.shard_span(&shard);

@@ -12,6 +12,7 @@ use tokio::time::{Instant, MissedTickBehavior, interval};
 
 use super::take::TakeOutcome;
 use super::{Command, Coordinator, Done, roster};
+use crate::error::KinesisError;
 
 /// Hand-backs under way at a stop: each ends with its shard's id.
 type HandBacks = FuturesUnordered<BoxFuture<'static, String>>;
@@ -94,6 +95,9 @@ impl Coordinator {
                 );
             }
             Done::Worker(done) => self.on_worker(done),
+            Done::Seek(opened) => opened.refuse(KinesisError::Stopped {
+                stream: self.shared.stream.to_string(),
+            }),
             _ => {}
         }
     }

@@ -48,7 +48,7 @@ pub(crate) async fn take(shared: Arc<Shared>, lease: Lease, opening: Opening) ->
         // write) took the lease when the row names this instance now (see `outcome`).
         Err(e) if super::outcome::maybe_applied(&e) => {
             let owner = shared.config.owner.as_str();
-            match super::outcome::read_back(&shared.store, &lease, owner).await {
+            match super::outcome::still_ours(&shared.store, &lease, owner).await {
                 Some(row) if row.counter > lease.counter => row,
                 _ if e.is_lost() => return TakeOutcome::Lost,
                 _ => return TakeOutcome::Failed(e),

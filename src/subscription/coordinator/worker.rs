@@ -151,7 +151,7 @@ async fn renew(shared: Arc<Shared>, row: Lease) -> WorkerDone {
         // A renewal whose answer was lost may have been applied: a row that still names this
         // instance was written by it, so it is renewed as it is (see `outcome`).
         let owner = shared.config.owner.as_str();
-        if let Some(current) = super::outcome::read_back(&shared.store, &row, owner).await {
+        if let Some(current) = super::outcome::still_ours(&shared.store, &row, owner).await {
             tracing::info!(
                 "a worker-row write whose outcome was unknown had been applied; renewing the row as written"
             );
