@@ -162,6 +162,9 @@ pub(crate) struct Coordinator {
     not_found: u32,
     /// The instances this one said it waits on (once each, until its share is full).
     waiting_on: HashSet<String>,
+    /// Each shard's starting sequence number at the last listing: the stream's generation,
+    /// which tells a deleted stream's rows from those of a stream created again in its name.
+    generation: HashMap<String, String>,
     /// Set (with [`SubscriptionConfig::end_when_deleted`]) once the stream is gone for good.
     deleted: Arc<std::sync::atomic::AtomicBool>,
     jobs: FuturesUnordered<BoxFuture<'static, Done>>,
@@ -242,6 +245,7 @@ impl Coordinator {
             replaceable: HashSet::new(),
             not_found: 0,
             waiting_on: HashSet::new(),
+            generation: HashMap::new(),
             deleted,
             jobs: FuturesUnordered::new(),
             events_tx,
@@ -282,7 +286,7 @@ impl Coordinator {
         }
         self.stop().await;
         if self.deleted.load(std::sync::atomic::Ordering::Acquire) {
-            rows::forget_stream(&self.shared).await;
+            rows::forget_stream(&self.shared, &self.generation).await;
         }
         // Only now does the subscription's stream end: a program that exits when its
         // pipeline ends has nothing left to write.

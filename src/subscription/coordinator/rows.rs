@@ -1,8 +1,11 @@
 //! The lease table rows that are not shards being read: this instance's worker row,
 //! and rows nobody needs any more.
 
+use std::collections::HashMap;
+
 use tokio::time::Instant;
 
+use super::plan::WORKER_PREFIX;
 use super::shared::Shared;
 use super::worker::{Held, WorkerDone};
 use super::{Coordinator, Done};
@@ -102,13 +105,42 @@ impl Coordinator {
     }
 }
 
-/// Removes every row of a deleted stream: its shards' rows, worker rows and roster row. Rows
-/// written meanwhile (another instance releasing what it held) are read again, a few times;
-/// whatever is left is removed by the other instances, which find the stream deleted too.
-pub(super) async fn forget_stream(shared: &Shared) {
+/// Which rows of a deleted stream to remove, given `generation` (each shard's starting
+/// sequence number at the last listing before the deletion):
+///
+/// * the shard rows of that generation (and rows from before rows recorded one); rows of
+///   another generation are the stream's created again in its name, and stay;
+/// * worker rows that nobody holds (instances declared gone); a held worker row is its
+///   owner's to delete when it stops (it finds the stream deleted too, or it reads the stream
+///   created again), so a deletion never removes a live instance's row;
+/// * the roster row, once no other worker row is left.
+pub(super) fn rows_to_forget(rows: Vec<Lease>, generation: &HashMap<String, String>) -> Vec<Lease> {
+    let is_worker = |row: &Lease| row.shard_id.starts_with(WORKER_PREFIX);
+    let is_roster = |row: &Lease| row.shard_id == WORKER_PREFIX;
+    let of_another = |row: &Lease| {
+        row.starting_sequence_number
+            .as_ref()
+            .is_some_and(|seq| generation.get(&row.shard_id) != Some(seq))
+    };
+    let workers_left = rows
+        .iter()
+        .any(|row| is_worker(row) && !is_roster(row) && row.owner.is_some());
+    rows.into_iter()
+        .filter(|row| match () {
+            () if is_roster(row) => !workers_left,
+            () if is_worker(row) => row.owner.is_none(),
+            () => !of_another(row),
+        })
+        .collect()
+}
+
+/// Removes the rows of a deleted stream (see [`rows_to_forget`]). Rows written meanwhile
+/// (another instance releasing what it held) are read again, a few times; whatever is left is
+/// removed by the other instances, which find the stream deleted too.
+pub(super) async fn forget_stream(shared: &Shared, generation: &HashMap<String, String>) {
     for _ in 0..3 {
         let rows = match shared.store.list(&shared.stream).await {
-            Ok(rows) => rows,
+            Ok(rows) => rows_to_forget(rows, generation),
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the deleted stream's lease rows to remove them");
                 return;
@@ -131,5 +163,49 @@ pub(super) async fn forget_stream(shared: &Shared) {
         if changed == 0 {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, start: Option<&str>) -> Lease {
+        let mut row = Lease::new("s", id, vec![]);
+        row.starting_sequence_number = start.map(str::to_owned);
+        row
+    }
+
+    fn ids(rows: Vec<Lease>) -> Vec<String> {
+        rows.into_iter().map(|r| r.shard_id).collect()
+    }
+
+    #[test]
+    fn a_deleted_streams_rows_go_but_a_recreated_streams_and_live_workers_stay() {
+        let generation: HashMap<String, String> = [("shard-0".to_owned(), "100".to_owned())].into();
+        let mut gone = row("worker:gone", None);
+        gone.owner = None;
+        let mut live = row("worker:live", None);
+        live.owner = Some("live".to_owned());
+        let old = vec![
+            row("shard-0", Some("100")),
+            row("shard-legacy", None),
+            gone,
+            row(WORKER_PREFIX, None),
+        ];
+        assert_eq!(
+            ids(rows_to_forget(old.clone(), &generation)),
+            vec!["shard-0", "shard-legacy", "worker:gone", WORKER_PREFIX]
+        );
+        // Created again meanwhile and read by a live instance: its shard rows, its worker row
+        // and the roster stay.
+        let mut both = old;
+        both.push(row("shard-1", Some("900")));
+        both[0] = row("shard-0", Some("900"));
+        both.push(live);
+        assert_eq!(
+            ids(rows_to_forget(both, &generation)),
+            vec!["shard-legacy", "worker:gone"]
+        );
     }
 }

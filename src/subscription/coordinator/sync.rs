@@ -116,6 +116,9 @@ impl Coordinator {
     pub(super) fn on_listing(&mut self, mut listing: Listing) {
         self.listing = false;
         self.not_found = 0;
+        self.generation = (listing.shards.iter())
+            .map(|s| (s.shard_id.clone(), s.starting_sequence_number.clone()))
+            .collect();
         if !listing.scanned {
             // The shards are as they were: the table is read at the next safety scan, or
             // when the roster row moves.

@@ -1,0 +1,191 @@
+//! A stream of a `MultiSubscription` deleted in Kinesis and created again in its name while
+//! the instance that found it deleted is still stopping, live on kinesis-local and dynalite:
+//! the rows of the deleted stream are removed, but not those another instance already wrote
+//! for the stream created again (its worker row: removing it would make that instance drop
+//! what it reads).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
+use kinesis_dataflow::lease::{LeaseFuture, SharedLeaseStore};
+use kinesis_dataflow::{
+    AwsKinesis, DynamoLeaseStore, KinesisPosition, MultiSubscription, ReadSettings, StreamSet,
+};
+
+/// A hang guard for each step.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Counts the rows held by `owner` that this view deleted.
+#[derive(Debug)]
+struct DeletesOf {
+    owner: &'static str,
+    count: AtomicU64,
+}
+
+impl LeaseLayer for DeletesOf {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        let theirs = matches!(call, LeaseCall::Delete { lease } if lease.owner.as_deref() == Some(self.owner));
+        Box::pin(async move {
+            let result = next.await;
+            if theirs && result.is_ok() {
+                self.count.fetch_add(1, Ordering::SeqCst);
+            }
+            result
+        })
+    }
+}
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let ok = tokio::time::timeout(PATIENCE, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(ok.is_ok(), "never happened: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
+    support::events::record_events();
+    let client = support::kinesis_client();
+    let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
+    let stream = support::unique_name("again");
+    support::create_stream(&client, &stream, 1).await;
+    let table: SharedLeaseStore = Arc::new(
+        DynamoLeaseStore::new(
+            support::dynamodb_client(),
+            support::unique_name("again-leases"),
+        )
+        .unwrap(),
+    );
+    let deletes = Arc::new(DeletesOf {
+        owner: "b",
+        count: AtomicU64::new(0),
+    });
+    let a_store: SharedLeaseStore = Arc::new(LayeredStore::new(table.clone(), deletes.clone()));
+    let fast = |each: kinesis_dataflow::SubscriptionBuilder| {
+        each.initial_position(KinesisPosition::horizon())
+            .read_settings(
+                ReadSettings::default()
+                    .poll_interval(Duration::from_millis(100))
+                    .unlimited_reads(),
+            )
+            .list_interval(Duration::from_millis(300))
+            .lease_duration(Duration::from_secs(2))
+            .checkpoint_interval(Duration::from_millis(100))
+    };
+    let mut a = MultiSubscription::builder(api.clone(), a_store, StreamSet::new([stream.clone()]))
+        .configure(|each| fast(each).owner("a").shutdown_timeout(PATIENCE))
+        .start()
+        .await
+        .unwrap();
+    client
+        .put_record()
+        .stream_name(&stream)
+        .partition_key("key")
+        .data(aws_sdk_kinesis::primitives::Blob::new("first"))
+        .send()
+        .await
+        .unwrap();
+    // Held: once A finds the stream deleted, its stop waits for this delivery.
+    let held = loop {
+        match tokio::time::timeout(PATIENCE, a.next()).await {
+            Ok(Some(Ok(d))) => break d,
+            Ok(Some(Err(e))) => eprintln!("read error (retried): {e}"),
+            other => panic!("expected a delivery, got {other:?}"),
+        }
+    };
+    let stop_a = a.shutdown_handle();
+    let reading = tokio::spawn(async move {
+        while let Some(item) = a.next().await {
+            if let Ok(d) = item {
+                d.ack();
+            }
+        }
+    });
+
+    client
+        .delete_stream()
+        .stream_name(&stream)
+        .send()
+        .await
+        .unwrap();
+    eventually("A finds the stream deleted", async || {
+        !support::events::events(
+            "the stream was deleted: its readers stop and its lease rows are removed",
+        )
+        .is_empty()
+    })
+    .await;
+    // Created again, and read by another instance, while A's stop waits.
+    support::create_stream(&client, &stream, 1).await;
+    let b = support::reading::fast(&api, table.clone(), &stream, "b")
+        .initial_position(KinesisPosition::horizon())
+        .start()
+        .await
+        .unwrap();
+    // B's worker row (and the roster row it moved) are the stream created again's.
+    let b_rows = table.list(&stream).await.unwrap();
+    assert!(
+        b_rows
+            .iter()
+            .any(|r| r.shard_id == "worker:b" && r.owner.as_deref() == Some("b")),
+        "B's worker row is there: {b_rows:?}"
+    );
+
+    held.ack();
+    eventually("A removes the deleted stream's rows", async || {
+        !support::events::events("removed the deleted stream's lease rows").is_empty()
+    })
+    .await;
+    assert_eq!(
+        deletes.count.load(Ordering::SeqCst),
+        0,
+        "no row of the stream created again (held by B) was removed"
+    );
+    // B reads the stream created again.
+    client
+        .put_record()
+        .stream_name(&stream)
+        .partition_key("key")
+        .data(aws_sdk_kinesis::primitives::Blob::new("second"))
+        .send()
+        .await
+        .unwrap();
+    let mut b = b;
+    let read = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match b.next().await {
+                Some(Ok(d)) if &d.data()[..] == b"second" => {
+                    d.ack();
+                    break;
+                }
+                Some(Ok(d)) => {
+                    d.ack();
+                }
+                Some(Err(e)) => eprintln!("read error (retried): {e}"),
+                None => panic!("B's stream ended"),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "B reads the stream created again");
+    tokio::time::timeout(PATIENCE, stop_a.shutdown())
+        .await
+        .expect("A stops");
+    reading.await.unwrap();
+    tokio::time::timeout(PATIENCE, b.shutdown())
+        .await
+        .expect("B stops");
+}
