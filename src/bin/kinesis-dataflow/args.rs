@@ -105,7 +105,8 @@ the instances take the leases again within about a second and read from the new 
 A lease taken from an instance (--force) is held two thirds of the lease duration first: the
 instance stops reading that shard within that time of losing it (at its next renewal, or when
 its lease would run out), so the shard never has two readers. A forced reset thus takes
-effect within two thirds of the lease duration plus about a second (7.7 s with the defaults).
+effect within two thirds of the lease duration plus about a second (measured with the
+defaults: the first record read again 7.8 s after the reset began).
 
 Every shard of the stream is reset by default, parents and children alike: at horizon or a
 timestamp the whole tree is read again, parents before children; a finished shard is read

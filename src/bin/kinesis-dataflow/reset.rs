@@ -156,9 +156,9 @@ pub async fn run(args: &ResetArgs) -> Result<(), Failure> {
         println!(
             "\nreset {} of stream `{stream}`. Running instances take the leases \
              again within about a second (the roster row was moved) and read from the new \
-             positions (a forced reset, measured: 7.7 s after the take with 10 s leases, \
-             two thirds of the lease duration and a second); stopped instances read from \
-             there when they start.",
+             positions: after a forced reset, within two thirds of the lease duration and a \
+             second of its start (measured with 10 s leases: 7.8 s). Stopped instances read \
+             from there when they start.",
             output::count(to_change, "shard")
         );
     }
