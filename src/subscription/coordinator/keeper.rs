@@ -197,7 +197,17 @@ impl KeeperTask {
                 order = inbox.recv() => self.on_order(order).await,
                 _ = renew.tick() => {
                     self.report_ledger();
-                    self.renew().await.is_lost() && self.lost()
+                    match self.renew().await {
+                        Wrote::Lost => self.lost(),
+                        // Tried again after half an interval, not a whole one: the gate closes
+                        // two renewal intervals after the last success, so a single failure must
+                        // not leave the next try at that very moment.
+                        Wrote::Failed => {
+                            renew.reset_after(self.timing.renew_every / 2);
+                            false
+                        }
+                        Wrote::Yes => false,
+                    }
                 }
                 _ = sleep_until(deadline), if !self.expired => self.check_expiry(),
                 // Written at once, then (should that fail) at each checkpoint interval.

@@ -52,7 +52,31 @@ impl Coordinator {
             WorkerDone::Deleted => self.shared.worker_gate.unbind(),
             WorkerDone::Lost | WorkerDone::Failed(_) => {}
         }
+        let failed = matches!(done, WorkerDone::Failed(_));
         self.worker.done(&done, give_up_after);
+        if failed {
+            self.retry_worker_row();
+        }
+    }
+
+    /// Tries the worker row again after half a renewal interval, not a whole one: every
+    /// reader's gate closes two renewal intervals after the last success, so a single failed
+    /// renewal must not leave the next try at that very moment.
+    fn retry_worker_row(&mut self) {
+        if !self.worker.holds() {
+            // Given up on (or gone): the next renewal tick makes the row anew, if it should.
+            return;
+        }
+        let can_work = self
+            .health
+            .can_work(self.shared.probe.count(), Instant::now());
+        let wait = self.config().renew_interval() / 2;
+        if let Some(job) = self.worker.next_job(self.shared.clone(), can_work) {
+            self.jobs.push(Box::pin(async move {
+                tokio::time::sleep(wait).await;
+                Done::Worker(job.await)
+            }));
+        }
     }
 
     /// Stops reading every held shard without writing anything: their leases may be
