@@ -326,16 +326,6 @@ async fn rows_of(store: &SharedLeaseStore, stream: &str) -> Vec<kinesis_dataflow
     store.list(stream).await.unwrap()
 }
 
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let ok = tokio::time::timeout(Duration::from_secs(30), async {
-        while !check().await {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    assert!(ok.is_ok(), "{what}: not within 30 s");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_inserted_removed_and_deleted_while_running() {
     support::init_tracing();
@@ -372,17 +362,21 @@ async fn streams_inserted_removed_and_deleted_while_running() {
 
     // Removed: its leases are released and its rows (checkpoints) kept.
     assert!(streams.remove(&a));
-    eventually("the removed stream's leases released", async || {
-        let rows = rows_of(&store, &a).await;
-        let shards: Vec<_> = rows
-            .iter()
-            .filter(|l| !l.shard_id.starts_with("worker:"))
-            .collect();
-        !shards.is_empty()
-            && shards
+    support::eventually(
+        "the removed stream's leases released",
+        Duration::from_secs(30),
+        async || {
+            let rows = rows_of(&store, &a).await;
+            let shards: Vec<_> = rows
                 .iter()
-                .all(|l| l.owner.is_none() && l.checkpoint.is_some())
-    })
+                .filter(|l| !l.shard_id.starts_with("worker:"))
+                .collect();
+            !shards.is_empty()
+                && shards
+                    .iter()
+                    .all(|l| l.owner.is_none() && l.checkpoint.is_some())
+        },
+    )
     .await;
     write_round(&api, &a, 1).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -397,20 +391,26 @@ async fn streams_inserted_removed_and_deleted_while_running() {
     // Deleted in Kinesis: its readers stop and its rows are removed.
     assert!(!rows_of(&store, &b).await.is_empty());
     client.delete_stream().stream_name(&b).send().await.unwrap();
-    eventually("the deleted stream's rows removed", async || {
-        rows_of(&store, &b).await.is_empty()
-    })
+    support::eventually(
+        "the deleted stream's rows removed",
+        Duration::from_secs(30),
+        async || rows_of(&store, &b).await.is_empty(),
+    )
     .await;
 
     // Inserted before it exists: reported once by name, read once created.
     assert!(streams.insert(c.clone()));
-    eventually("a missing stream reported", async || {
-        errors
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|e| e.stream.contains(c.as_str()))
-    })
+    support::eventually(
+        "a missing stream reported",
+        Duration::from_secs(30),
+        async || {
+            errors
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|e| e.stream.contains(c.as_str()))
+        },
+    )
     .await;
     support::create_stream(&client, &c, 1).await;
     write_round(&api, &c, 0).await;

@@ -67,21 +67,6 @@ async fn left_behind(store: &MemoryLeaseStore, owner: &str) -> Vec<String> {
         .collect()
 }
 
-/// Waits until `check` holds, or panics naming `what`.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let waited = tokio::time::timeout(PATIENCE, async {
-        while !check().await {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "never happened: {what}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stream_ends_only_once_the_stop_is_complete() {
     let (_memory, api, store) = setup(2, 12);
@@ -160,7 +145,7 @@ async fn an_ack_sink_waiting_on_a_shard_dropped_with_the_worker_row_fails_instea
     let dropped = "this instance's worker row was released or removed by another instance (it \
                    was not renewed for the lease duration): its shards may be another's now and \
                    are dropped; their unsettled records are read again";
-    eventually("the instance drops its shards", || async {
+    support::eventually("the instance drops its shards", PATIENCE, async || {
         !support::events::events(dropped).is_empty()
     })
     .await;
@@ -255,7 +240,7 @@ async fn slow_handlers_at_a_stop_are_not_delivered_again_by_the_instance_that_st
     let b_done: Finished = Arc::default();
     let b_run = tokio::spawn(run_handlers(b, Duration::ZERO, b_done.clone()));
     // Both hold a shard before anything is written.
-    eventually("each instance holds one shard", || async {
+    support::eventually("each instance holds one shard", PATIENCE, async || {
         let owners: BTreeSet<Option<String>> = rows(&store)
             .await
             .into_iter()
@@ -282,7 +267,7 @@ async fn slow_handlers_at_a_stop_are_not_delivered_again_by_the_instance_that_st
         !finished_by_a.is_empty(),
         "A's handlers finished records during its stop"
     );
-    eventually("B reads every record", || async {
+    support::eventually("B reads every record", PATIENCE, async || {
         let seen: BTreeSet<String> = (a_done.lock().unwrap().iter())
             .chain(b_done.lock().unwrap().iter())
             .cloned()
@@ -385,12 +370,15 @@ async fn a_stream_inserted_again_while_its_stop_runs_is_started_once_that_is_don
     tokio::time::sleep(kinesis_dataflow_test_support::timings::LEASE_DURATION * 2).await;
     held.ack();
     support::reading::write_tagged(&memory, STREAM, "after", 0, 5, 2);
-    eventually("the stream read again after its stop", || async {
-        rows(&store)
-            .await
-            .iter()
-            .any(|row| row.shard_id.starts_with("shardId-") && row.owner.as_deref() == Some("m"))
-    })
+    support::eventually(
+        "the stream read again after its stop",
+        PATIENCE,
+        async || {
+            rows(&store).await.iter().any(|row| {
+                row.shard_id.starts_with("shardId-") && row.owner.as_deref() == Some("m")
+            })
+        },
+    )
     .await;
     tokio::time::sleep(kinesis_dataflow_test_support::timings::LEASE_DURATION * 2).await;
     tokio::time::timeout(PATIENCE, all_stop.shutdown())
@@ -422,11 +410,15 @@ async fn a_restart_after_a_crash_says_that_it_started_and_whom_it_waits_for() {
         .is_empty(),
         "the start is said at info"
     );
-    eventually("the wait for the crashed instance is said", || async {
-        support::events::events_starting("waiting up to ")
-            .iter()
-            .any(|fields| fields.get("instance").map(String::as_str) == Some("crashed-x"))
-    })
+    support::eventually(
+        "the wait for the crashed instance is said",
+        PATIENCE,
+        async || {
+            support::events::events_starting("waiting up to ")
+                .iter()
+                .any(|fields| fields.get("instance").map(String::as_str) == Some("crashed-x"))
+        },
+    )
     .await;
     // Then its shards are taken once its leases expire.
     let mut read = 0;

@@ -45,16 +45,6 @@ impl LeaseLayer for DeletesOf {
     }
 }
 
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let ok = tokio::time::timeout(PATIENCE, async {
-        while !check().await {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    assert!(ok.is_ok(), "never happened: {what}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
     support::events::record_events();
@@ -121,7 +111,7 @@ async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
         .send()
         .await
         .unwrap();
-    eventually("A finds the stream deleted", async || {
+    support::eventually("A finds the stream deleted", PATIENCE, async || {
         !support::events::events(
             "the stream was deleted: its readers stop and its lease rows are removed",
         )
@@ -145,9 +135,11 @@ async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
     );
 
     held.ack();
-    eventually("A removes the deleted stream's rows", async || {
-        !support::events::events("removed the deleted stream's lease rows").is_empty()
-    })
+    support::eventually(
+        "A removes the deleted stream's rows",
+        PATIENCE,
+        async || !support::events::events("removed the deleted stream's lease rows").is_empty(),
+    )
     .await;
     assert_eq!(
         deletes.count.load(Ordering::SeqCst),

@@ -69,4 +69,4 @@ pub use streams::{
 };
 pub use timings::fast;
 pub use trace::init_tracing;
-pub use wait::wait_for;
+pub use wait::{eventually, wait_for};

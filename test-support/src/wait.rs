@@ -23,6 +23,21 @@ pub async fn wait_for(
     Ok(())
 }
 
+/// Polls the asynchronous `check` (a read of a table, say) every 50 ms until it holds.
+///
+/// # Panics
+///
+/// Naming `what`, once `patience` has passed without it.
+pub async fn eventually(what: &str, patience: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let held = tokio::time::timeout(patience, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(held.is_ok(), "never happened within {patience:?}: {what}");
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
