@@ -328,18 +328,10 @@ async fn a_stream_inserted_again_while_its_stop_runs_is_started_once_that_is_don
     let streams = StreamSet::new([STREAM]);
     let mut all = MultiSubscription::builder(api.clone(), layered, streams.clone())
         .configure(|each| {
-            use kinesis_dataflow_test_support::timings::*;
-            each.owner("m")
+            support::timings::with_fast_timings(each)
+                .owner("m")
                 .initial_position(KinesisPosition::horizon())
-                .read_settings(
-                    kinesis_dataflow::ReadSettings::default()
-                        .poll_interval(POLL_INTERVAL)
-                        .unlimited_reads(),
-                )
-                .list_interval(LIST_INTERVAL)
-                .lease_duration(LEASE_DURATION)
-                .checkpoint_interval(CHECKPOINT_INTERVAL)
-                .shutdown_timeout(LEASE_DURATION * 4)
+                .shutdown_timeout(kinesis_dataflow_test_support::timings::LEASE_DURATION * 4)
         })
         .start()
         .await

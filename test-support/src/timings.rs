@@ -25,8 +25,13 @@ pub fn fast(
     stream: &str,
     owner: &str,
 ) -> SubscriptionBuilder {
-    Subscription::builder(api.clone(), store, stream)
-        .owner(owner)
+    with_fast_timings(Subscription::builder(api.clone(), store, stream)).owner(owner)
+}
+
+/// `builder` with the fast timings of [`fast`] (for a builder made elsewhere, such as each
+/// stream's of a `MultiSubscription`).
+pub fn with_fast_timings(builder: SubscriptionBuilder) -> SubscriptionBuilder {
+    builder
         .read_settings(
             ReadSettings::default()
                 .poll_interval(POLL_INTERVAL)
