@@ -47,6 +47,7 @@ pub mod api;
 #[cfg(feature = "broker")]
 pub mod broker;
 pub mod error;
+mod jitter;
 pub mod kpl;
 pub mod lease;
 pub mod position;

@@ -19,7 +19,10 @@
 //!    none of its records is missed.
 //! 4. Otherwise the shard opens at LATEST.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::record::cmp_sequence;
 
 /// How far this host's clock may run ahead of the service's before a position recorded from
 /// it ([`StartingPoint::since`]) could skip a record.
@@ -307,6 +310,54 @@ pub(crate) fn starting_point(
         Some(Checkpoint::Start(point)) => Some(point.clone()),
         None if origin == ShardOrigin::Child => Some(StartingPoint::TrimHorizon),
         None => Some(StartingPoint::Latest),
+    }
+}
+
+/// The highest sequence number of a shard that is settled (checkpointed), shared between
+/// whoever settles records and the shard's reader.
+///
+/// The reader consults it only when its iterator expired: the new iterator then opens right
+/// after this record. The acknowledgement layer advances it; a reader without one falls back
+/// to the first record it read.
+#[derive(Debug, Clone, Default)]
+pub struct SettledPosition(Arc<Mutex<Option<String>>>);
+
+impl SettledPosition {
+    /// A position with nothing settled yet.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A position that starts at a stored checkpoint.
+    #[must_use]
+    pub fn at(sequence_number: impl Into<String>) -> Self {
+        Self(Arc::new(Mutex::new(Some(sequence_number.into()))))
+    }
+
+    /// Records that every record up to and including `sequence_number` is settled. A
+    /// sequence number lower than the current one is ignored: the position never moves back.
+    pub fn advance(&self, sequence_number: &str) {
+        let mut current = self.lock();
+        let newer = current
+            .as_deref()
+            .is_none_or(|c| cmp_sequence(sequence_number, c).is_gt());
+        if newer {
+            *current = Some(sequence_number.to_owned());
+        }
+    }
+
+    /// The highest settled sequence number, if any.
+    #[must_use]
+    pub fn get(&self) -> Option<String> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        // A poisoned lock still holds a valid sequence number.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

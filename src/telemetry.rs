@@ -10,7 +10,30 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::ack::AckCounts;
+/// Counts of settlements on one shard, for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct AckCounts {
+    /// Deliveries acknowledged.
+    pub(crate) acked: u64,
+    /// Deliveries skipped.
+    pub(crate) skipped: u64,
+    /// Deliveries dropped without settlement.
+    pub(crate) dropped: u64,
+    /// Deliveries abandoned (dropped while panicking, or after the shard was closed).
+    pub(crate) abandoned: u64,
+    /// Records written to the dead-letter destination.
+    pub(crate) dead_lettered: u64,
+    /// Deliveries handed out and not settled yet.
+    pub(crate) in_flight: u64,
+    /// Deliveries sent back for redelivery.
+    pub(crate) retried: u64,
+    /// Deliveries taken back because they were not settled within the deadline.
+    pub(crate) timed_out: u64,
+    /// Records handed out for the first time.
+    pub(crate) delivered: u64,
+    /// Their payload bytes.
+    pub(crate) delivered_bytes: u64,
+}
 
 /// Label value of `application` when none was set.
 pub(crate) const DEFAULT_APPLICATION: &str = "kinesis-dataflow";

@@ -68,10 +68,11 @@ mod ext;
 mod sink;
 pub(crate) mod tracker;
 
+pub(crate) use crate::telemetry::AckCounts;
 pub(crate) use dead_letter::write_until_stored;
 pub use dead_letter::{DeadLetter, DeadLetters, DeadLettersFn, ENVELOPE_FORMAT, dead_letters_fn};
 pub use delivery::{AckToken, DedupeKey, Delivery};
 pub use ext::{BatchesByShard, DeliveryStreamExt, ErrorsTo, FilterMapOrSkip, FilterOrSkip};
 pub use sink::{AckSink, Receipts, Settle};
 pub use tracker::Settlement;
-pub(crate) use tracker::{AckCounts, AckPolicy, ShardAcks};
+pub(crate) use tracker::{AckPolicy, ShardAcks};

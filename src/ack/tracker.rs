@@ -4,7 +4,7 @@
 //! The checkpoint candidate is the last record of the contiguous settled prefix, so it never
 //! passes a record that is still in flight.
 
-use crate::telemetry::ShardMetrics;
+use crate::telemetry::{AckCounts, ShardMetrics};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
@@ -12,9 +12,8 @@ use std::task::Waker;
 use tokio::sync::Notify;
 use tokio::time::{Duration, Instant};
 
-use crate::position::Checkpoint;
+use crate::position::{Checkpoint, SettledPosition};
 use crate::record::Record;
-use crate::shard::SettledPosition;
 
 use super::durability::Durability;
 
@@ -219,31 +218,6 @@ pub(crate) struct ShardAcks {
     metrics: ShardMetrics,
     /// The span of the shard's reader, for the work on its records.
     span: tracing::Span,
-}
-
-/// Counts of settlements on one shard, for logs and tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct AckCounts {
-    /// Deliveries acknowledged.
-    pub(crate) acked: u64,
-    /// Deliveries skipped.
-    pub(crate) skipped: u64,
-    /// Deliveries dropped without settlement.
-    pub(crate) dropped: u64,
-    /// Deliveries abandoned (dropped while panicking, or after the shard was closed).
-    pub(crate) abandoned: u64,
-    /// Records written to the dead-letter destination.
-    pub(crate) dead_lettered: u64,
-    /// Deliveries handed out and not settled yet.
-    pub(crate) in_flight: u64,
-    /// Deliveries sent back for redelivery.
-    pub(crate) retried: u64,
-    /// Deliveries taken back because they were not settled within the deadline.
-    pub(crate) timed_out: u64,
-    /// Records handed out for the first time.
-    pub(crate) delivered: u64,
-    /// Their payload bytes.
-    pub(crate) delivered_bytes: u64,
 }
 
 impl ShardAcks {

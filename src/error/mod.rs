@@ -9,13 +9,17 @@
 //! error of its publishers, subscribers and seekers alike, and the spec names `KinesisError`
 //! as that error: one type keeps `?` working across the core and the face.
 
+mod lease;
 mod operation;
+mod publish_failure;
 
+pub use lease::LeaseError;
 pub(crate) use operation::brief;
 pub use operation::{ErrorSource, Operation};
+pub(crate) use publish_failure::FirstOfKey;
+pub use publish_failure::{EntryError, FailedRecord, PublishFailure};
 
-use crate::publish::failure::PublishFailure;
-use crate::publish::record::quote_key;
+use crate::record::quote_key;
 
 /// Everything that can go wrong while reading from or writing to Kinesis.
 ///
@@ -225,9 +229,9 @@ pub enum KinesisError {
         source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
     },
 
-    /// The lease table answered with an error (see [`LeaseError`](crate::lease::LeaseError)).
+    /// The lease table answered with an error (see [`LeaseError`]).
     #[error("lease store: {0}")]
-    LeaseStore(#[from] crate::lease::LeaseError),
+    LeaseStore(#[from] LeaseError),
 
     /// A setting was refused before any call was made.
     #[error("invalid setting `{setting}` = {value}: {reason}")]
@@ -346,7 +350,7 @@ pub enum KinesisError {
         shard: String,
         /// The last failed write.
         #[source]
-        source: Box<crate::lease::LeaseError>,
+        source: Box<LeaseError>,
     },
 
     /// The subscription has stopped (shut down, dropped, or ended on an error).

@@ -31,5 +31,5 @@ pub(crate) use hash::HashRange;
 pub use unpack::aggregate;
 pub(crate) use unpack::{Unpacked, unpack};
 
-/// The first bytes of an aggregate.
-pub(crate) const MAGIC: [u8; 4] = crate::shard::KPL_MAGIC;
+/// The first four bytes of a record aggregated by the Kinesis Producer Library.
+pub const MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];

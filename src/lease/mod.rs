@@ -36,12 +36,11 @@
 //! an earlier stream of the same name.
 
 mod dynamo;
-mod error;
 pub mod layer;
 mod memory;
 
+pub use crate::error::LeaseError;
 pub use dynamo::{DynamoLeaseStore, LeaseRow};
-pub use error::LeaseError;
 pub use memory::MemoryLeaseStore;
 
 use std::sync::Arc;

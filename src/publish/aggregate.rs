@@ -25,10 +25,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::record::{OutgoingRecord, Published};
 use crate::api::{SharedKinesis, list_all_shards};
 use crate::error::KinesisError;
 use crate::kpl::hash::effective_hash_key;
+use crate::record::{OutgoingRecord, Published};
 
 /// The default [`Aggregate::max_bytes`]: 50 KiB, as the KPL's `AggregationMaxSize`.
 pub const DEFAULT_AGGREGATE_BYTES: usize = 51_200;

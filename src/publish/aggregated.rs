@@ -5,10 +5,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::aggregate::{Aggregate, Packed, ShardMap, SharedMap, member_places, outgoing, pack};
-use super::failure::{EntryError, FailedRecord, FirstOfKey, PublishFailure};
-use super::record::{OutgoingRecord, Published};
 use super::{Publisher, check, error_kind};
 use crate::error::KinesisError;
+use crate::error::{EntryError, FailedRecord, FirstOfKey, PublishFailure};
+use crate::record::{OutgoingRecord, Published};
 
 /// How many times user records that landed outside their shard are packed and put again
 /// before their places are accepted as they are (a stream resharding again and again): the

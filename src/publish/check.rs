@@ -1,9 +1,9 @@
 //! The checks a record passes before anything is sent, and its PutRecords entry.
 
-use super::record::OutgoingRecord;
 use super::settings::{MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES};
 use crate::api::PutRecordsEntry;
 use crate::error::KinesisError;
+use crate::record::OutgoingRecord;
 
 /// The PutRecords entry for `record`.
 pub(crate) fn entry(record: &OutgoingRecord) -> PutRecordsEntry {

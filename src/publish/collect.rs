@@ -30,9 +30,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use super::Publisher;
 use super::aggregate::{Aggregate, SharedMap};
 use super::plan::CallLimits;
-use super::record::{OutgoingRecord, Published};
 use super::split::split;
 use crate::error::KinesisError;
+use crate::record::{OutgoingRecord, Published};
 
 /// The default [`Collect::linger`]: none (a batch goes as soon as a call slot is free).
 pub const DEFAULT_LINGER: Duration = Duration::ZERO;

@@ -165,9 +165,7 @@ mod aggregated;
 mod check;
 mod collect;
 mod dead_letters;
-pub(crate) mod failure;
 mod plan;
-pub(crate) mod record;
 mod run;
 mod settings;
 mod sink;
@@ -180,11 +178,11 @@ use std::sync::Arc;
 
 use tokio::time::{Duration, Instant};
 
+use crate::error::FirstOfKey;
+pub use crate::error::{EntryError, FailedRecord, PublishFailure};
+pub use crate::record::{OutgoingRecord, Published};
 pub use aggregate::{Aggregate, DEFAULT_AGGREGATE_BYTES, MAX_AGGREGATE_BYTES};
 pub use collect::{Collect, DEFAULT_AGGREGATION_LINGER, DEFAULT_CALLS_IN_FLIGHT, DEFAULT_LINGER};
-use failure::FirstOfKey;
-pub use failure::{EntryError, FailedRecord, PublishFailure};
-pub use record::{OutgoingRecord, Published};
 pub use settings::{
     DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF, KeyOrder,
     MAX_BYTES_PER_CALL, MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, MAX_RECORDS_PER_CALL,
@@ -195,7 +193,6 @@ pub use sink::{PublishSink, Publishable};
 use self::collect::Collector;
 use self::plan::{CallLimits, Plan};
 use self::run::{Run, error_kind};
-pub(crate) use self::settings::fnv1a;
 use crate::api::{PutRecordResult, SharedKinesis};
 use crate::error::KinesisError;
 

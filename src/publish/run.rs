@@ -1,8 +1,8 @@
 //! One publish in progress ([`Run`]): rounds of PutRecords calls over the records not stored
 //! yet, with backoff, until every record is stored or a failure retrying cannot fix stops it.
 
-use super::settings::Jitter;
 use super::*;
+use crate::jitter::{Jitter, fnv1a};
 
 /// What one call's answer did to its records.
 #[derive(Default)]

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::KinesisError;
+use crate::jitter::Jitter;
 
 /// The most records one PutRecords call takes (the service's limit, and the default).
 pub const MAX_RECORDS_PER_CALL: usize = 500;
@@ -183,39 +184,6 @@ impl RetryPolicy {
         };
         Duration::from_nanos(half + extra)
     }
-}
-
-/// A xorshift64* generator: enough randomness to spread retries, no `rand` dependency.
-#[derive(Debug, Clone)]
-pub(crate) struct Jitter(u64);
-
-impl Jitter {
-    /// A generator seeded from `seed` (any value, zero included).
-    pub(crate) fn new(seed: u64) -> Self {
-        // splitmix64 scrambles close seeds apart; xorshift needs a non-zero state.
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        Self(if z == 0 { 0x2545_F491_4F6C_DD1D } else { z })
-    }
-
-    /// The next pseudo-random value.
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
-/// FNV-1a of `text`: a stable seed from a name.
-pub(crate) fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xCBF2_9CE4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01B3)
-    })
 }
 
 #[cfg(test)]

@@ -15,12 +15,12 @@ use std::task::{Context, Poll, ready};
 
 use futures::Sink;
 
-use super::failure::FailedRecord;
 use super::plan::CallLimits;
-use super::record::{OutgoingRecord, Published};
 use super::{Publisher, check};
 use crate::ack::{AckToken, Delivery};
+use crate::error::FailedRecord;
 use crate::error::KinesisError;
+use crate::record::{OutgoingRecord, Published};
 
 /// What a [`PublishSink`] takes: a record, and the token to ack once it is stored (if any).
 ///

@@ -1,9 +1,9 @@
 //! Splitting the outcome of one publish made of several (a collected batch) into each one's
 //! outcome: a pure function over data.
 
-use super::failure::{FailedRecord, FirstOfKey, PublishFailure};
-use super::record::Published;
 use crate::error::KinesisError;
+use crate::error::{FailedRecord, FirstOfKey, PublishFailure};
+use crate::record::Published;
 
 /// The outcome of each publish of a batch whose records were, in order, `lengths[0]` records
 /// of the first publish, `lengths[1]` of the second, and so on. A publish whose records were

@@ -33,15 +33,18 @@ mod reader;
 mod settings;
 mod stream;
 
+/// The first four bytes of a record aggregated by the Kinesis Producer Library (the same as
+/// [`kpl::MAGIC`](crate::kpl::MAGIC)).
+pub use crate::kpl::MAGIC as KPL_MAGIC;
+pub use crate::position::SettledPosition;
 pub use consumer::{CONSUMER_ACTIVATION_TIMEOUT, deregister_consumer, register_consumer};
 pub(crate) use first_reads::FirstReads;
 pub(crate) use reader::ReadProbe;
-pub use reader::SettledPosition;
 pub use settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_FAILURE_BACKOFF, DEFAULT_MAX_FAILURES, DEFAULT_POLL_INTERVAL,
     MAX_WAIT, ReadSettings, SERVICE_READS_PER_SECOND,
 };
-pub use stream::{KPL_MAGIC, ShardStream, ShardStreamBuilder};
+pub use stream::{ShardStream, ShardStreamBuilder};
 
 use crate::api::ChildShard;
 

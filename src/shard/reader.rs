@@ -7,7 +7,7 @@
 mod fan_out;
 
 use crate::telemetry::Read;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::{Instant, sleep_until};
@@ -16,56 +16,8 @@ use super::ShardEnd;
 use super::settings::ReadSettings;
 use crate::api::{ChildShard, GetRecordsOutput, SharedKinesis};
 use crate::error::KinesisError;
-use crate::position::StartingPoint;
+use crate::position::{SettledPosition, StartingPoint};
 use crate::record::{Record, cmp_sequence};
-
-/// The highest sequence number of a shard that is settled (checkpointed), shared between
-/// whoever settles records and the shard's reader.
-///
-/// The reader consults it only when its iterator expired: the new iterator then opens right
-/// after this record. The acknowledgement layer advances it; a reader without one falls back
-/// to the first record it read.
-#[derive(Debug, Clone, Default)]
-pub struct SettledPosition(Arc<Mutex<Option<String>>>);
-
-impl SettledPosition {
-    /// A position with nothing settled yet.
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A position that starts at a stored checkpoint.
-    #[must_use]
-    pub fn at(sequence_number: impl Into<String>) -> Self {
-        Self(Arc::new(Mutex::new(Some(sequence_number.into()))))
-    }
-
-    /// Records that every record up to and including `sequence_number` is settled. A
-    /// sequence number lower than the current one is ignored: the position never moves back.
-    pub fn advance(&self, sequence_number: &str) {
-        let mut current = self.lock();
-        let newer = current
-            .as_deref()
-            .is_none_or(|c| cmp_sequence(sequence_number, c).is_gt());
-        if newer {
-            *current = Some(sequence_number.to_owned());
-        }
-    }
-
-    /// The highest settled sequence number, if any.
-    #[must_use]
-    pub fn get(&self) -> Option<String> {
-        self.lock().clone()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        // A poisoned lock still holds a valid sequence number.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
 
 /// Counts the successful GetRecords calls of every reader it is given to: a subscription
 /// learns from it whether its instance can still read.
@@ -185,7 +137,7 @@ impl Reader {
         if std::mem::replace(&mut self.idle, true) {
             return interval;
         }
-        let phase = (crate::publish::fnv1a(&self.shard) % 1_000) as f64 / 1_000.0;
+        let phase = (crate::jitter::fnv1a(&self.shard) % 1_000) as f64 / 1_000.0;
         // Within the last four fifths of the interval: at the default 1 s, never under the
         // 200 ms the read-rate cap keeps between two reads, where the phases would bunch up.
         interval.mul_f64(1.0 - 0.8 * phase)

@@ -14,15 +14,13 @@ use tracing::{Instrument, Span};
 
 use super::ShardEnd;
 use super::first_reads::FirstReads;
-use super::reader::{ReadProbe, Reader, SettledPosition, Step};
+use super::reader::{ReadProbe, Reader, Step};
 use super::settings::ReadSettings;
 use crate::api::SharedKinesis;
 use crate::error::KinesisError;
+use crate::position::SettledPosition;
 use crate::position::StartingPoint;
 use crate::record::Record;
-
-/// The first four bytes of a record aggregated by the Kinesis Producer Library.
-pub const KPL_MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];
 
 /// Builds a [`ShardStream`]: which shard, how to read it, and where it opens.
 ///
@@ -380,7 +378,7 @@ impl ShardStream {
     /// Hands a record on as it is, or, without de-aggregation, reports a KPL-aggregated one as
     /// its error.
     fn pass_or_refuse_aggregated(&self, record: Record) -> Result<Record, KinesisError> {
-        if !self.deaggregating && record.data().starts_with(&KPL_MAGIC) {
+        if !self.deaggregating && record.data().starts_with(&crate::kpl::MAGIC) {
             tracing::warn!(
                 parent: &self.span,
                 sequence_number = record.sequence_number(),

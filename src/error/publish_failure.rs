@@ -5,7 +5,7 @@ use std::collections::hash_map::Entry;
 use std::fmt;
 use std::hash::Hash;
 
-use super::record::{OutgoingRecord, Published};
+use crate::record::{OutgoingRecord, Published};
 
 /// Over the records not written, in order: the first of each key, which the later records of
 /// that key are [`behind`](FailedRecord::behind).
@@ -49,7 +49,7 @@ pub struct EntryError {
 #[non_exhaustive]
 pub struct FailedRecord {
     /// Its position in the batch given to
-    /// [`publish_batch`](super::Publisher::publish_batch) (0 for `publish`).
+    /// [`publish_batch`](crate::publish::Publisher::publish_batch) (0 for `publish`).
     pub index: usize,
     /// The record itself, to publish again.
     pub record: OutgoingRecord,
@@ -76,7 +76,7 @@ pub struct FailedRecord {
 pub struct PublishFailure {
     /// The stream name.
     pub stream: String,
-    /// How many rounds were sent (see [`RetryPolicy`](super::RetryPolicy)).
+    /// How many rounds were sent (see [`RetryPolicy`](crate::publish::RetryPolicy)).
     pub attempts: u32,
     /// Where each record of the batch was stored, in batch order; `None` for the records
     /// in [`failed`](Self::failed).
@@ -108,7 +108,7 @@ impl PublishFailure {
     }
 
     /// The records not written, in batch order, ready for another
-    /// [`publish_batch`](super::Publisher::publish_batch).
+    /// [`publish_batch`](crate::publish::Publisher::publish_batch).
     #[must_use]
     pub fn into_failed_records(self) -> Vec<OutgoingRecord> {
         self.failed.into_iter().map(|f| f.record).collect()

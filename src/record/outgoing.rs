@@ -60,7 +60,7 @@ pub struct Published {
     /// Its sequence number in that shard.
     pub sequence_number: String,
     /// For a user record put inside a KPL aggregate (see
-    /// [`Publisher::aggregate`](super::Publisher::aggregate)), its place in the aggregate,
+    /// [`Publisher::aggregate`](crate::publish::Publisher::aggregate)), its place in the aggregate,
     /// from 0: the aggregate's sequence number and this number order it among the shard's
     /// records, as a reader reports them ([`Record::sub_sequence_number`]). `None` for a
     /// record put as it is.

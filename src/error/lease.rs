@@ -1,6 +1,6 @@
 //! The lease store's error.
 
-use crate::error::{ErrorSource, Operation};
+use super::{ErrorSource, Operation};
 
 /// What a lease store can answer instead of a result.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -14,6 +14,11 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
+mod outgoing;
+
+pub(crate) use outgoing::quote_key;
+pub use outgoing::{OutgoingRecord, Published};
+
 /// A record read from one shard.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Record(Arc<Fields>);
