@@ -72,7 +72,7 @@ async fn run() -> Result<(), KinesisError> {
     let result = subscription
         .errors_to(|error| {
             errors += 1;
-            eprintln!("read error (retried): {error}");
+            eprintln!("read error (retried): {}", error.report());
         })
         .filter_map_or_skip(
             |record| match serde_json::from_slice::<Order>(record.data()) {

@@ -62,7 +62,7 @@ async fn run() -> Result<(), KinesisError> {
     subscription.shutdown_handle().stop_on_signal();
 
     let result = subscription
-        .errors_to(|error| eprintln!("read error (retried): {error}"))
+        .errors_to(|error| eprintln!("read error (retried): {}", error.report()))
         // The transformation: B gets `relayed:<A's data>` under A's partition key, so each
         // key keeps its order.
         .map(|delivery| {

@@ -424,12 +424,12 @@ impl Delivery<Record> {
     ///     }
     ///     Err(error) => {
     ///         // record 4900... (partition key `order-1`) of shard `shardId-000000000000` in
-    ///         // stream `orders` does not decode: key must be a string at line 1 column 2. ...
+    ///         // stream `orders` does not decode (...): key must be a string at line 1 column 2
     ///         assert!(matches!(
     ///             &error,
     ///             KinesisError::Decode { partition_key, .. } if partition_key == "order-1"
     ///         ));
-    ///         eprintln!("{error}");
+    ///         eprintln!("{}", error.report());
     ///         delivery.skip();
     ///     }
     /// }

@@ -158,7 +158,7 @@ pub enum KinesisError {
     /// the shard's lease; the next shard listing takes it again and resumes from the checkpoint.
     #[error(
         "reader of shard `{shard}` in stream `{stream}` stopped after {failures} failures in a \
-         row; the last was: {last}"
+         row (the last is this error's source)"
     )]
     ReaderStopped {
         /// The stream name.
@@ -168,6 +168,7 @@ pub enum KinesisError {
         /// How many calls failed in a row.
         failures: u32,
         /// The last failure.
+        #[source]
         last: Box<KinesisError>,
     },
 
@@ -212,8 +213,8 @@ pub enum KinesisError {
     /// A record's data did not decode (see [`Delivery::decode`](crate::Delivery::decode)).
     #[error(
         "record {sequence_number} (partition key `{partition_key}`) of shard `{shard}` in \
-         stream `{stream}` does not decode: {source}. Skip it to let the checkpoint pass it, or \
-         retry it once the decoder is fixed"
+         stream `{stream}` does not decode (the decoder's error is this error's source). Skip it \
+         to let the checkpoint pass it, or retry it once the decoder is fixed"
     )]
     Decode {
         /// The stream name.
@@ -230,7 +231,7 @@ pub enum KinesisError {
     },
 
     /// The lease table answered with an error (see [`LeaseError`]).
-    #[error("lease store: {0}")]
+    #[error(transparent)]
     LeaseStore(#[from] LeaseError),
 
     /// A setting was refused before any call was made.
@@ -341,7 +342,8 @@ pub enum KinesisError {
     /// ran out, or the subscription stopped). What was settled and not covered is delivered
     /// again by the shard's next reader.
     #[error(
-        "the checkpoint of shard `{shard}` in stream `{stream}` could not be written: {source}"
+        "the checkpoint of shard `{shard}` in stream `{stream}` could not be written (the last \
+         failed write is this error's source)"
     )]
     NotCheckpointed {
         /// The stream.
@@ -362,6 +364,29 @@ pub enum KinesisError {
 }
 
 impl KinesisError {
+    /// This error and its causes on one line (`error: cause: cause`), each said once: for a
+    /// log line or a message to a person. A cause is either in an error's message or its
+    /// [`source`](std::error::Error::source), never both, so `Display` alone leaves the
+    /// causes out.
+    ///
+    /// ```
+    /// use kinesis_dataflow::KinesisError;
+    ///
+    /// let decode = KinesisError::Decode {
+    ///     stream: "orders".into(),
+    ///     shard: "shardId-000000000000".into(),
+    ///     sequence_number: "1".into(),
+    ///     partition_key: "k".into(),
+    ///     source: std::sync::Arc::new(std::io::Error::other("expected a JSON object")),
+    /// };
+    /// assert!(!decode.to_string().contains("expected a JSON object"));
+    /// assert!(decode.report().ends_with(": expected a JSON object"));
+    /// ```
+    #[must_use]
+    pub fn report(&self) -> String {
+        operation::chain(self, None)
+    }
+
     /// The same error, said of `operation` (for a call carried out through another one's
     /// steps). Errors that name no operation stay as they are.
     #[must_use]

@@ -114,7 +114,11 @@ impl fmt::Display for Operation {
 /// `DisplayErrorContext` prints `Debug` renderings as well, several hundred characters a line;
 /// the whole chain stays reachable through `source()`.
 pub(crate) fn brief(error: &(dyn std::error::Error + 'static)) -> String {
-    const LIMIT: usize = 300;
+    chain(error, Some(300))
+}
+
+/// An error and its sources on one line, repeated ones left out, cut at `limit` characters.
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static), limit: Option<usize>) -> String {
     let mut line = String::new();
     let mut next = Some(error);
     while let Some(e) = next {
@@ -127,8 +131,8 @@ pub(crate) fn brief(error: &(dyn std::error::Error + 'static)) -> String {
         }
         next = e.source();
     }
-    if line.len() > LIMIT {
-        let cut = (0..=LIMIT)
+    if let Some(limit) = limit.filter(|limit| line.len() > *limit) {
+        let cut = (0..=limit)
             .rev()
             .find(|i| line.is_char_boundary(*i))
             .unwrap_or(0);
