@@ -104,95 +104,192 @@ impl SubscriptionConfig {
 
     pub(crate) fn validate(&self) -> Result<(), KinesisError> {
         self.read.validate()?;
-        match (self.max_attempts, &self.dead_letters) {
-            (Some(0), _) => {
-                return Err(KinesisError::InvalidConfig {
-                    setting: "max_attempts",
-                    value: "0".into(),
-                    reason: "a record is delivered at least once: use 1 or more".into(),
-                });
-            }
-            (Some(n), None) => {
-                return Err(KinesisError::InvalidConfig {
-                    setting: "max_attempts",
-                    value: n.to_string(),
-                    reason: "a record past its attempts goes to the dead-letter destination: \
-                             set `dead_letters` too"
-                        .into(),
-                });
-            }
-            _ => {}
-        }
-        let positive = [
-            ("list_interval", self.list_interval),
-            ("lease_duration", self.lease_duration),
-            ("checkpoint_interval", self.checkpoint_interval),
-        ];
-        let optional = self.settle_within.map(|d| ("settle_within", d));
-        for (setting, value) in positive
+        let refused = self
+            .rules()
             .into_iter()
-            .chain(optional)
-            .chain([("shutdown_timeout", self.shutdown_timeout)])
-        {
-            if value.is_zero() && setting != "shutdown_timeout" {
-                return Err(KinesisError::InvalidConfig {
+            .find_map(|(setting, value, reason)| {
+                reason.map(|reason| KinesisError::InvalidConfig {
                     setting,
-                    value: format!("{value:?}"),
-                    reason: "must be more than zero".into(),
-                });
-            }
-            if value > MAX_DURATION {
-                return Err(KinesisError::InvalidConfig {
-                    setting,
-                    value: format!("{value:?}"),
-                    reason: format!("must be at most {MAX_DURATION:?}"),
-                });
-            }
-        }
-        if self.lease_duration < Duration::from_millis(300) {
-            return Err(KinesisError::InvalidConfig {
-                setting: "lease_duration",
-                value: format!("{:?}", self.lease_duration),
-                reason: "must be at least 300 ms (renewals run every third of it)".into(),
+                    value,
+                    reason,
+                })
             });
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// Every rule over the settings, in the order they are checked: the setting, its value
+    /// rendered, and why it is refused (`None` when it is not).
+    fn rules(&self) -> Vec<Rule> {
+        let lease = self.lease_duration;
+        let weight = self.limits.weight;
+        let mut rules = vec![
+            self.attempts_rule(),
+            duration_rule("list_interval", self.list_interval, false),
+            duration_rule("lease_duration", lease, false),
+            duration_rule("checkpoint_interval", self.checkpoint_interval, false),
+        ];
+        rules.extend(
+            self.settle_within
+                .map(|d| duration_rule("settle_within", d, false)),
+        );
+        rules.extend([
+            duration_rule("shutdown_timeout", self.shutdown_timeout, true),
+            rule(
+                "lease_duration",
+                format!("{lease:?}"),
+                lease < Duration::from_millis(300),
+                "must be at least 300 ms (renewals run every third of it)",
+            ),
+            rule(
+                "capacity",
+                weight.to_string(),
+                !(1..=MAX_CAPACITY).contains(&weight),
+                format!("must be 1 to {MAX_CAPACITY}"),
+            ),
+            rule(
+                "max_leases",
+                optional(self.limits.max_leases),
+                self.limits.max_leases == Some(0),
+                "must be at least 1 (an instance that should read nothing need not run)",
+            ),
+            rule(
+                "owner",
+                format!("{:?}", self.owner),
+                self.owner.is_empty() || self.owner.len() > 256,
+                "must be 1 to 256 characters",
+            ),
+            rule(
+                "max_in_flight_bytes",
+                self.max_in_flight_bytes.to_string(),
+                self.max_in_flight_bytes == 0,
+                "must be at least 1 (a record always passes when nothing is in flight)",
+            ),
+            rule(
+                "max_in_flight",
+                self.max_in_flight.to_string(),
+                self.max_in_flight == 0,
+                "must be at least 1",
+            ),
+        ]);
+        rules
+    }
+
+    /// `max_attempts`: at least one delivery, and a dead-letter destination for what runs out.
+    fn attempts_rule(&self) -> Rule {
+        let value = optional(self.max_attempts);
+        let reason = match (self.max_attempts, &self.dead_letters) {
+            (Some(0), _) => Some("a record is delivered at least once: use 1 or more"),
+            (Some(_), None) => Some(
+                "a record past its attempts goes to the dead-letter destination: set \
+                 `dead_letters` too",
+            ),
+            _ => None,
+        };
+        ("max_attempts", value, reason.map(str::to_owned))
+    }
+}
+
+/// A setting, its value rendered, and why it is refused (`None` when it is not).
+type Rule = (&'static str, String, Option<String>);
+
+fn rule(setting: &'static str, value: String, refused: bool, reason: impl Into<String>) -> Rule {
+    (setting, value, refused.then(|| reason.into()))
+}
+
+/// An optional count as a message shows it: the number, or `none`.
+fn optional(count: Option<impl ToString>) -> String {
+    count.map_or_else(|| "none".to_owned(), |n| n.to_string())
+}
+
+/// A duration setting: more than zero (unless `zero_allowed`) and at most [`MAX_DURATION`].
+fn duration_rule(setting: &'static str, value: Duration, zero_allowed: bool) -> Rule {
+    let reason = if value.is_zero() && !zero_allowed {
+        Some("must be more than zero".to_owned())
+    } else if value > MAX_DURATION {
+        Some(format!("must be at most {MAX_DURATION:?}"))
+    } else {
+        None
+    };
+    (setting, format!("{value:?}"), reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(change: impl FnOnce(&mut SubscriptionConfig)) -> Option<(&'static str, String)> {
+        let mut config = SubscriptionConfig::new("instance-a".into());
+        change(&mut config);
+        match config.validate() {
+            Ok(()) => None,
+            Err(KinesisError::InvalidConfig { setting, value, .. }) => Some((setting, value)),
+            Err(other) => panic!("expected InvalidConfig, got {other:?}"),
         }
-        if !(1..=MAX_CAPACITY).contains(&self.limits.weight) {
-            return Err(KinesisError::InvalidConfig {
-                setting: "capacity",
-                value: self.limits.weight.to_string(),
-                reason: format!("must be 1 to {MAX_CAPACITY}"),
-            });
+    }
+
+    #[test]
+    fn the_defaults_pass() {
+        assert_eq!(refused(|_| {}), None);
+    }
+
+    #[test]
+    fn each_rule_names_its_setting_and_the_refused_value() {
+        let second = Duration::from_secs(1);
+        let day_and_more = MAX_DURATION + second;
+        type Change = Box<dyn FnOnce(&mut SubscriptionConfig)>;
+        let cases: Vec<(Change, &str, &str)> = vec![
+            (Box::new(|c| c.max_attempts = Some(0)), "max_attempts", "0"),
+            (Box::new(|c| c.max_attempts = Some(3)), "max_attempts", "3"),
+            (
+                Box::new(|c| c.list_interval = Duration::ZERO),
+                "list_interval",
+                "0ns",
+            ),
+            (
+                Box::new(move |c| c.checkpoint_interval = day_and_more),
+                "checkpoint_interval",
+                "86401s",
+            ),
+            (
+                Box::new(|c| c.settle_within = Some(Duration::ZERO)),
+                "settle_within",
+                "0ns",
+            ),
+            (
+                Box::new(move |c| c.shutdown_timeout = day_and_more),
+                "shutdown_timeout",
+                "86401s",
+            ),
+            (
+                Box::new(|c| c.lease_duration = Duration::from_millis(299)),
+                "lease_duration",
+                "299ms",
+            ),
+            (Box::new(|c| c.limits.weight = 0), "capacity", "0"),
+            (
+                Box::new(|c| c.limits.weight = MAX_CAPACITY + 1),
+                "capacity",
+                "1001",
+            ),
+            (
+                Box::new(|c| c.limits.max_leases = Some(0)),
+                "max_leases",
+                "0",
+            ),
+            (Box::new(|c| c.owner = String::new()), "owner", "\"\""),
+            (Box::new(|c| c.owner = "o".repeat(257)), "owner", ""),
+            (
+                Box::new(|c| c.max_in_flight_bytes = 0),
+                "max_in_flight_bytes",
+                "0",
+            ),
+            (Box::new(|c| c.max_in_flight = 0), "max_in_flight", "0"),
+        ];
+        for (change, setting, value) in cases {
+            let (named, shown) = refused(change).unwrap_or_else(|| panic!("{setting}: accepted"));
+            assert_eq!(named, setting);
+            assert!(shown.starts_with(value), "{setting}: shown as {shown}");
         }
-        if self.limits.max_leases == Some(0) {
-            return Err(KinesisError::InvalidConfig {
-                setting: "max_leases",
-                value: "0".into(),
-                reason: "must be at least 1 (an instance that should read nothing need not run)"
-                    .into(),
-            });
-        }
-        if self.owner.is_empty() || self.owner.len() > 256 {
-            return Err(KinesisError::InvalidConfig {
-                setting: "owner",
-                value: format!("{:?}", self.owner),
-                reason: "must be 1 to 256 characters".into(),
-            });
-        }
-        if self.max_in_flight_bytes == 0 {
-            return Err(KinesisError::InvalidConfig {
-                setting: "max_in_flight_bytes",
-                value: "0".into(),
-                reason: "must be at least 1 (a record always passes when nothing is in flight)"
-                    .into(),
-            });
-        }
-        if self.max_in_flight == 0 {
-            return Err(KinesisError::InvalidConfig {
-                setting: "max_in_flight",
-                value: "0".into(),
-                reason: "must be at least 1".into(),
-            });
-        }
-        Ok(())
+        assert_eq!(refused(|c| c.shutdown_timeout = Duration::ZERO), None);
     }
 }
