@@ -16,6 +16,8 @@
 //! | [`error`] | [`KinesisError`], the crate's one error |
 //! | `broker` | the RustStream broker face over all of the above (`KinesisBroker`, `KinesisStream`); the default feature `broker` |
 //!
+//! How to use it, chapter by chapter: the [`guide`].
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), kinesis_dataflow::KinesisError> {
@@ -47,6 +49,7 @@ pub mod api;
 #[cfg(feature = "broker")]
 pub mod broker;
 pub mod error;
+pub mod guide;
 mod jitter;
 pub mod kpl;
 pub mod lease;

@@ -4,7 +4,8 @@
 //!
 //! Handles are registered once per shard (or stream, or publisher), when it is opened, and
 //! only updated afterwards: a recorder must be installed before a subscription starts.
-//! Every name and its labels are in the README's "Metrics" table.
+//! Every name and its labels are in the guide's "Metrics" table
+//! (docs/guide/metrics_and_tracing.md).
 
 #[cfg(feature = "metrics")]
 use std::sync::Arc;

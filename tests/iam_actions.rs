@@ -1,8 +1,8 @@
 //! Every AWS call of a full run, recorded by the fault proxy (`X-Amz-Target`) in front of both
-//! emulators, is an action of the minimal IAM policy the README documents: the broker face
-//! creating its stream and lease table, publishing, consuming, seeking and shutting down, the
-//! core subscription and publisher doing the same, and a subscription reading with enhanced
-//! fan-out, its consumer retired afterwards.
+//! emulators, is an action of the minimal IAM policy the guide documents (docs/guide/iam.md):
+//! the broker face creating its stream and lease table, publishing, consuming, seeking and
+//! shutting down, the core subscription and publisher doing the same, and a subscription
+//! reading with enhanced fan-out, its consumer retired afterwards.
 
 #![forbid(unsafe_code)]
 
@@ -22,13 +22,14 @@ use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher as _, Seeka
 use ruststream::{Positioned, Subscriber, SubscriptionSource};
 use support::proxy::{self, FaultProxy};
 
-/// The actions of the README's policy block.
+/// The actions of the guide's policy block (docs/guide/iam.md).
 fn documented_actions() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(support::repo_root().join("README.md")).unwrap();
-    let start = readme
-        .find("## Minimal IAM policy")
-        .expect("the README documents the policy");
-    let block = &readme[start..];
+    let path = support::repo_root().join("docs/guide/iam.md");
+    let guide = std::fs::read_to_string(path).unwrap();
+    let start = guide
+        .find("# Minimal IAM policy")
+        .expect("the guide documents the policy");
+    let block = &guide[start..];
     let block = &block[block.find("```json").unwrap()..];
     let block = &block[..block[7..].find("```").unwrap() + 7];
     block
@@ -171,7 +172,7 @@ async fn every_call_of_a_full_run_is_in_the_documented_policy() {
     let undocumented: Vec<&String> = used.difference(&documented).collect();
     assert!(
         undocumented.is_empty(),
-        "calls the README's policy does not allow: {undocumented:?}"
+        "calls the guide's policy does not allow: {undocumented:?}"
     );
     for needed in [
         "kinesis:ListShards",
