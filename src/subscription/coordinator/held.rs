@@ -56,12 +56,14 @@ impl Coordinator {
             written,
             acks.clone(),
             gate.clone(),
-            self.reports_tx.clone(),
+            self.inbox.reports_tx.clone(),
         );
         let pump = self.pump(reader, &acks, &gate);
-        self.held.insert(shard.clone(), Held { gate, acks, keeper });
-        self.shared.leases.held(self.held.len());
-        let _ = self.commands.send(Command::Add(shard, pump));
+        self.shards
+            .held
+            .insert(shard.clone(), Held { gate, acks, keeper });
+        self.shared.leases.held(self.shards.held.len());
+        let _ = self.outbox.commands.send(Command::Add(shard, pump));
     }
 
     /// The stream of deliveries of a shard's reader, behind its gate.
@@ -76,7 +78,7 @@ impl Coordinator {
             acks.clone(),
             gate.clone(),
             self.config().max_in_flight,
-            self.events_tx.clone(),
+            self.inbox.events_tx.clone(),
         ))
     }
 
@@ -89,11 +91,14 @@ impl Coordinator {
         gate: Arc<LeaseGate>,
     ) {
         let pump = self.pump(reader, &acks, &gate);
-        if let Some(held) = self.held.get_mut(shard) {
+        if let Some(held) = self.shards.held.get_mut(shard) {
             held.gate = gate;
             held.acks = acks;
         }
-        let _ = self.commands.send(Command::Add(shard.to_owned(), pump));
+        let _ = self
+            .outbox
+            .commands
+            .send(Command::Add(shard.to_owned(), pump));
     }
 
     /// Stops reading a shard and its keeper without writing anything: the lease is (or may
@@ -116,11 +121,11 @@ impl Coordinator {
     /// Stops reading a shard: its gate closes and its pump leaves the stream. The one place a
     /// held shard is torn down; the caller decides what becomes of its lease.
     pub(super) fn detach(&mut self, shard: &str) -> Option<Held> {
-        let held = self.held.remove(shard)?;
-        self.shared.leases.held(self.held.len());
+        let held = self.shards.held.remove(shard)?;
+        self.shared.leases.held(self.shards.held.len());
         held.gate.revoke();
         held.acks.close();
-        let _ = self.commands.send(Command::Remove(shard.to_owned()));
+        let _ = self.outbox.commands.send(Command::Remove(shard.to_owned()));
         Some(held)
     }
 
@@ -129,7 +134,7 @@ impl Coordinator {
     pub(super) fn give_back(&mut self, shard: &str, wait: Duration) {
         if let Some(held) = self.detach(shard) {
             let task = held.keeper.release(wait);
-            self.releasing.push((shard.to_owned(), task));
+            self.shards.releasing.push((shard.to_owned(), task));
         }
     }
 
@@ -141,7 +146,8 @@ impl Coordinator {
 
     /// True when `gate` is the one of the shard's current reader.
     pub(super) fn is_current(&self, shard: &str, gate: &Arc<LeaseGate>) -> bool {
-        self.held
+        self.shards
+            .held
             .get(shard)
             .is_some_and(|held| Arc::ptr_eq(&held.gate, gate))
     }
@@ -206,7 +212,8 @@ impl Coordinator {
                 }
                 tracing::warn!(shard = %shard, "reader stopped; releasing the lease so the shard is taken again");
                 if gave_up {
-                    self.health
+                    self.instance
+                        .health
                         .reader_gave_up(self.shared.probe.count(), Instant::now());
                 }
                 self.give_back(&shard, Duration::ZERO);

@@ -130,48 +130,89 @@ struct Startup {
     tips: HashMap<String, listing::Tip>,
 }
 
+/// The background task of one subscription, its state grouped by concern.
 pub(crate) struct Coordinator {
+    /// What every job and keeper shares: the clients, the settings, the bounds.
     shared: Arc<Shared>,
-    commands: UnboundedSender<Command>,
-    shutdown: watch::Receiver<bool>,
-    done: watch::Sender<bool>,
-    seeks: UnboundedReceiver<SeekRequest>,
+    /// What the loop waits on.
+    inbox: Inbox,
+    /// What the loop tells the subscription's stream.
+    outbox: Outbox,
+    /// Where the subscription stands with its start.
     startup: Startup,
+    /// The shards this instance reads, takes and hands back.
+    shards: Shards,
+    /// The listings of shards and leases, and what they remember between runs.
+    listings: Listings,
+    /// This instance among the others: its worker row, the roster, their liveness.
+    instance: Instance,
+}
+
+/// What the coordinator's loop waits on.
+struct Inbox {
+    /// Set to stop gracefully.
+    shutdown: watch::Receiver<bool>,
+    /// Requests from seekers.
+    seeks: UnboundedReceiver<SeekRequest>,
+    /// The jobs running beside the loop.
+    jobs: FuturesUnordered<BoxFuture<'static, Done>>,
+    events_tx: UnboundedSender<PumpEvent>,
+    /// Shard pumps that ended.
+    events: UnboundedReceiver<PumpEvent>,
+    reports_tx: UnboundedSender<Report>,
+    /// What the keepers report.
+    reports: UnboundedReceiver<Report>,
+}
+
+/// What the coordinator tells the subscription's stream and handle.
+struct Outbox {
+    /// To the subscription's stream.
+    commands: UnboundedSender<Command>,
+    /// Set once stopped.
+    done: watch::Sender<bool>,
+    /// Set (with [`SubscriptionConfig::end_when_deleted`]) once the stream is gone for good.
+    deleted: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The shards this instance reads, and those on their way in or out.
+#[derive(Default)]
+struct Shards {
     held: BTreeMap<String, Held>,
     taking: BTreeSet<String>,
     releasing: Vec<(String, JoinHandle<()>)>,
-    liveness: Liveness,
-    /// Rows of shards the listing lacks, with when each was first found missing.
-    unlisted: HashMap<String, Instant>,
-    /// A delete was refused in a way retrying cannot fix (already said at warn level).
-    delete_refused: bool,
-    worker: worker::WorkerRow,
-    watch: roster::Watch,
     /// When this instance handed shards off to balance, within the last listing interval.
     handed_off: VecDeque<Instant>,
-    health: Health,
+}
+
+/// The listings, and what they remember from one to the next.
+struct Listings {
     /// A listing job is running.
-    listing: bool,
+    running: bool,
     /// When the listings read the table.
     scans: listing::Scans,
     /// When the next listing starts.
-    next_listing: Instant,
+    next: Instant,
     /// Rows nobody held at the last listing (see [`NewRowRule::replaceable`]).
     replaceable: HashSet<String>,
     /// Listings in a row that found the stream deleted, once started.
     not_found: u32,
-    /// The instances this one said it waits on (once each, until its share is full).
-    waiting_on: HashSet<String>,
+    /// Rows of shards the listing lacks, with when each was first found missing.
+    unlisted: HashMap<String, Instant>,
+    /// A delete was refused in a way retrying cannot fix (already said at warn level).
+    delete_refused: bool,
     /// Each shard's starting sequence number at the last listing: the stream's generation,
     /// which tells a deleted stream's rows from those of a stream created again in its name.
     generation: HashMap<String, String>,
-    /// Set (with [`SubscriptionConfig::end_when_deleted`]) once the stream is gone for good.
-    deleted: Arc<std::sync::atomic::AtomicBool>,
-    jobs: FuturesUnordered<BoxFuture<'static, Done>>,
-    events_tx: UnboundedSender<PumpEvent>,
-    events: UnboundedReceiver<PumpEvent>,
-    reports_tx: UnboundedSender<Report>,
-    reports: UnboundedReceiver<Report>,
+}
+
+/// This instance among the others.
+struct Instance {
+    liveness: Liveness,
+    worker: worker::WorkerRow,
+    watch: roster::Watch,
+    health: Health,
+    /// The instances this one said it waits on (once each, until its share is full).
+    waiting_on: HashSet<String>,
 }
 
 impl Coordinator {
@@ -218,10 +259,20 @@ impl Coordinator {
                 worker_gate: Arc::new(WorkerGate::new(config_give_up)),
                 leases,
             }),
-            commands,
-            shutdown,
-            done,
-            seeks,
+            inbox: Inbox {
+                shutdown,
+                seeks,
+                jobs: FuturesUnordered::new(),
+                events_tx,
+                events,
+                reports_tx,
+                reports,
+            },
+            outbox: Outbox {
+                commands,
+                done,
+                deleted,
+            },
             startup: Startup {
                 started: StartingPoint::since(SystemTime::now()),
                 shards: None,
@@ -229,29 +280,24 @@ impl Coordinator {
                 pending: HashSet::new(),
                 tips: HashMap::new(),
             },
-            held: BTreeMap::new(),
-            taking: BTreeSet::new(),
-            releasing: Vec::new(),
-            liveness: Liveness::default(),
-            unlisted: HashMap::new(),
-            delete_refused: false,
-            worker: worker::WorkerRow::default(),
-            watch: roster::Watch::default(),
-            handed_off: VecDeque::new(),
-            health,
-            listing: false,
-            scans: listing::Scans::default(),
-            next_listing: Instant::now(),
-            replaceable: HashSet::new(),
-            not_found: 0,
-            waiting_on: HashSet::new(),
-            generation: HashMap::new(),
-            deleted,
-            jobs: FuturesUnordered::new(),
-            events_tx,
-            events,
-            reports_tx,
-            reports,
+            shards: Shards::default(),
+            listings: Listings {
+                running: false,
+                scans: listing::Scans::default(),
+                next: Instant::now(),
+                replaceable: HashSet::new(),
+                not_found: 0,
+                unlisted: HashMap::new(),
+                delete_refused: false,
+                generation: HashMap::new(),
+            },
+            instance: Instance {
+                liveness: Liveness::default(),
+                worker: worker::WorkerRow::default(),
+                watch: roster::Watch::default(),
+                health,
+                waiting_on: HashSet::new(),
+            },
         }
     }
 
@@ -263,35 +309,43 @@ impl Coordinator {
         let mut renew = interval(self.config().renew_interval());
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
-            let next_listing = self.next_listing;
-            let next_watch = self.watch.next;
+            let next_listing = self.listings.next;
+            let next_watch = self.instance.watch.next;
             tokio::select! {
                 biased;
-                changed = self.shutdown.changed() => {
-                    if changed.is_err() || *self.shutdown.borrow() {
+                changed = self.inbox.shutdown.changed() => {
+                    if changed.is_err() || *self.inbox.shutdown.borrow() {
                         break;
                     }
                 }
-                Some(report) = self.reports.recv() => self.on_report(report),
-                Some(event) = self.events.recv() => self.on_pump_end(event),
-                Some(done) = self.jobs.next() => self.on_done(done),
-                Some(request) = self.seeks.recv() => self.on_seek(request),
+                Some(report) = self.inbox.reports.recv() => self.on_report(report),
+                Some(event) = self.inbox.events.recv() => self.on_pump_end(event),
+                Some(done) = self.inbox.jobs.next() => self.on_done(done),
+                Some(request) = self.inbox.seeks.recv() => self.on_seek(request),
                 _ = renew.tick() => self.keep_worker_row(),
-                _ = sleep_until(next_listing), if !self.listing => self.start_listing(),
-                _ = sleep_until(next_watch), if !self.watch.busy => self.start_watch(),
+                _ = sleep_until(next_listing), if !self.listings.running => self.start_listing(),
+                _ = sleep_until(next_watch), if !self.instance.watch.busy => self.start_watch(),
             }
-            if self.deleted.load(std::sync::atomic::Ordering::Acquire) {
+            if self
+                .outbox
+                .deleted
+                .load(std::sync::atomic::Ordering::Acquire)
+            {
                 break;
             }
         }
         self.stop().await;
-        if self.deleted.load(std::sync::atomic::Ordering::Acquire) {
-            rows::forget_stream(&self.shared, &self.generation).await;
+        if self
+            .outbox
+            .deleted
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            rows::forget_stream(&self.shared, &self.listings.generation).await;
         }
         // Only now does the subscription's stream end: a program that exits when its
         // pipeline ends has nothing left to write.
-        let _ = self.commands.send(Command::Close);
-        let _ = self.done.send(true);
+        let _ = self.outbox.commands.send(Command::Close);
+        let _ = self.outbox.done.send(true);
     }
 
     fn on_done(&mut self, done: Done) {

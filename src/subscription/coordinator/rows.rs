@@ -16,10 +16,12 @@ impl Coordinator {
     /// cannot, so the other instances count it exactly then.
     pub(super) fn keep_worker_row(&mut self) {
         let can_work = self
+            .instance
             .health
             .can_work(self.shared.probe.count(), Instant::now());
-        if let Some(job) = self.worker.next_job(self.shared.clone(), can_work) {
-            self.jobs
+        if let Some(job) = self.instance.worker.next_job(self.shared.clone(), can_work) {
+            self.inbox
+                .jobs
                 .push(Box::pin(async move { Done::Worker(job.await) }));
         }
     }
@@ -31,9 +33,9 @@ impl Coordinator {
             WorkerDone::Lost => true,
             WorkerDone::Deleted | WorkerDone::Failed(_) => false,
         };
-        if forget && !self.held.is_empty() {
+        if forget && !self.shards.held.is_empty() {
             tracing::warn!(
-                held = self.held.len(),
+                held = self.shards.held.len(),
                 "this instance's worker row was released or removed by another instance (it \
                  was not renewed for the lease duration): its shards may be another's now and \
                  are dropped; their unsettled records are read again"
@@ -53,7 +55,7 @@ impl Coordinator {
             WorkerDone::Lost | WorkerDone::Failed(_) => {}
         }
         let failed = matches!(done, WorkerDone::Failed(_));
-        self.worker.done(&done, give_up_after);
+        self.instance.worker.done(&done, give_up_after);
         if failed {
             self.retry_worker_row();
         }
@@ -63,16 +65,17 @@ impl Coordinator {
     /// reader's gate closes two renewal intervals after the last success, so a single failed
     /// renewal must not leave the next try at that very moment.
     fn retry_worker_row(&mut self) {
-        if !self.worker.holds() {
+        if !self.instance.worker.holds() {
             // Given up on (or gone): the next renewal tick makes the row anew, if it should.
             return;
         }
         let can_work = self
+            .instance
             .health
             .can_work(self.shared.probe.count(), Instant::now());
         let wait = self.config().renew_interval() / 2;
-        if let Some(job) = self.worker.next_job(self.shared.clone(), can_work) {
-            self.jobs.push(Box::pin(async move {
+        if let Some(job) = self.instance.worker.next_job(self.shared.clone(), can_work) {
+            self.inbox.jobs.push(Box::pin(async move {
                 tokio::time::sleep(wait).await;
                 Done::Worker(job.await)
             }));
@@ -82,7 +85,7 @@ impl Coordinator {
     /// Stops reading every held shard without writing anything: their leases may be
     /// another's already.
     fn forget_all(&mut self) {
-        let shards: Vec<String> = self.held.keys().cloned().collect();
+        let shards: Vec<String> = self.shards.held.keys().cloned().collect();
         for shard in shards {
             self.forget(&shard);
         }
@@ -93,7 +96,7 @@ impl Coordinator {
             return;
         }
         let store = self.shared.store.clone();
-        self.jobs.push(Box::pin(async move {
+        self.inbox.jobs.push(Box::pin(async move {
             let results = futures::future::join_all(stale.iter().map(|l| store.delete(l))).await;
             Done::Deleted(stale.into_iter().zip(results).collect())
         }));
@@ -110,18 +113,18 @@ impl Coordinator {
                          past the retention period, or a shard of an earlier stream of the \
                          same name)"
                     );
-                    self.liveness.forget(&lease.shard_id);
-                    self.unlisted.remove(&lease.shard_id);
+                    self.instance.liveness.forget(&lease.shard_id);
+                    self.listings.unlisted.remove(&lease.shard_id);
                 }
                 Err(e) if e.is_lost() => {
                     tracing::debug!(row = %lease.shard_id, "row written meanwhile; kept");
                 }
-                Err(e) if e.is_retryable() || self.delete_refused => {
+                Err(e) if e.is_retryable() || self.listings.delete_refused => {
                     tracing::debug!(row = %lease.shard_id, error = %e, "deleting a row failed; retried at the next listing");
                 }
                 Err(e) => {
                     // Said once: a policy without dynamodb:DeleteItem refuses every delete.
-                    self.delete_refused = true;
+                    self.listings.delete_refused = true;
                     tracing::warn!(row = %lease.shard_id, error = %e, "deleting a stale lease table row failed; rows of stopped instances and expired shards stay until it works");
                 }
             }

@@ -48,7 +48,7 @@ impl Coordinator {
         };
         let asked = SystemTime::now();
         let shared = self.shared.clone();
-        self.jobs.push(Box::pin(async move {
+        self.inbox.jobs.push(Box::pin(async move {
             let readers = join_all(
                 targets
                     .into_iter()
@@ -98,7 +98,7 @@ impl Coordinator {
         to: &KinesisPosition,
     ) -> Result<Vec<(String, StartingPoint)>, KinesisError> {
         if let KinesisPosition::Sequence { shard, .. } = to {
-            if !self.held.contains_key(shard) {
+            if !self.shards.held.contains_key(shard) {
                 return Err(KinesisError::SeekRefused {
                     stream: self.shared.stream.to_string(),
                     position: format!("{to:?}"),
@@ -106,7 +106,7 @@ impl Coordinator {
                         "this subscription does not read shard {shard} (it reads {:?}); \
                          seek to a record of a shard it reads, or to a position of every \
                          shard (horizon, latest, a timestamp)",
-                        self.held.keys().collect::<Vec<_>>()
+                        self.shards.held.keys().collect::<Vec<_>>()
                     ),
                 });
             }
@@ -116,6 +116,7 @@ impl Coordinator {
                 .unwrap_or_default());
         }
         Ok(self
+            .shards
             .held
             .keys()
             .filter_map(|shard| to.for_shard(shard).map(|start| (shard.clone(), start)))
@@ -136,7 +137,7 @@ impl Coordinator {
         let mut recorded = Vec::with_capacity(readers.len());
         for (shard, start, acks, reader) in readers {
             // The shard may have been dropped while the readers opened (a lost lease).
-            let Some(held) = self.held.get(&shard) else {
+            let Some(held) = self.shards.held.get(&shard) else {
                 continue;
             };
             let gate = Arc::new(LeaseGate::successor(&held.gate));

@@ -23,8 +23,8 @@ impl Coordinator {
     pub(super) async fn stop(&mut self) {
         let began = Instant::now();
         let before = self.shared.releases.counts();
-        let _ = self.commands.send(Command::Stop);
-        let shards: Vec<String> = self.held.keys().cloned().collect();
+        let _ = self.outbox.commands.send(Command::Stop);
+        let shards: Vec<String> = self.shards.held.keys().cloned().collect();
         for shard in shards {
             self.hand_off(&shard);
         }
@@ -35,7 +35,7 @@ impl Coordinator {
             tracing::warn!(
                 bound = ?bound,
                 abandoned = ?pending,
-                worker_row_deleted = !self.worker.holds(),
+                worker_row_deleted = !self.instance.worker.holds(),
                 "the stop took longer than shutdown_timeout plus one call timeout and was cut \
                  short: the shards not handed back expire for the others after the lease \
                  duration, and their unsettled records are read again"
@@ -48,7 +48,7 @@ impl Coordinator {
     /// instance declares this one gone while its handlers finish), then deletes the worker
     /// row and tells the others. `pending` names the shards not handed back yet.
     async fn wind_down(&mut self, pending: &mut BTreeSet<String>) {
-        let mut hand_backs: HandBacks = std::mem::take(&mut self.releasing)
+        let mut hand_backs: HandBacks = std::mem::take(&mut self.shards.releasing)
             .into_iter()
             .map(|(shard, task)| {
                 pending.insert(shard.clone());
@@ -57,19 +57,19 @@ impl Coordinator {
             .collect();
         let mut renew = interval(self.config().renew_interval());
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        while !(hand_backs.is_empty() && self.jobs.is_empty()) {
+        while !(hand_backs.is_empty() && self.inbox.jobs.is_empty()) {
             tokio::select! {
                 Some(shard) = hand_backs.next() => {
                     pending.remove(&shard);
                 }
-                Some(done) = self.jobs.next() => self.on_done_stopping(done, &mut hand_backs, pending),
+                Some(done) = self.inbox.jobs.next() => self.on_done_stopping(done, &mut hand_backs, pending),
                 // Renewed, never created again: a row lost meanwhile stays lost.
-                _ = renew.tick(), if !hand_backs.is_empty() && self.worker.holds() => {
+                _ = renew.tick(), if !hand_backs.is_empty() && self.instance.worker.holds() => {
                     self.keep_worker_row();
                 }
             }
         }
-        self.worker.delete_at_stop(&self.shared).await;
+        self.instance.worker.delete_at_stop(&self.shared).await;
         // The others list at once and take what was released.
         roster::bump_roster(&self.shared).await;
     }

@@ -17,10 +17,11 @@ use crate::position::StartingPoint;
 
 impl Coordinator {
     pub(super) fn start_listing(&mut self) {
-        self.listing = true;
+        self.listings.running = true;
         let now = Instant::now();
-        self.next_listing = now + self.config().list_interval;
+        self.listings.next = now + self.config().list_interval;
         let unless_shards = self
+            .listings
             .scans
             .skip_unless_changed(now, self.config().list_interval);
         let config = self.config();
@@ -35,12 +36,12 @@ impl Coordinator {
             } else {
                 StartingPoint::since(SystemTime::now())
             },
-            replaceable: self.replaceable.clone(),
+            replaceable: self.listings.replaceable.clone(),
             fetch_tips: self.startup.tell.is_some(),
             unless_shards,
         };
         let shared = self.shared.clone();
-        self.jobs.push(Box::pin(async move {
+        self.inbox.jobs.push(Box::pin(async move {
             Done::Listing(listing::list(shared, rule).await)
         }));
     }
@@ -49,6 +50,7 @@ impl Coordinator {
     /// no sooner than [`listing::MIN_SCAN_GAP`] after the last read of the table.
     pub(super) fn list_soon(&mut self) {
         let at = self
+            .listings
             .scans
             .earliest_next(Instant::now(), self.config().list_interval);
         self.scan_at(at);
@@ -56,19 +58,19 @@ impl Coordinator {
 
     /// Lists again at `at` at the latest, reading the table.
     pub(super) fn scan_at(&mut self, at: Instant) {
-        self.scans.forced = true;
-        self.next_listing = self.next_listing.min(at);
+        self.listings.scans.forced = true;
+        self.listings.next = self.listings.next.min(at);
     }
 
     pub(super) fn on_listing_failed(&mut self, failure: ListingFailure) {
-        self.listing = false;
-        self.scans.forced = true;
+        self.listings.running = false;
+        self.listings.scans.forced = true;
         // Try again soon, rather than a whole listing interval later.
-        self.next_listing =
+        self.listings.next =
             Instant::now() + self.config().list_interval.min(Duration::from_secs(1));
         let error = match failure {
             ListingFailure::Kinesis(e) => {
-                self.health.listed(false);
+                self.instance.health.listed(false);
                 if self.found_deleted(&e) {
                     return;
                 }
@@ -90,7 +92,7 @@ impl Coordinator {
         };
         // `start` returns; the shards it opens with open at its start time when they can.
         self.tell_started();
-        let _ = self.commands.send(Command::Error(error));
+        let _ = self.outbox.commands.send(Command::Error(error));
     }
 
     /// Counts the listings in a row that found the stream deleted after the start; with
@@ -100,41 +102,42 @@ impl Coordinator {
     fn found_deleted(&mut self, e: &KinesisError) -> bool {
         let started = self.startup.tell.is_none();
         if !(started && matches!(e, KinesisError::StreamNotFound { .. })) {
-            self.not_found = 0;
+            self.listings.not_found = 0;
             return false;
         }
-        self.not_found += 1;
-        if !self.config().end_when_deleted || self.not_found < 2 {
+        self.listings.not_found += 1;
+        if !self.config().end_when_deleted || self.listings.not_found < 2 {
             return false;
         }
         tracing::warn!("the stream was deleted: its readers stop and its lease rows are removed");
-        self.deleted
+        self.outbox
+            .deleted
             .store(true, std::sync::atomic::Ordering::Release);
         true
     }
 
     pub(super) fn on_listing(&mut self, mut listing: Listing) {
-        self.listing = false;
-        self.not_found = 0;
-        self.generation = (listing.shards.iter())
+        self.listings.running = false;
+        self.listings.not_found = 0;
+        self.listings.generation = (listing.shards.iter())
             .map(|s| (s.shard_id.clone(), s.starting_sequence_number.clone()))
             .collect();
         if !listing.scanned {
             // The shards are as they were: the table is read at the next safety scan, or
             // when the roster row moves.
-            self.health.listed(true);
+            self.instance.health.listed(true);
             return;
         }
         if self.startup.tell.is_some() {
             self.startup.tips.extend(std::mem::take(&mut listing.tips));
         }
-        self.health.listed(true);
+        self.instance.health.listed(true);
         let now = self.config().clock.now();
         let lease_duration = self.config().lease_duration;
-        self.liveness.observe(&listing.rows, now);
+        self.instance.liveness.observe(&listing.rows, now);
         self.note_unlisted(&listing, now);
         let holdings = self.holdings();
-        let liveness = &self.liveness;
+        let liveness = &self.instance.liveness;
         let expired = |row: &Lease| liveness.is_expired(row, now, lease_duration);
         let view = plan::View {
             rows: &listing.rows,
@@ -145,7 +148,7 @@ impl Coordinator {
             limits: self.shared.config.limits,
         };
         let unlisted_for = lease_duration + self.shared.config.list_interval;
-        let stale = plan::stale_rows(&view, &self.unlisted, now, unlisted_for);
+        let stale = plan::stale_rows(&view, &self.listings.unlisted, now, unlisted_for);
         let replaceable = listing
             .rows
             .values()
@@ -155,22 +158,23 @@ impl Coordinator {
             .collect();
         let eligible = lineage::eligible(&listing.shards, &listing.rows);
         let can_work = self
+            .instance
             .health
             .can_work(self.shared.probe.count(), Instant::now());
         let shares = plan::shares(&view, &eligible, can_work);
-        self.scans.scanned(
+        self.listings.scans.scanned(
             Instant::now(),
             listing::shard_set(&listing.shards),
             shares.live_workers,
         );
-        self.watch.ring = roster::ring(&listing.rows, &self.shared.config.owner, &expired);
-        self.replaceable = replaceable;
+        self.instance.watch.ring = roster::ring(&listing.rows, &self.shared.config.owner, &expired);
+        self.listings.replaceable = replaceable;
         tracing::debug!(
             shards = listing.shards.len(),
             eligible = eligible.len(),
             live_workers = shares.live_workers,
             target = shares.target,
-            held = self.held.len(),
+            held = self.shards.held.len(),
             can_work,
             "shards listed"
         );
@@ -184,7 +188,7 @@ impl Coordinator {
         self.delete(stale);
         let short = shares
             .target
-            .saturating_sub(self.held.len() + self.taking.len() + shares.take.len());
+            .saturating_sub(self.shards.held.len() + self.shards.taking.len() + shares.take.len());
         self.say_waits(&listing.rows, short, now);
         let first = self.startup.shards.is_none();
         if first {
@@ -212,7 +216,7 @@ impl Coordinator {
     fn say_waits(&mut self, rows: &BTreeMap<String, Lease>, short: usize, now: Instant) {
         let lease_duration = self.config().lease_duration;
         let me = self.config().owner.clone();
-        let waits = liveness::waiting_on(rows, &me, &self.liveness, now, lease_duration);
+        let waits = liveness::waiting_on(rows, &me, &self.instance.liveness, now, lease_duration);
         let no_worker_row = |owner: &str| {
             rows.get(&worker::worker_row_id(owner))
                 .is_none_or(|row| row.owner.is_none())
@@ -222,10 +226,11 @@ impl Coordinator {
             .filter(|(owner, _)| short > 0 || no_worker_row(owner))
             .map(|(owner, (shards, left))| (owner, shards, left))
             .collect();
-        self.waiting_on
+        self.instance
+            .waiting_on
             .retain(|owner| waited.iter().any(|(o, _, _)| o == owner));
         for (owner, shards, left) in waited {
-            if self.waiting_on.insert(owner.clone()) {
+            if self.instance.waiting_on.insert(owner.clone()) {
                 tracing::info!(
                     instance = %owner,
                     shards,
@@ -240,10 +245,10 @@ impl Coordinator {
     /// Hands off shards to balance, at most [`plan::hand_off_budget`] per listing interval; the
     /// rest at a listing once the budget allows.
     fn balance(&mut self, hand_off: Vec<String>, target: usize, live_workers: usize) {
-        let excess = self.held.len().saturating_sub(target);
+        let excess = self.shards.held.len().saturating_sub(target);
         let now = Instant::now();
         let window = self.config().list_interval;
-        let handed = &mut self.handed_off;
+        let handed = &mut self.shards.handed_off;
         while handed
             .front()
             .is_some_and(|at| now.duration_since(*at) >= window)
@@ -258,7 +263,7 @@ impl Coordinator {
         }
         for shard in hand_off.into_iter().take(budget) {
             tracing::info!(shard = %shard, target, live_workers, "handing the shard off to balance");
-            self.handed_off.push_back(now);
+            self.shards.handed_off.push_back(now);
             self.hand_off(&shard);
         }
     }
@@ -267,19 +272,27 @@ impl Coordinator {
     pub(super) fn note_unlisted(&mut self, listing: &Listing, now: Instant) {
         let listed: HashSet<&str> = listing.shards.iter().map(|s| s.shard_id.as_str()).collect();
         let unlisted = |id: &str| !id.starts_with(WORKER_PREFIX) && !listed.contains(id);
-        self.unlisted
+        self.listings
+            .unlisted
             .retain(|id, _| listing.rows.contains_key(id) && unlisted(id));
         for id in listing.rows.keys().filter(|id| unlisted(id)) {
-            self.unlisted.entry(id.clone()).or_insert(now);
+            self.listings.unlisted.entry(id.clone()).or_insert(now);
         }
     }
 
     pub(super) fn holdings(&mut self) -> Holdings {
-        self.releasing.retain(|(_, task)| !task.is_finished());
+        self.shards
+            .releasing
+            .retain(|(_, task)| !task.is_finished());
         Holdings {
-            held: self.held.keys().cloned().collect(),
-            taking: self.taking.clone(),
-            releasing: self.releasing.iter().map(|(s, _)| s.clone()).collect(),
+            held: self.shards.held.keys().cloned().collect(),
+            taking: self.shards.taking.clone(),
+            releasing: self
+                .shards
+                .releasing
+                .iter()
+                .map(|(s, _)| s.clone())
+                .collect(),
         }
     }
 
@@ -317,19 +330,19 @@ impl Coordinator {
         if opening.start == StartingPoint::Latest {
             opening.tip = self.startup.tips.remove(&shard);
         }
-        self.taking.insert(shard.clone());
+        self.shards.taking.insert(shard.clone());
         if first {
             self.startup.pending.insert(shard.clone());
         }
         let shared = self.shared.clone();
-        self.jobs.push(Box::pin(async move {
+        self.inbox.jobs.push(Box::pin(async move {
             let outcome = take::take(shared, lease, opening).await;
             Done::Take(shard, outcome)
         }));
     }
 
     pub(super) fn on_take(&mut self, shard: String, outcome: TakeOutcome) {
-        self.taking.remove(&shard);
+        self.shards.taking.remove(&shard);
         match outcome {
             TakeOutcome::Taken(taken) => {
                 self.shared.leases.taken(taken.sent.elapsed());
@@ -347,7 +360,7 @@ impl Coordinator {
                 self.list_soon();
             }
             TakeOutcome::Unopenable(e) => {
-                let _ = self.commands.send(Command::Error(e));
+                let _ = self.outbox.commands.send(Command::Error(e));
             }
         }
         if self.startup.pending.remove(&shard) && self.startup.pending.is_empty() {

@@ -14,31 +14,31 @@ impl Coordinator {
     /// Moves the roster row (one move at a time; a move asked for meanwhile follows it), so
     /// the other instances list at once.
     pub(super) fn move_roster(&mut self) {
-        if self.watch.moving {
-            self.watch.move_again = true;
+        if self.instance.watch.moving {
+            self.instance.watch.move_again = true;
             return;
         }
-        self.watch.moving = true;
+        self.instance.watch.moving = true;
         let shared = self.shared.clone();
-        self.jobs.push(Box::pin(async move {
+        self.inbox.jobs.push(Box::pin(async move {
             roster::bump_roster(&shared).await;
             Done::RosterMoved
         }));
     }
 
     pub(super) fn on_roster_moved(&mut self) {
-        self.watch.moving = false;
-        if std::mem::take(&mut self.watch.move_again) {
+        self.instance.watch.moving = false;
+        if std::mem::take(&mut self.instance.watch.move_again) {
             self.move_roster();
         }
     }
 
     /// Reads the watched worker rows and the roster row.
     pub(super) fn start_watch(&mut self) {
-        self.watch.busy = true;
+        self.instance.watch.busy = true;
         let shared = self.shared.clone();
-        let ring = self.watch.ring.clone();
-        self.jobs.push(Box::pin(async move {
+        let ring = self.instance.watch.ring.clone();
+        self.inbox.jobs.push(Box::pin(async move {
             Done::Watched(roster::read(shared, ring).await)
         }));
     }
@@ -46,8 +46,8 @@ impl Coordinator {
     pub(super) fn on_watched(&mut self, read: Result<BTreeMap<String, Lease>, LeaseError>) {
         let lease_duration = self.config().lease_duration;
         let interval = roster::watch_interval(lease_duration);
-        self.watch.busy = false;
-        self.watch.next = Instant::now() + interval;
+        self.instance.watch.busy = false;
+        self.instance.watch.next = Instant::now() + interval;
         let read = match read {
             Ok(read) => read,
             Err(e) => {
@@ -58,30 +58,30 @@ impl Coordinator {
         let now = self.config().clock.now();
         let ring: BTreeMap<String, Lease> = read
             .iter()
-            .filter(|(id, _)| self.watch.ring.contains(id))
+            .filter(|(id, _)| self.instance.watch.ring.contains(id))
             .map(|(id, row)| (id.clone(), row.clone()))
             .collect();
-        self.liveness.observe_some(&ring, now);
+        self.instance.liveness.observe_some(&ring, now);
         let verdict = roster::judge(
-            &self.watch.ring,
+            &self.instance.watch.ring,
             &read,
-            self.watch.roster,
-            &self.liveness,
+            self.instance.watch.roster,
+            &self.instance.liveness,
             now,
             lease_duration,
         );
-        self.watch.roster = Some(verdict.roster);
+        self.instance.watch.roster = Some(verdict.roster);
         if verdict.list {
             self.list_soon();
         }
         if let Some(left) = verdict.first_expiry {
             // Read again right when the first watched row would expire.
-            self.watch.next = self.watch.next.min(Instant::now() + left);
+            self.instance.watch.next = self.instance.watch.next.min(Instant::now() + left);
         }
         if let Some(row) = verdict.declare.into_iter().next() {
-            self.watch.busy = true;
+            self.instance.watch.busy = true;
             let shared = self.shared.clone();
-            self.jobs.push(Box::pin(async move {
+            self.inbox.jobs.push(Box::pin(async move {
                 let result = roster::declare(shared, row.clone()).await;
                 Done::Declared(row, result)
             }));
@@ -89,7 +89,7 @@ impl Coordinator {
     }
 
     pub(super) fn on_declared(&mut self, row: &Lease, result: Result<(), LeaseError>) {
-        self.watch.busy = false;
+        self.instance.watch.busy = false;
         let owner = super::plan::worker_owner(&row.shard_id).unwrap_or_default();
         match result {
             Ok(()) => {
@@ -109,7 +109,7 @@ impl Coordinator {
                 tracing::debug!(instance = owner, error = %e, "declaring an instance gone failed; retried at the next read");
             }
         }
-        self.watch.ring.retain(|id| *id != row.shard_id);
+        self.instance.watch.ring.retain(|id| *id != row.shard_id);
         self.list_soon();
     }
 }
