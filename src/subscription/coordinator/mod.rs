@@ -35,7 +35,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
 
@@ -47,7 +47,7 @@ pub(crate) use self::shared::Shared;
 use self::take::TakeOutcome;
 use self::worker::WorkerDone;
 use super::config::SubscriptionConfig;
-use super::gate::{LeaseGate, WorkerGate};
+use super::gate::LeaseGate;
 use super::pump::{PumpEvent, ShardPump};
 use super::seeker::SeekRequest;
 use crate::ack::ShardAcks;
@@ -55,7 +55,6 @@ use crate::api::SharedKinesis;
 use crate::error::KinesisError;
 use crate::lease::{Lease, LeaseError, SharedLeaseStore};
 use crate::position::StartingPoint;
-use crate::shard::ReadProbe;
 
 /// How many takes, row creations, first iterators and checkpoint writes run at once.
 pub(crate) const MAX_WORK: usize = 32;
@@ -93,6 +92,57 @@ pub(crate) struct Links {
     pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
     /// Set when the stream was found deleted and the subscription ended for it.
     pub(crate) deleted: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The subscription's ends of the channels to its coordinator.
+pub(crate) struct Ends {
+    /// From the coordinator.
+    pub(crate) commands: UnboundedReceiver<Command>,
+    /// Set to stop gracefully.
+    pub(crate) shutdown: watch::Sender<bool>,
+    /// Set once stopped.
+    pub(crate) done: watch::Receiver<bool>,
+    /// Told once the first listing took its shards.
+    pub(crate) first_sync: oneshot::Receiver<Option<KinesisError>>,
+    /// To the coordinator, from seekers.
+    pub(crate) seeks: UnboundedSender<SeekRequest>,
+    /// Set when the subscription is asked to stop.
+    pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// Set when the stream was found deleted and the subscription ended for it.
+    pub(crate) deleted: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Links {
+    /// The channels between a coordinator and its subscription: the coordinator's ends and
+    /// the subscription's.
+    pub(crate) fn new() -> (Self, Ends) {
+        let (commands_tx, commands) = unbounded_channel();
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let (done, done_rx) = watch::channel(false);
+        let (first_sync, first_sync_rx) = oneshot::channel();
+        let (seeks_tx, seeks) = unbounded_channel();
+        let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let deleted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let links = Self {
+            commands: commands_tx,
+            shutdown,
+            done,
+            first_sync,
+            seeks,
+            stopping: stopping.clone(),
+            deleted: deleted.clone(),
+        };
+        let ends = Ends {
+            commands,
+            shutdown: shutdown_tx,
+            done: done_rx,
+            first_sync: first_sync_rx,
+            seeks: seeks_tx,
+            stopping,
+            deleted,
+        };
+        (links, ends)
+    }
 }
 
 /// A shard being read.
@@ -164,6 +214,22 @@ struct Inbox {
     reports: UnboundedReceiver<Report>,
 }
 
+impl Inbox {
+    fn new(shutdown: watch::Receiver<bool>, seeks: UnboundedReceiver<SeekRequest>) -> Self {
+        let (events_tx, events) = unbounded_channel();
+        let (reports_tx, reports) = unbounded_channel();
+        Self {
+            shutdown,
+            seeks,
+            jobs: FuturesUnordered::new(),
+            events_tx,
+            events,
+            reports_tx,
+            reports,
+        }
+    }
+}
+
 /// What the coordinator tells the subscription's stream and handle.
 struct Outbox {
     /// To the subscription's stream.
@@ -182,6 +248,21 @@ struct Shards {
     releasing: Vec<(String, JoinHandle<()>)>,
     /// When this instance handed shards off to balance, within the last listing interval.
     handed_off: VecDeque<Instant>,
+}
+
+impl Default for Listings {
+    fn default() -> Self {
+        Self {
+            running: false,
+            scans: listing::Scans::default(),
+            next: Instant::now(),
+            replaceable: HashSet::new(),
+            not_found: 0,
+            unlisted: HashMap::new(),
+            delete_refused: false,
+            generation: HashMap::new(),
+        }
+    }
 }
 
 /// The listings, and what they remember from one to the next.
@@ -232,42 +313,10 @@ impl Coordinator {
             stopping,
             deleted,
         } = links;
-        let policy = crate::ack::AckPolicy {
-            redeliver_dropped: config.redeliver_dropped,
-            stopping,
-            max_attempts: config.max_attempts,
-            dead_letters: config.dead_letters.clone(),
-            max_in_flight_bytes: Some(config.max_in_flight_bytes),
-            settle_within: config.settle_within,
-        };
-        let (events_tx, events) = unbounded_channel();
-        let (reports_tx, reports) = unbounded_channel();
         let health = Health::new(config.lease_duration * 3);
-        let config_give_up = config.give_up_after();
-        let leases = crate::telemetry::LeaseMetrics::new(&config.application, &stream);
         Self {
-            shared: Arc::new(Shared {
-                api,
-                store,
-                stream,
-                config,
-                permits: Arc::new(Semaphore::new(MAX_WORK)),
-                probe: Arc::new(ReadProbe::default()),
-                first_reads: Arc::default(),
-                policy,
-                releases: Arc::default(),
-                worker_gate: Arc::new(WorkerGate::new(config_give_up)),
-                leases,
-            }),
-            inbox: Inbox {
-                shutdown,
-                seeks,
-                jobs: FuturesUnordered::new(),
-                events_tx,
-                events,
-                reports_tx,
-                reports,
-            },
+            shared: Arc::new(Shared::new(api, store, stream, config, stopping)),
+            inbox: Inbox::new(shutdown, seeks),
             outbox: Outbox {
                 commands,
                 done,
@@ -281,16 +330,7 @@ impl Coordinator {
                 tips: HashMap::new(),
             },
             shards: Shards::default(),
-            listings: Listings {
-                running: false,
-                scans: listing::Scans::default(),
-                next: Instant::now(),
-                replaceable: HashSet::new(),
-                not_found: 0,
-                unlisted: HashMap::new(),
-                delete_refused: false,
-                generation: HashMap::new(),
-            },
+            listings: Listings::default(),
             instance: Instance {
                 liveness: Liveness::default(),
                 worker: worker::WorkerRow::default(),

@@ -1,6 +1,7 @@
 //! [`Shared`]: what the coordinator's jobs and keepers share.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use tokio::sync::Semaphore;
 
@@ -35,6 +36,38 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// What the jobs of a subscription of `stream` share, with `config`; `stopping` is set
+    /// when the subscription is asked to stop.
+    pub(crate) fn new(
+        api: SharedKinesis,
+        store: SharedLeaseStore,
+        stream: Arc<str>,
+        config: SubscriptionConfig,
+        stopping: Arc<AtomicBool>,
+    ) -> Self {
+        let policy = crate::ack::AckPolicy {
+            redeliver_dropped: config.redeliver_dropped,
+            stopping,
+            max_attempts: config.max_attempts,
+            dead_letters: config.dead_letters.clone(),
+            max_in_flight_bytes: Some(config.max_in_flight_bytes),
+            settle_within: config.settle_within,
+        };
+        Self {
+            permits: Arc::new(Semaphore::new(super::MAX_WORK)),
+            probe: Arc::new(ReadProbe::default()),
+            first_reads: Arc::default(),
+            policy,
+            releases: Arc::default(),
+            worker_gate: Arc::new(WorkerGate::new(config.give_up_after())),
+            leases: LeaseMetrics::new(&config.application, &stream),
+            api,
+            store,
+            stream,
+            config,
+        }
+    }
+
     /// The span of one shard's reader, inside the subscription's (the current span of the
     /// coordinator's jobs).
     pub(crate) fn shard_span(&self, shard: &str) -> tracing::Span {
