@@ -122,20 +122,27 @@ impl Coordinator {
         self.listings.generation = (listing.shards.iter())
             .map(|s| (s.shard_id.clone(), s.starting_sequence_number.clone()))
             .collect();
+        self.instance.health.listed(true);
         if !listing.scanned {
             // The shards are as they were: the table is read at the next safety scan, or
             // when the roster row moves.
-            self.instance.health.listed(true);
             return;
         }
         if self.startup.tell.is_some() {
             self.startup.tips.extend(std::mem::take(&mut listing.tips));
         }
-        self.instance.health.listed(true);
         let now = self.config().clock.now();
-        let lease_duration = self.config().lease_duration;
         self.instance.liveness.observe(&listing.rows, now);
         self.note_unlisted(&listing, now);
+        let (shares, stale) = self.plan_listing(&listing, now);
+        self.delete(stale);
+        self.act_on_shares(&listing, shares, now);
+    }
+
+    /// Decides over a listing that read the table: this instance's share, and the rows
+    /// nobody needs. Remembers what the next listings and the roster watch use.
+    fn plan_listing(&mut self, listing: &Listing, now: Instant) -> (plan::Shares, Vec<Lease>) {
+        let lease_duration = self.config().lease_duration;
         let holdings = self.holdings();
         let liveness = &self.instance.liveness;
         let expired = |row: &Lease| liveness.is_expired(row, now, lease_duration);
@@ -149,24 +156,17 @@ impl Coordinator {
         };
         let unlisted_for = lease_duration + self.shared.config.list_interval;
         let stale = plan::stale_rows(&view, &self.listings.unlisted, now, unlisted_for);
-        let replaceable = listing
-            .rows
-            .values()
+        let replaceable = (listing.rows.values())
             .filter(|row| row.owner.is_none() || expired(row))
             .filter(|row| !holdings.has(&row.shard_id))
             .map(|row| row.shard_id.clone())
             .collect();
         let eligible = lineage::eligible(&listing.shards, &listing.rows);
-        let can_work = self
-            .instance
-            .health
-            .can_work(self.shared.probe.count(), Instant::now());
+        let probed = self.shared.probe.count();
+        let can_work = self.instance.health.can_work(probed, Instant::now());
         let shares = plan::shares(&view, &eligible, can_work);
-        self.listings.scans.scanned(
-            Instant::now(),
-            listing::shard_set(&listing.shards),
-            shares.live_workers,
-        );
+        let shard_set = listing::shard_set(&listing.shards);
+        (self.listings.scans).scanned(Instant::now(), shard_set, shares.live_workers);
         self.instance.watch.ring = roster::ring(&listing.rows, &self.shared.config.owner, &expired);
         self.listings.replaceable = replaceable;
         tracing::debug!(
@@ -178,6 +178,11 @@ impl Coordinator {
             can_work,
             "shards listed"
         );
+        (shares, stale)
+    }
+
+    /// Carries out this instance's share: takes, hand-offs, and the first listing's answer.
+    fn act_on_shares(&mut self, listing: &Listing, shares: plan::Shares, now: Instant) {
         if shares.beyond_bounds > 0 {
             tracing::warn!(
                 unread = shares.beyond_bounds,
@@ -185,7 +190,6 @@ impl Coordinator {
                 "more shards than the instances may hold together (their max_leases): some stay unread until an instance with room joins"
             );
         }
-        self.delete(stale);
         let short = shares
             .target
             .saturating_sub(self.shards.held.len() + self.shards.taking.len() + shares.take.len());
@@ -195,9 +199,7 @@ impl Coordinator {
             self.startup.shards = Some(shares.take.iter().map(|l| l.shard_id.clone()).collect());
         }
         for lease in shares.take {
-            let range = listing
-                .shards
-                .iter()
+            let range = (listing.shards.iter())
                 .find(|s| s.shard_id == lease.shard_id)
                 .map(|s| (s.starting_hash_key.clone(), s.ending_hash_key.clone()));
             self.start_take(lease, first, range);
