@@ -115,20 +115,72 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
     } = view;
     let declared = declared_gone(rows);
     let can_work = can_work && !declared.contains(owner);
-    let mut members: BTreeMap<&str, (usize, WorkerLimits)> = rows
-        .values()
-        .filter(|row| row.owner.is_some() && !expired(row))
-        .filter_map(|row| Some((worker_owner(&row.shard_id)?, row.limits.unwrap_or_default())))
-        .filter(|(o, _)| o != owner)
-        .map(|(o, limits)| (o, (0, limits)))
-        .collect();
+    let mut members = other_members(view);
     let live_workers = (members.len() + usize::from(can_work)).max(1);
     let free = |lease: &Lease| match lease.owner.as_deref() {
         None => true,
         Some(holder) => holder == *owner || expired(lease) || declared.contains(holder),
     };
-    let mut pinned = 0;
-    let mut unheld = 0;
+    let (pinned, unheld) = count_holders(eligible, holdings, &free, &mut members);
+    let mine = holdings.held.len() + holdings.taking.len();
+    let mut counts: Vec<Member<'_>> = members
+        .iter()
+        .map(|(owner, (held, limits))| Member::new(owner, *held, *limits))
+        .collect();
+    if can_work {
+        counts.push(Member::new(owner, mine, *limits));
+    }
+    let shared = eligible.len() - pinned;
+    let targets = fair_targets(shared, &counts);
+    let beyond_bounds = shared.saturating_sub(targets.values().map(|t| t.target).sum());
+    let target = if can_work { targets[*owner].target } else { 0 };
+    let take = (eligible.iter())
+        .filter(|lease| !holdings.has(&lease.shard_id) && free(lease))
+        .take(target.saturating_sub(mine))
+        .map(|lease| (*lease).clone())
+        .collect();
+    // Only what the others lack below their floor is handed off: an instance holding one of
+    // the extra shards keeps it rather than passing it to another that would hold it instead.
+    let wanting: usize = (counts.iter())
+        .filter(|m| m.owner != *owner)
+        .map(|m| targets[m.owner].floor.saturating_sub(m.held))
+        .sum();
+    let excess = (mine.saturating_sub(target)).min(wanting.saturating_sub(unheld));
+    let hand_off = if excess > 0 && live_workers > 1 && can_work {
+        holdings.held.iter().rev().take(excess).cloned().collect()
+    } else {
+        Vec::new()
+    };
+    Shares {
+        target,
+        live_workers,
+        take,
+        hand_off,
+        beyond_bounds,
+    }
+}
+
+/// The other instances with a live worker row, each with no shard counted yet and its limits.
+fn other_members<'a>(view: &View<'a>) -> BTreeMap<&'a str, (usize, WorkerLimits)> {
+    let (rows, owner, expired) = (view.rows, view.owner, view.expired);
+    rows.values()
+        .filter(|row| row.owner.is_some() && !expired(row))
+        .filter_map(|row| Some((worker_owner(&row.shard_id)?, row.limits.unwrap_or_default())))
+        .filter(|(o, _)| *o != owner)
+        .map(|(o, limits)| (o, (0, limits)))
+        .collect()
+}
+
+/// Counts, over the `eligible` shards this instance neither holds nor takes, those each
+/// member holds, and returns how many are pinned (held live by an instance that does not
+/// share) and how many are unheld (free, or being handed back by this instance).
+fn count_holders(
+    eligible: &[&Lease],
+    holdings: &Holdings,
+    free: &dyn Fn(&Lease) -> bool,
+    members: &mut BTreeMap<&str, (usize, WorkerLimits)>,
+) -> (usize, usize) {
+    let (mut pinned, mut unheld) = (0, 0);
     for lease in eligible {
         if holdings.releasing.contains(&lease.shard_id) {
             // Free as soon as its in-flight deliveries settle.
@@ -147,49 +199,7 @@ pub(crate) fn shares(view: &View<'_>, eligible: &[&Lease], can_work: bool) -> Sh
             None => {}
         }
     }
-    let mine = holdings.held.len() + holdings.taking.len();
-    let mut counts: Vec<Member<'_>> = members
-        .iter()
-        .map(|(owner, (held, limits))| Member::new(owner, *held, *limits))
-        .collect();
-    if can_work {
-        counts.push(Member::new(owner, mine, *limits));
-    }
-    let shared = eligible.len() - pinned;
-    let targets = fair_targets(shared, &counts);
-    let beyond_bounds = shared.saturating_sub(targets.values().map(|t| t.target).sum());
-    let target = if can_work { targets[*owner].target } else { 0 };
-    let mut take = Vec::new();
-    for lease in eligible {
-        if mine + take.len() >= target {
-            break;
-        }
-        if !holdings.has(&lease.shard_id) && free(lease) {
-            take.push((*lease).clone());
-        }
-    }
-    // Only what the others lack below their floor is handed off: an instance holding one of
-    // the extra shards keeps it rather than passing it to another that would hold it instead.
-    let wanting: usize = counts
-        .iter()
-        .filter(|m| m.owner != *owner)
-        .map(|m| targets[m.owner].floor.saturating_sub(m.held))
-        .sum();
-    let excess = mine
-        .saturating_sub(target)
-        .min(wanting.saturating_sub(unheld));
-    let hand_off = if excess > 0 && live_workers > 1 && can_work {
-        holdings.held.iter().rev().take(excess).cloned().collect()
-    } else {
-        Vec::new()
-    };
-    Shares {
-        target,
-        live_workers,
-        take,
-        hand_off,
-        beyond_bounds,
-    }
+    (pinned, unheld)
 }
 
 /// One sharing instance as [`fair_targets`] sees it.
