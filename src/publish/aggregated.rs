@@ -17,6 +17,9 @@ const MAX_REPACKS: u32 = 3;
 
 /// One put of packed records: the user records `batch` (which are `todo` of the publish),
 /// packed by `shards`.
+/// The records of a put, their sizes, and the key that orders each.
+type Prepared = (Vec<OutgoingRecord>, Vec<usize>, Vec<Arc<str>>);
+
 struct Put<'a> {
     batch: &'a [OutgoingRecord],
     packed: &'a [Packed],
@@ -86,6 +89,45 @@ impl Publisher {
         map: &SharedMap,
         places: &mut [Option<Published>],
     ) -> Landed {
+        let (entries, sizes, keys) = match self.prepare(&put) {
+            Ok(prepared) => prepared,
+            Err(error) => return Landed::Failed(error),
+        };
+        match self.send_keyed(entries, sizes, &keys).await {
+            Ok(stored) => Landed::Placed(self.place(put, &stored, map, places).await),
+            Err(error) => Landed::Failed(error),
+        }
+    }
+
+    /// The records of a put of aggregates, their sizes, and the key that orders each: its
+    /// predicted shard (a shard's aggregates go in order), or its partition key.
+    fn prepare(&self, put: &Put<'_>) -> Result<Prepared, KinesisError> {
+        let entries: Vec<OutgoingRecord> = (put.packed.iter())
+            .map(|p| outgoing(p, put.batch, put.shards))
+            .collect();
+        let sizes = (entries.iter().enumerate())
+            .map(|(index, entry)| check::check(entry, &self.stream, index))
+            .collect::<Result<Vec<_>, _>>()?;
+        let keys = (put.packed.iter().zip(&entries))
+            .map(|(p, e)| {
+                p.shard.map_or_else(
+                    || Arc::from(&*e.partition_key),
+                    |s| put.shards.id(s).clone(),
+                )
+            })
+            .collect();
+        Ok((entries, sizes, keys))
+    }
+
+    /// Fills in the places of the user records whose aggregates `stored` says landed, and
+    /// returns (sorted) those that go out again.
+    async fn place(
+        &self,
+        put: Put<'_>,
+        stored: &[Published],
+        map: &SharedMap,
+        places: &mut [Option<Published>],
+    ) -> Vec<usize> {
         let Put {
             batch,
             packed,
@@ -93,36 +135,15 @@ impl Publisher {
             todo,
             last_put,
         } = put;
-        let entries: Vec<OutgoingRecord> =
-            packed.iter().map(|p| outgoing(p, batch, shards)).collect();
-        let mut sizes = Vec::with_capacity(entries.len());
-        for (index, entry) in entries.iter().enumerate() {
-            match check::check(entry, &self.stream, index) {
-                Ok(size) => sizes.push(size),
-                Err(error) => return Landed::Failed(error),
-            }
-        }
-        // The ordering rule per predicted shard: a shard's aggregates go in order.
-        let keys: Vec<Arc<str>> = packed
-            .iter()
-            .zip(&entries)
-            .map(|(p, e)| {
-                p.shard
-                    .map_or_else(|| Arc::from(&*e.partition_key), |s| shards.id(s).clone())
-            })
-            .collect();
-        let stored = match self.send_keyed(entries, sizes, &keys).await {
-            Ok(stored) => stored,
-            Err(error) => return Landed::Failed(error),
-        };
         let mut again = Vec::new();
         // Predicted shards with a record going out again.
         let mut redone: HashSet<usize> = HashSet::new();
         let mut fresh: Option<Arc<ShardMap>> = None;
-        for (p, place) in packed.iter().zip(&stored) {
+        for (p, place) in packed.iter().zip(stored) {
             let predicted = p.shard.map(|s| shards.id(s));
             // Landed elsewhere than predicted: the map is stale (a reshard), list again.
-            if predicted.is_some_and(|id| **id != *place.shard_id) && fresh.is_none() {
+            let misplaced = predicted.is_some_and(|id| **id != *place.shard_id);
+            if misplaced && fresh.is_none() {
                 fresh = map.refresh(&self.api, &self.stream).await.ok();
             }
             // An aggregate put against a stale map with user records outside the range of the
@@ -130,23 +151,15 @@ impl Publisher {
             // aggregates, as the KCL does, would lose its other user records), and with it
             // every later record of the same predicted shard, so each key's last copies are in
             // order. On the last put allowed, the places stand.
-            let misplaced =
-                p.members.len() > 1 && predicted.is_some_and(|id| **id != *place.shard_id);
             let outside = match &fresh {
-                Some(f) if misplaced => p
-                    .members
-                    .iter()
+                Some(f) if misplaced && p.members.len() > 1 => (p.members.iter())
                     .filter(|&&m| !f.takes(&place.shard_id, &batch[m]))
                     .count(),
                 _ => 0,
             };
             if outside > 0 {
-                self.warn_outside(
-                    predicted.map(|id| &**id),
-                    &place.shard_id,
-                    outside,
-                    last_put,
-                );
+                let predicted = predicted.map(|id| &**id);
+                self.warn_outside(predicted, &place.shard_id, outside, last_put);
             }
             let behind_one = p.shard.is_some_and(|s| redone.contains(&s));
             if !last_put && (outside > 0 || behind_one) {
@@ -159,7 +172,7 @@ impl Publisher {
             }
         }
         again.sort_unstable();
-        Landed::Placed(again)
+        again
     }
 
     fn warn_outside(&self, predicted: Option<&str>, landed: &str, outside: usize, last_put: bool) {
