@@ -64,7 +64,7 @@ pub use multi::{MultiSubscription, MultiSubscriptionBuilder, StreamSet};
 pub use seeker::SubscriptionSeeker;
 pub use signal::{StopSignal, shutdown_signal};
 
-use self::coordinator::{Command, Coordinator, Links};
+use self::coordinator::{Command, Coordinator, Ends, Links};
 use self::pump::ShardPump;
 use crate::ack::Delivery;
 use crate::api::SharedKinesis;
@@ -317,77 +317,38 @@ impl SubscriptionBuilder {
     /// [`KinesisError::InvalidConfig`] for a refused setting,
     /// [`KinesisError::LeaseStore`] when the lease table cannot be prepared, and the first
     /// listing's error when it cannot succeed (e.g. [`KinesisError::StreamNotFound`]).
-    pub async fn start(self) -> Result<Subscription, KinesisError> {
+    pub async fn start(mut self) -> Result<Subscription, KinesisError> {
         self.config.validate()?;
         self.store.prepare().await?;
-        let mut config = self.config;
-        if let Some(consumer) = config.read.fan_out_consumer() {
+        if let Some(consumer) = self.config.read.fan_out_consumer() {
             // Registered (or found) once, for every reader of the subscription.
             let registered =
                 crate::shard::register_consumer(self.api.as_ref(), &self.stream, consumer).await?;
-            config.consumer_arn = Some(registered.consumer_arn);
+            self.config.consumer_arn = Some(registered.consumer_arn);
         }
-        let (commands_tx, commands) = mpsc::unbounded_channel();
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let shutdown_tx = Arc::new(shutdown_tx);
-        let shutdown_tx_for_error = shutdown_tx.clone();
-        let (done_tx, done_rx) = watch::channel(false);
-        let owner = config.owner.clone();
+        let (links, ends) = Links::new();
+        let owner = self.config.owner.clone();
         let span = tracing::info_span!("subscription", stream = %self.stream, owner = %owner);
-        let (first_sync_tx, first_sync) = tokio::sync::oneshot::channel();
-        let (seeks_tx, seeks) = mpsc::unbounded_channel();
-        let stopping = Arc::new(AtomicBool::new(false));
-        let deleted = Arc::new(AtomicBool::new(false));
-        let links = Links {
-            commands: commands_tx,
-            shutdown: shutdown_rx,
-            done: done_tx,
-            first_sync: first_sync_tx,
-            seeks,
-            stopping: stopping.clone(),
-            deleted: deleted.clone(),
-        };
         let aborted = Arc::new(AtomicBool::new(false));
-        let store: SharedLeaseStore = Arc::new(LayeredStore::new(
-            self.store,
-            bounded::CallTimeout {
-                limit: config.call_timeout(),
-                aborted: aborted.clone(),
-            },
-        ));
-        let coordinator = Coordinator::new(self.api, store, self.stream.clone(), config, links);
+        let timeout = bounded::CallTimeout {
+            limit: self.config.call_timeout(),
+            aborted: aborted.clone(),
+        };
+        let store: SharedLeaseStore = Arc::new(LayeredStore::new(self.store, timeout));
+        let stream = self.stream.clone();
+        let coordinator = Coordinator::new(self.api, store, stream, self.config, links);
         let run = tracing::Instrument::instrument(coordinator.run(), span.clone());
         let task = match &self.runtime {
             Some(runtime) => runtime.spawn(run),
             None => tokio::spawn(run),
         };
-        // Return once the first listing has taken its shards and fixed where each starts:
-        // a record written after `start` returns is then never missed by a LATEST start.
-        if let Ok(Some(e)) = first_sync.await {
-            // The first listing failed in a way retrying cannot fix: stop and say why.
-            let _ = shutdown_tx_for_error.send(true);
-            return Err(e);
-        }
-        let mut subscription = Subscription {
-            shards: StreamMap::new(),
-            commands,
-            early: VecDeque::new(),
-            closing: false,
-            task: Some(task),
-            handle: ShutdownHandle {
-                shutdown: shutdown_tx,
-                done: done_rx,
-                stopping,
-            },
-            seeker: SubscriptionSeeker::new(seeks_tx, self.stream.clone()),
+        let started = Started {
+            task,
             stream: self.stream,
             owner,
-            deleted,
             aborted,
         };
-        // The shards the first listing took are announced already: hold them now, so
-        // `shards()` lists them as soon as `start` returns.
-        subscription.apply_announced();
+        let subscription = Subscription::started(ends, started).await?;
         let held = subscription.shards.len();
         span.in_scope(|| {
             tracing::info!(
@@ -397,6 +358,14 @@ impl SubscriptionBuilder {
         });
         Ok(subscription)
     }
+}
+
+/// What [`SubscriptionBuilder::start`] started, for the subscription to hold.
+struct Started {
+    task: JoinHandle<()>,
+    stream: Arc<str>,
+    owner: String,
+    aborted: Arc<AtomicBool>,
 }
 
 /// Stops a subscription gracefully; cloneable, usable from any task.
@@ -484,6 +453,48 @@ impl fmt::Debug for Subscription {
 }
 
 impl Subscription {
+    /// The subscription over a coordinator that was `started`, once its first listing has
+    /// taken its shards and fixed where each starts: a record written after `start` returns
+    /// is then never missed by a LATEST start.
+    async fn started(ends: Ends, started: Started) -> Result<Self, KinesisError> {
+        let Ends {
+            commands,
+            shutdown,
+            done,
+            first_sync,
+            seeks,
+            stopping,
+            deleted,
+        } = ends;
+        let shutdown = Arc::new(shutdown);
+        if let Ok(Some(e)) = first_sync.await {
+            // The first listing failed in a way retrying cannot fix: stop and say why.
+            let _ = shutdown.send(true);
+            return Err(e);
+        }
+        let mut subscription = Subscription {
+            shards: StreamMap::new(),
+            commands,
+            early: VecDeque::new(),
+            closing: false,
+            task: Some(started.task),
+            handle: ShutdownHandle {
+                shutdown,
+                done,
+                stopping,
+            },
+            seeker: SubscriptionSeeker::new(seeks, started.stream.clone()),
+            stream: started.stream,
+            owner: started.owner,
+            deleted,
+            aborted: started.aborted,
+        };
+        // The shards the first listing took are announced already: hold them now, so
+        // `shards()` lists them as soon as `start` returns.
+        subscription.apply_announced();
+        Ok(subscription)
+    }
+
     /// Starts building a subscription to `stream`, with leases in `store`.
     pub fn builder(
         api: SharedKinesis,
