@@ -4,8 +4,6 @@
 //! running, and on stopped instances; every kind of bad input refused with a clear message,
 //! a non-zero exit and nothing written.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -17,6 +15,7 @@ use kinesis_dataflow::lease::{Lease, SharedLeaseStore};
 use kinesis_dataflow::{
     AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription, SubscriptionBuilder,
 };
+use kinesis_dataflow_test_support as support;
 use serde_json::Value;
 
 /// What one run of the tool gave.
@@ -173,7 +172,7 @@ fn payloads(records: &[(String, String)]) -> BTreeSet<String> {
 }
 
 async fn read_all(sub: &mut Subscription, expected: &BTreeSet<String>, what: &str) -> Vec<String> {
-    support::reading::read_until(sub, expected, what, Duration::from_secs(20))
+    support::read_until(sub, expected, what, Duration::from_secs(20))
         .await
         .into_iter()
         .map(|(_, payload)| payload)
