@@ -1,23 +1,18 @@
-//! The command line, parsed by hand: the commands, their flags, and the help texts.
+//! The command line, parsed with clap: the commands, their flags and help texts, and the
+//! checks clap cannot make (a position's syntax and time, `sequence:` with one shard).
 
+use std::ffi::OsString;
 use std::time::Duration;
 
+use clap::builder::NonEmptyStringValueParser;
+use clap::{Args, Parser, Subcommand};
 use kinesis_dataflow::DynamoLeaseStore;
 
 use crate::Failure;
 use crate::time;
 
-/// The tool's help.
-pub const HELP: &str = "\
-kinesis-dataflow: see and move the checkpoints of a kinesis-dataflow application
-
-Usage: kinesis-dataflow <COMMAND> [OPTIONS]
-
-Commands:
-  status   the shard tree, and per shard its owner, checkpoint, lease counter, age and lag
-  workers  the instances, when each was last seen, and how many leases each holds
-  reset    move the checkpoints of every shard (or of named shards) to a new position
-
+/// The tool's help, after the list of commands.
+const TOOL_AFTER_HELP: &str = "\
 Every command takes the lease table and the stream:
   --table <TABLE>        the lease table (DynamoDB)
   --application <NAME>   or the application name: the table `kinesis-dataflow-<NAME>`
@@ -30,53 +25,27 @@ never created: a missing table is an error.
 Exit status: 0 done, 1 a call failed, 2 bad input (nothing written), 3 refused (live
 instances hold the leases; nothing written).
 
-`kinesis-dataflow <COMMAND> --help` for a command's options.
-";
+`kinesis-dataflow <COMMAND> --help` for a command's options.";
 
-/// `status --help`.
-pub const STATUS_HELP: &str = "\
-kinesis-dataflow status: the shard tree and where each shard is
-
-Usage: kinesis-dataflow status (--table <TABLE> | --application <NAME>) --stream <STREAM> [OPTIONS]
-
-Options:
-  --json                 one JSON document instead of a table (with --watch: one per line)
-  --watch <SECONDS>      print again every SECONDS seconds until interrupted (Ctrl-C); the
-                         COUNTER column then shows how far each counter moved since the last
-                         round (a counter that moves is a live lease)
-  --records-cap <N>      count at most N records behind per shard (default 10000; shown as
-                         `>=N` beyond); 0 skips the lag and reads nothing from the stream
-
+/// `status --help`, after the options.
+const STATUS_AFTER_HELP: &str = "\
 Per shard: STATE (open, closed: the stream lists an ending sequence number), OWNER, the
 CHECKPOINT as stored, the lease COUNTER, AGE (time since the row was last written, by the
 writer's clock), and the lag from the checkpoint: BEHIND (MillisBehindLatest of the next
 record) and RECORDS (Kinesis records between the checkpoint and the tip, counted with
 GetRecords). The lag costs one GetShardIterator and one or more GetRecords per unfinished
-shard, which share the shard's read limit (5 calls a second) with the application.
-";
+shard, which share the shard's read limit (5 calls a second) with the application.";
 
-/// `workers --help`.
-pub const WORKERS_HELP: &str = "\
-kinesis-dataflow workers: the instances of an application on a stream
-
-Usage: kinesis-dataflow workers (--table <TABLE> | --application <NAME>) --stream <STREAM> [--json]
-
-Options:
-  --json                 one JSON document instead of a table
-
+/// `workers --help`, after the options.
+const WORKERS_AFTER_HELP: &str = "\
 One line per instance (its `worker:<owner>` row): STATE (active, or declared gone: another
 instance saw its row unchanged for the lease duration), LAST SEEN (time since it last wrote
 its row, by its own clock), its row's COUNTER, and the LEASES it holds. Owners that hold
 leases without a worker row (an instance that stepped aside because it cannot read, or a
-reset under way) are listed too.
-";
+reset under way) are listed too.";
 
-/// `reset --help`.
-pub const RESET_HELP: &str = "\
-kinesis-dataflow reset: move an application's checkpoints on a stream
-
-Usage: kinesis-dataflow reset (--table <TABLE> | --application <NAME>) --stream <STREAM> --to <POSITION> [OPTIONS]
-
+/// `reset --help`, after the options.
+const RESET_AFTER_HELP: &str = "\
 Positions:
   horizon                the oldest record each shard still holds (TRIM_HORIZON; also
                          `earliest` and `trim_horizon`)
@@ -85,16 +54,6 @@ Positions:
                          (2026-12-01T09:30:00Z, 2026-12-01T10:30:00.250+01:00) or milliseconds
                          since the Unix epoch; not in the future
   sequence:<NUMBER>      this record of the one shard named with --shard, read first
-
-Options:
-  --shard <SHARD_ID>     reset only this shard (repeatable); default: every shard
-  --dry-run              print what would change and stop
-  --force                take the leases from live instances (they stop reading those shards
-                         and resume from the new positions)
-  --lease-duration <SECONDS>
-                         the application's lease duration (default 10, the library's): a
-                         lease taken from an instance is held two thirds of it before release
-  --json                 print the plan (and what was done) as one JSON document
 
 It prints what changes first (per shard: from -> to). Without --force it refuses, writing
 nothing, while a live instance holds a lease to reset: one whose worker row is there and not
@@ -111,8 +70,123 @@ defaults: the first record read again 7.8 s after the reset began).
 Every shard of the stream is reset by default, parents and children alike: at horizon or a
 timestamp the whole tree is read again, parents before children; a finished shard is read
 again too. An application that starts with `start_at(..)` opens its first shards there, ahead
-of any checkpoint.
-";
+of any checkpoint.";
+
+/// The command line as clap reads it.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kinesis-dataflow",
+    version,
+    about = "kinesis-dataflow: see and move the checkpoints of a kinesis-dataflow application",
+    // The command is not optional: none given is refused with a message of its own.
+    override_usage = "kinesis-dataflow <COMMAND> [OPTIONS]",
+    after_help = TOOL_AFTER_HELP
+)]
+struct Cli {
+    /// The command; none given is refused with a message saying so.
+    #[command(subcommand)]
+    command: Option<CommandFlags>,
+}
+
+/// The commands as clap reads them.
+#[derive(Debug, Subcommand)]
+enum CommandFlags {
+    /// the shard tree, and per shard its owner, checkpoint, lease counter, age and lag
+    #[command(after_help = STATUS_AFTER_HELP)]
+    Status(StatusFlags),
+    /// the instances, when each was last seen, and how many leases each holds
+    #[command(after_help = WORKERS_AFTER_HELP)]
+    Workers(WorkersFlags),
+    /// move the checkpoints of every shard (or of named shards) to a new position
+    #[command(after_help = RESET_AFTER_HELP)]
+    Reset(ResetFlags),
+}
+
+/// The lease table, by name or by application: one of the two.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct TableFlags {
+    /// the lease table (DynamoDB)
+    #[arg(long, value_name = "TABLE")]
+    table: Option<String>,
+    /// or the application name: the table `kinesis-dataflow-<NAME>`
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
+    application: Option<String>,
+}
+
+/// The lease table and the stream, which every command takes.
+#[derive(Debug, Args)]
+struct TargetFlags {
+    /// The lease table.
+    #[command(flatten)]
+    table: TableFlags,
+    /// the Kinesis stream
+    #[arg(long, value_name = "STREAM", value_parser = NonEmptyStringValueParser::new())]
+    stream: String,
+}
+
+/// `status`'s flags.
+#[derive(Debug, Args)]
+struct StatusFlags {
+    /// Table and stream.
+    #[command(flatten)]
+    target: TargetFlags,
+    /// one JSON document instead of a table (with --watch: one per line)
+    #[arg(long)]
+    json: bool,
+    /// print again every SECONDS seconds until interrupted (Ctrl-C); the COUNTER column then
+    /// shows how far each counter moved since the last round (a counter that moves is a live
+    /// lease)
+    #[arg(long, value_name = "SECONDS", value_parser = watch_interval)]
+    watch: Option<Duration>,
+    /// stop after N rounds of --watch (for tests)
+    #[arg(long, value_name = "N", requires = "watch", hide = true)]
+    watch_count: Option<u64>,
+    /// count at most N records behind per shard (shown as `>=N` beyond); 0 skips the lag and
+    /// reads nothing from the stream
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_RECORDS_CAP)]
+    records_cap: u64,
+}
+
+/// `workers`'s flags.
+#[derive(Debug, Args)]
+struct WorkersFlags {
+    /// Table and stream.
+    #[command(flatten)]
+    target: TargetFlags,
+    /// one JSON document instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+/// `reset`'s flags.
+#[derive(Debug, Args)]
+struct ResetFlags {
+    /// Table and stream.
+    #[command(flatten)]
+    target: TargetFlags,
+    /// where to move the checkpoints: horizon, latest, timestamp:<TIME> or sequence:<NUMBER>
+    /// (see Positions below)
+    #[arg(long, value_name = "POSITION")]
+    to: String,
+    /// reset only this shard (repeatable); default: every shard
+    #[arg(long = "shard", value_name = "SHARD_ID", value_parser = NonEmptyStringValueParser::new())]
+    shards: Vec<String>,
+    /// print what would change and stop
+    #[arg(long)]
+    dry_run: bool,
+    /// take the leases from live instances (they stop reading those shards and resume from
+    /// the new positions)
+    #[arg(long)]
+    force: bool,
+    /// the application's lease duration (the library's default is 10): a lease taken from an
+    /// instance is held two thirds of it before release
+    #[arg(long = "lease-duration", value_name = "SECONDS", value_parser = lease_duration_ms, default_value = "10")]
+    lease_duration_ms: u64,
+    /// print the plan (and what was done) as one JSON document
+    #[arg(long)]
+    json: bool,
+}
 
 /// The lease table and the stream every command names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,284 +264,111 @@ pub enum Command {
     Workers(WorkersArgs),
     /// `reset`.
     Reset(ResetArgs),
-    /// `--help` of the tool or of a command: print it and stop.
-    Help(&'static str),
 }
 
 /// The default of `--records-cap`.
 pub const DEFAULT_RECORDS_CAP: u64 = 10_000;
 
-/// The flags a command accepts: (name, takes a value).
-fn flags_of(command: &str) -> &'static [(&'static str, bool)] {
-    const COMMON: [(&str, bool); 3] = [
-        ("--table", true),
-        ("--application", true),
-        ("--stream", true),
-    ];
-    match command {
-        "status" => &[
-            COMMON[0],
-            COMMON[1],
-            COMMON[2],
-            ("--json", false),
-            ("--watch", true),
-            ("--watch-count", true),
-            ("--records-cap", true),
-        ],
-        "workers" => &[COMMON[0], COMMON[1], COMMON[2], ("--json", false)],
-        "reset" => &[
-            COMMON[0],
-            COMMON[1],
-            COMMON[2],
-            ("--to", true),
-            ("--shard", true),
-            ("--dry-run", false),
-            ("--force", false),
-            ("--lease-duration", true),
-            ("--json", false),
-        ],
-        _ => &[],
-    }
+/// Why the command line was not taken.
+#[derive(Debug)]
+pub enum ParseError {
+    /// clap's own: an unknown flag, a missing or bad value, or `--help` / `--version` (not an
+    /// error; printed to standard output with exit status 0).
+    Clap(clap::Error),
+    /// A value clap took that is still wrong (a position, `sequence:` without one shard).
+    Invalid(Failure),
 }
 
-/// The flags given, in order: (flag, value).
-struct Given {
-    command: &'static str,
-    pairs: Vec<(&'static str, Option<String>)>,
-}
-
-impl Given {
-    fn values(&self, flag: &str) -> Vec<&str> {
-        self.pairs
-            .iter()
-            .filter(|(f, _)| *f == flag)
-            .filter_map(|(_, v)| v.as_deref())
-            .collect()
-    }
-
-    fn has(&self, flag: &str) -> bool {
-        self.pairs.iter().any(|(f, _)| *f == flag)
-    }
-
-    fn one(&self, flag: &str) -> Result<Option<&str>, Failure> {
-        match self.values(flag).as_slice() {
-            [] => Ok(None),
-            [one] => Ok(Some(one)),
-            [first, second, ..] => Err(usage(format!(
-                "{} given twice (`{first}` and `{second}`); give it once",
-                flag
-            ))),
-        }
-    }
-
-    fn target(&self) -> Result<Target, Failure> {
-        let table = match (self.one("--table")?, self.one("--application")?) {
-            (Some(_), Some(_)) => {
-                return Err(usage("give --table or --application, not both".to_owned()));
-            }
-            (Some(table), None) => table.to_owned(),
-            (None, Some(app)) => {
-                if app.is_empty() {
-                    return Err(usage("--application is empty; name the application".into()));
-                }
-                DynamoLeaseStore::default_table_name(app)
-            }
-            (None, None) => {
-                return Err(usage(format!(
-                    "{} needs the lease table: --table <TABLE> or --application <NAME>",
-                    self.command
-                )));
-            }
-        };
-        let stream = match self.one("--stream")? {
-            Some(s) if !s.is_empty() => s.to_owned(),
-            Some(_) => return Err(usage("--stream is empty; name the stream".into())),
-            None => {
-                return Err(usage(format!(
-                    "{} needs the stream: --stream <STREAM>",
-                    self.command
-                )));
-            }
-        };
-        Ok(Target { table, stream })
-    }
-}
-
-fn usage(message: String) -> Failure {
-    Failure::usage(message)
-}
-
-/// Parses the arguments after the program name. `now_ms` is the current time (for refusing a
+/// Parses the arguments, the program name first. `now_ms` is the current time (for refusing a
 /// timestamp in the future).
-pub fn parse(args: &[String], now_ms: u64) -> Result<Command, Failure> {
-    let Some(first) = args.first() else {
-        return Err(usage(
+pub fn parse<I, T>(argv: I, now_ms: u64) -> Result<Command, ParseError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(argv).map_err(ParseError::Clap)?;
+    let Some(command) = cli.command else {
+        return Err(ParseError::Invalid(Failure::usage(
             "no command given (status, workers or reset)".to_owned(),
-        ));
+        )));
     };
-    let (command, help): (&'static str, &'static str) = match first.as_str() {
-        "--help" | "-h" | "help" => return Ok(Command::Help(HELP)),
-        "status" => ("status", STATUS_HELP),
-        "workers" => ("workers", WORKERS_HELP),
-        "reset" => ("reset", RESET_HELP),
-        other if other.starts_with('-') => {
-            return Err(usage(format!(
-                "unknown option `{other}` before the command; the commands are status, workers \
-                 and reset"
-            )));
-        }
-        other => {
-            return Err(usage(format!(
-                "unknown command `{other}`; the commands are status, workers and reset"
-            )));
-        }
-    };
-    let rest = &args[1..];
-    if rest.iter().any(|a| a == "--help" || a == "-h") {
-        return Ok(Command::Help(help));
-    }
-    let given = split_flags(command, rest)?;
     Ok(match command {
-        "status" => Command::Status(status(&given)?),
-        "workers" => Command::Workers(WorkersArgs {
-            target: given.target()?,
-            json: given.has("--json"),
+        CommandFlags::Status(flags) => Command::Status(StatusArgs {
+            target: flags.target.into(),
+            json: flags.json,
+            watch: flags.watch,
+            watch_count: flags.watch_count,
+            records_cap: flags.records_cap,
         }),
-        _ => Command::Reset(reset(&given, now_ms)?),
+        CommandFlags::Workers(flags) => Command::Workers(WorkersArgs {
+            target: flags.target.into(),
+            json: flags.json,
+        }),
+        CommandFlags::Reset(flags) => {
+            Command::Reset(reset(flags, now_ms).map_err(ParseError::Invalid)?)
+        }
     })
 }
 
-fn split_flags(command: &'static str, rest: &[String]) -> Result<Given, Failure> {
-    let known = flags_of(command);
-    let mut pairs = Vec::new();
-    let mut iter = rest.iter();
-    while let Some(arg) = iter.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((name, value)) if name.starts_with("--") => (name, Some(value.to_owned())),
-            _ => (arg.as_str(), None),
+impl From<TargetFlags> for Target {
+    fn from(flags: TargetFlags) -> Self {
+        let table = match (flags.table.table, flags.table.application) {
+            (Some(table), _) => table,
+            (None, Some(app)) => DynamoLeaseStore::default_table_name(&app),
+            // clap requires one of the two.
+            (None, None) => String::new(),
         };
-        let Some(&(flag, takes_value)) = known.iter().find(|(f, _)| *f == name) else {
-            let what = if name.starts_with('-') {
-                format!("unknown option `{name}` for `{command}`")
-            } else {
-                format!("unexpected argument `{arg}` for `{command}` (options start with --)")
-            };
-            return Err(Failure {
-                message: format!("{what}; see `kinesis-dataflow {command} --help`"),
-                code: 2,
-                names_help: true,
-            });
-        };
-        let value = match (takes_value, inline) {
-            (true, Some(value)) => Some(value),
-            (true, None) => match iter.next() {
-                Some(value) if !value.starts_with("--") => Some(value.clone()),
-                _ => return Err(usage(format!("{flag} needs a value"))),
-            },
-            (false, Some(value)) => {
-                return Err(usage(format!("{flag} takes no value (got `{value}`)")));
-            }
-            (false, None) => None,
-        };
-        if !takes_value && pairs.iter().any(|(f, _)| *f == flag) {
-            return Err(usage(format!("{flag} given twice")));
+        Target {
+            table,
+            stream: flags.stream,
         }
-        pairs.push((flag, value));
     }
-    Ok(Given { command, pairs })
 }
 
-fn number(flag: &str, text: &str) -> Result<u64, Failure> {
-    text.parse::<u64>()
-        .map_err(|_| usage(format!("{flag} `{text}` is not a whole number >= 0")))
+/// `--watch`: seconds above 0, up to a day.
+fn watch_interval(text: &str) -> Result<Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("`{text}` is not a number of seconds above 0 (up to 86400)"))
 }
 
-fn status(given: &Given) -> Result<StatusArgs, Failure> {
-    let target = given.target()?;
-    let watch = match given.one("--watch")? {
-        None => None,
-        Some(text) => {
-            let seconds: f64 = text
-                .parse()
-                .ok()
-                .filter(|s: &f64| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
-                .ok_or_else(|| {
-                    usage(format!(
-                        "--watch `{text}` is not a number of seconds above 0 (up to 86400)"
-                    ))
-                })?;
-            Some(Duration::from_secs_f64(seconds))
-        }
-    };
-    let watch_count = given
-        .one("--watch-count")?
-        .map(|t| number("--watch-count", t))
-        .transpose()?;
-    if watch_count.is_some() && watch.is_none() {
-        return Err(usage("--watch-count needs --watch".to_owned()));
-    }
-    let records_cap = given
-        .one("--records-cap")?
-        .map(|t| number("--records-cap", t))
-        .transpose()?
-        .unwrap_or(DEFAULT_RECORDS_CAP);
-    Ok(StatusArgs {
-        target,
-        json: given.has("--json"),
-        watch,
-        watch_count,
-        records_cap,
-    })
+/// `--lease-duration`: seconds from 0.1 to 3600, in milliseconds.
+fn lease_duration_ms(text: &str) -> Result<u64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 3_600.0)
+        .map(|s| (s * 1000.0).round() as u64)
+        .ok_or_else(|| format!("`{text}` is not a number of seconds from 0.1 to 3600"))
 }
 
-fn reset(given: &Given, now_ms: u64) -> Result<ResetArgs, Failure> {
-    let target = given.target()?;
-    let Some(to) = given.one("--to")? else {
-        return Err(usage(
-            "reset needs --to <POSITION>: horizon, latest, timestamp:<TIME> or sequence:<NUMBER>"
-                .to_owned(),
-        ));
-    };
-    let to = position(to, now_ms)?;
+/// `reset`'s flags checked: the position, and one shard for a sequence number.
+fn reset(flags: ResetFlags, now_ms: u64) -> Result<ResetArgs, Failure> {
+    let to = position(&flags.to, now_ms)?;
     let mut shards: Vec<String> = Vec::new();
-    for shard in given.values("--shard") {
-        if shard.is_empty() {
-            return Err(usage("--shard is empty; name a shard id".to_owned()));
-        }
-        if !shards.iter().any(|s| s == shard) {
-            shards.push(shard.to_owned());
+    for shard in flags.shards {
+        if !shards.contains(&shard) {
+            shards.push(shard);
         }
     }
     if let Position::Sequence(seq) = &to
         && shards.len() != 1
     {
-        return Err(usage(format!(
+        return Err(Failure::usage(format!(
             "--to sequence:{seq} names a record of one shard; name that shard with exactly one \
              --shard (got {})",
             shards.len()
         )));
     }
-    let lease_duration_ms = match given.one("--lease-duration")? {
-        None => 10_000,
-        Some(text) => text
-            .parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 3_600.0)
-            .map(|s| (s * 1000.0).round() as u64)
-            .ok_or_else(|| {
-                usage(format!(
-                    "--lease-duration `{text}` is not a number of seconds from 0.1 to 3600"
-                ))
-            })?,
-    };
     Ok(ResetArgs {
-        target,
+        target: flags.target.into(),
         to,
         shards,
-        lease_duration_ms,
-        dry_run: given.has("--dry-run"),
-        force: given.has("--force"),
-        json: given.has("--json"),
+        dry_run: flags.dry_run,
+        force: flags.force,
+        lease_duration_ms: flags.lease_duration_ms,
+        json: flags.json,
     })
 }
 
@@ -491,7 +392,7 @@ fn epoch_seconds_hint(value: &str, ms: u64) -> Option<String> {
 /// Parses `--to`'s value.
 pub fn position(text: &str, now_ms: u64) -> Result<Position, Failure> {
     let bad = |why: &str| {
-        usage(format!(
+        Failure::usage(format!(
             "--to `{text}` {why}; the positions are horizon, latest, timestamp:<RFC 3339 or \
              epoch milliseconds> and sequence:<NUMBER>"
         ))
@@ -510,16 +411,16 @@ pub fn position(text: &str, now_ms: u64) -> Result<Position, Failure> {
     match kind {
         "timestamp" => {
             let ms = time::parse(value).map_err(|why| {
-                usage(format!(
+                Failure::usage(format!(
                     "--to `{text}`: `{value}` is not a time ({why}); write RFC 3339 \
                      (2026-12-01T09:30:00Z) or milliseconds since the Unix epoch"
                 ))
             })?;
             if let Some(hint) = epoch_seconds_hint(value, ms) {
-                return Err(usage(format!("--to `{text}`: {hint}")));
+                return Err(Failure::usage(format!("--to `{text}`: {hint}")));
             }
             if ms > now_ms {
-                return Err(usage(format!(
+                return Err(Failure::usage(format!(
                     "--to `{text}`: {} is in the future (now is {}); nothing has arrived there \
                      yet",
                     time::format(ms),
@@ -544,12 +445,19 @@ mod tests {
 
     const NOW: u64 = 1_800_000_000_000;
 
-    fn args(line: &str) -> Vec<String> {
-        line.split_whitespace().map(str::to_owned).collect()
+    /// The command line `kinesis-dataflow <line>`, or the error as printed.
+    fn parsed(line: &str) -> Result<Command, String> {
+        let argv = std::iter::once("kinesis-dataflow").chain(line.split_whitespace());
+        parse(argv, NOW).map_err(|e| match e {
+            ParseError::Clap(e) => e.to_string(),
+            ParseError::Invalid(f) => f.message,
+        })
     }
 
-    fn parsed(line: &str) -> Result<Command, String> {
-        parse(&args(line), NOW).map_err(|f| f.message)
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
     }
 
     #[test]
@@ -593,26 +501,57 @@ mod tests {
                 json: false,
             })
         );
-        assert_eq!(parsed("reset --help").unwrap(), Command::Help(RESET_HELP));
-        assert_eq!(parsed("--help").unwrap(), Command::Help(HELP));
+        let Command::Reset(forced) =
+            parsed("reset --table t --stream s --to latest --force --lease-duration 2.5").unwrap()
+        else {
+            panic!("not a reset");
+        };
+        assert_eq!((forced.force, forced.lease_duration_ms), (true, 2_500));
+    }
+
+    #[test]
+    fn help_is_printed_not_refused() {
+        for (line, usage) in [
+            ("--help", "Usage: kinesis-dataflow <COMMAND>"),
+            ("help", "Usage: kinesis-dataflow <COMMAND>"),
+            ("status --help", "Usage: kinesis-dataflow status"),
+            ("workers -h", "Usage: kinesis-dataflow workers"),
+            ("reset --to x --help", "Usage: kinesis-dataflow reset"),
+        ] {
+            let argv = std::iter::once("kinesis-dataflow").chain(line.split_whitespace());
+            let Err(ParseError::Clap(e)) = parse(argv, NOW) else {
+                panic!("{line}: no help");
+            };
+            assert_eq!(e.exit_code(), 0, "{line}");
+            assert!(e.to_string().contains(usage), "{line}: {e}");
+        }
     }
 
     #[test]
     fn bad_command_lines_name_what_is_wrong() {
         for (line, needle) in [
-            ("", "no command"),
-            ("frobnicate", "`frobnicate`"),
-            ("status --table t --stream s --colour", "`--colour`"),
+            ("", "no command given"),
+            ("frobnicate", "'frobnicate'"),
+            ("status --table t --stream s --colour", "'--colour'"),
             ("status --table t", "--stream"),
             ("status --stream s", "--table"),
-            ("status --table t --application a --stream s", "not both"),
+            ("status --stream s", "--application"),
+            (
+                "status --table t --application a --stream s",
+                "cannot be used with",
+            ),
             ("status --table t --stream s --watch 0", "`0`"),
             (
                 "status --table t --stream s --watch-count 2",
-                "needs --watch",
+                "--watch <SECONDS>",
             ),
-            ("status --table t --stream s --table u", "twice"),
-            ("reset --table t --stream s", "--to"),
+            ("status --table t --stream s --records-cap -1", "'-1'"),
+            (
+                "status --table t --stream s --table u",
+                "'--table <TABLE>' cannot be used multiple",
+            ),
+            ("status --application= --stream s", "--application <NAME>"),
+            ("reset --table t --stream s", "--to <POSITION>"),
             ("reset --table t --stream s --to sideways", "`sideways`"),
             (
                 "reset --table t --stream s --to sequence:12ab --shard x",
@@ -626,8 +565,16 @@ mod tests {
                 "reset --table t --stream s --to timestamp:yesterday",
                 "`yesterday`",
             ),
-            ("reset --table t --stream s --to", "needs a value"),
-            ("workers --table t --stream s --json=yes", "takes no value"),
+            ("reset --table t --stream s --to", "'--to <POSITION>'"),
+            (
+                "reset --table t --stream s --to latest --shard=",
+                "--shard <SHARD_ID>",
+            ),
+            (
+                "reset --table t --stream s --to latest --lease-duration 0",
+                "`0`",
+            ),
+            ("workers --table t --stream s --json=yes", "'yes'"),
         ] {
             let err = parsed(line).unwrap_err();
             assert!(err.contains(needle), "{line}: {err}");
@@ -648,7 +595,13 @@ mod tests {
             position("timestamp:1796176860000", 1_796_176_860_001).unwrap(),
             Position::Timestamp(1_796_176_860_000)
         );
-        for alias in ["earliest", "trim_horizon", "horizon"] {
+        for alias in [
+            "earliest",
+            "EARLIEST",
+            "trim_horizon",
+            "TRIM_HORIZON",
+            "horizon",
+        ] {
             assert_eq!(position(alias, NOW).unwrap(), Position::Horizon, "{alias}");
         }
     }

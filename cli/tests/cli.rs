@@ -681,10 +681,10 @@ async fn bad_input_is_refused_with_a_clear_message_and_nothing_written() {
             vec!["status", "--stream", s],
             vec!["--table", "--application"],
         ),
-        (vec!["frobnicate", "--table", t], vec!["`frobnicate`"]),
+        (vec!["frobnicate", "--table", t], vec!["'frobnicate'"]),
         (
             vec!["status", "--table", t, "--stream", s, "--colour"],
-            vec!["`--colour`"],
+            vec!["'--colour'"],
         ),
         (
             vec!["status", "--table", t, "--stream", s, "--watch", "never"],
