@@ -310,7 +310,7 @@ async fn reset_refused_while_held_dry_run_and_stopped_instances_moved() {
     let mut sub = app.builder("instance-b").start().await.unwrap();
     let first = app.put("first", 5).await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let between = now_ms();
+    let between = jiff::Timestamp::now();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let second = app.put("second", 5).await;
     let mut all = payloads(&first);
@@ -392,7 +392,7 @@ async fn reset_refused_while_held_dry_run_and_stopped_instances_moved() {
     sub.shutdown().await;
 
     // To a timestamp (RFC 3339) between the two batches: the second batch again, not the first.
-    let at = rfc3339(between);
+    let at = format!("{between:.3}");
     app.run("reset", &["--to", &format!("timestamp:{at}")])
         .await
         .ok();
@@ -737,39 +737,6 @@ async fn bad_input_is_refused_with_a_clear_message_and_nothing_written() {
         let run = cli(&args).await.ok();
         assert!(run.stdout.contains(needle), "{args:?}: {run:#?}");
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        .try_into()
-        .unwrap()
-}
-
-/// `ms` as RFC 3339 in UTC with milliseconds.
-fn rfc3339(ms: u64) -> String {
-    // Days since the epoch to a civil date (Howard Hinnant's algorithm).
-    let days = (ms / 86_400_000) as i64;
-    let in_day = ms % 86_400_000;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let s = in_day / 1000;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60,
-        in_day % 1000
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
