@@ -315,7 +315,7 @@ impl From<TargetFlags> for Target {
         let table = match (flags.table.table, flags.table.application) {
             (Some(table), _) => table,
             (None, Some(app)) => DynamoLeaseStore::default_table_name(&app),
-            // clap requires one of the two.
+            // clap requires one of the two; an empty name would be refused as a table name.
             (None, None) => String::new(),
         };
         Target {

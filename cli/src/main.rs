@@ -43,6 +43,7 @@ impl Failure {
     }
 }
 
+/// Runs one command.
 async fn run(command: args::Command) -> Result<(), Failure> {
     match command {
         args::Command::Status(a) => status::run(&a).await,
@@ -51,6 +52,8 @@ async fn run(command: args::Command) -> Result<(), Failure> {
     }
 }
 
+/// Parses the command line, then runs the command on a single-threaded runtime; the exit
+/// status says how it went.
 fn main() -> ExitCode {
     let command = match args::parse(std::env::args_os(), time::now_ms()) {
         Ok(command) => command,

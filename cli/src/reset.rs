@@ -412,6 +412,8 @@ fn held_children(
     })
 }
 
+/// The refusal while live instances hold leases to change: each owner, when it was last seen,
+/// and the shards it holds.
 fn refusal(live: &[&Change], owners: &BTreeMap<String, workers::Worker>, now: u64) -> String {
     let mut by_owner: BTreeMap<&str, Vec<&Change>> = BTreeMap::new();
     for change in live {
@@ -443,6 +445,7 @@ fn refusal(live: &[&Change], owners: &BTreeMap<String, workers::Worker>, now: u6
     )
 }
 
+/// `--to` as the plan says it.
 fn position_text(to: &Position) -> String {
     match to {
         Position::Horizon => "horizon".to_owned(),

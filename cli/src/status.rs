@@ -335,6 +335,7 @@ async fn count_behind(aws: &Aws, shard: &str, mut iterator: Option<String>, cap:
     }
 }
 
+/// A failed Kinesis call on a shard, in a line: the error code and message when there are.
 fn call_error<E, R>(call: &str, shard: &str, err: &aws_sdk_kinesis::error::SdkError<E, R>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
@@ -349,6 +350,7 @@ where
     }
 }
 
+/// The lag in JSON: `lag` and `lag_error`.
 fn lag_json(lag: &Lag) -> (Value, Value) {
     match lag {
         Lag::NotMeasured => (Value::Null, Value::Null),
@@ -372,6 +374,7 @@ fn lag_json(lag: &Lag) -> (Value, Value) {
     }
 }
 
+/// A lease row in JSON.
 fn row_json(row: &LeaseRow, at_ms: u64) -> Value {
     let checkpoint = row.lease.checkpoint.as_ref();
     json!({
@@ -384,6 +387,7 @@ fn row_json(row: &LeaseRow, at_ms: u64) -> Value {
     })
 }
 
+/// The JSON document of one reading.
 fn to_json(
     aws: &Aws,
     args: &StatusArgs,
