@@ -11,6 +11,7 @@
 //! | [`emulators`] | this process's emulators, started lazily and kept for its life: [`kinesis_endpoint`], [`dynamodb_endpoint`], their logs, [`assert_emulators_alive`] |
 //! | [`sdk`] | [`sdk_config`] (region, dummy credentials), service config builders and clients for an endpoint or for this process's emulators, [`live_broker`] |
 //! | [`streams`] | [`unique_name`], [`create_stream`], [`wait_active`], [`create_stream_shards`], [`list_shards`], [`wait_table_active`] |
+//! | [`reading`] | [`read_until`]: read a `Subscription` until the expected records came |
 //! | [`wait`] | [`wait_for`]: poll a condition with a patience |
 //! | [`timings`] | [`fast`]: a `SubscriptionBuilder` with the fast test timings |
 //! | [`trace`] | [`init_tracing`]: the library's tracing in the test output |
@@ -45,6 +46,7 @@ pub mod kpl;
 pub mod launcher;
 pub mod npm;
 pub mod paths;
+pub mod reading;
 pub mod sdk;
 pub mod streams;
 pub mod timings;
@@ -58,6 +60,7 @@ pub use emulators::{
 pub use launcher::{Emulator, Kind, free_port};
 pub use npm::ensure_npm_packages;
 pub use paths::{harness_dir, log_tail, logs_dir, repo_root, target_dir};
+pub use reading::read_until;
 pub use sdk::{
     REGION, dynamodb_client, dynamodb_client_at, dynamodb_config_at, dynamodb_config_builder,
     kinesis_client, kinesis_client_at, kinesis_config_at, kinesis_config_builder, live_broker,

@@ -81,6 +81,8 @@ async fn check_credentials(config: &aws_config::SdkConfig) -> Result<(), Failure
         .map_err(|e| none(e.to_string()))
 }
 
+/// The failure of checking the lease table: missing or not a lease table (bad input, exit
+/// status 2), or the call failed (1).
 fn table_error(table: &str, region: &str, error: &LeaseError) -> Failure {
     match error {
         LeaseError::TableNotFound { .. } => Failure::usage(format!(

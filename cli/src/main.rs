@@ -24,60 +24,48 @@ pub struct Failure {
     pub message: String,
     /// The exit status.
     pub code: u8,
-    /// The message already says which `--help` to read.
-    pub names_help: bool,
 }
 
 impl Failure {
     /// Bad input (a flag, a name, a position): exit status 2.
     pub fn usage(message: String) -> Self {
-        Self {
-            message,
-            code: 2,
-            names_help: false,
-        }
+        Self { message, code: 2 }
     }
 
     /// A call failed: exit status 1.
     pub fn failed(message: String) -> Self {
-        Self {
-            message,
-            code: 1,
-            names_help: false,
-        }
+        Self { message, code: 1 }
     }
 
     /// Refused because live instances hold the leases: exit status 3.
     pub fn refused(message: String) -> Self {
-        Self {
-            message,
-            code: 3,
-            names_help: false,
-        }
+        Self { message, code: 3 }
     }
 }
 
+/// Runs one command.
 async fn run(command: args::Command) -> Result<(), Failure> {
     match command {
         args::Command::Status(a) => status::run(&a).await,
         args::Command::Workers(a) => workers::run(&a).await,
         args::Command::Reset(a) => reset::run(&a).await,
-        args::Command::Help(text) => {
-            print!("{text}");
-            Ok(())
-        }
     }
 }
 
+/// Parses the command line, then runs the command on a single-threaded runtime; the exit
+/// status says how it went.
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let command = match args::parse(&argv, time::now_ms()) {
+    let command = match args::parse(std::env::args_os(), time::now_ms()) {
         Ok(command) => command,
-        Err(failure) => {
+        // Help and version (exit status 0) and clap's usage errors (2), printed as clap does.
+        Err(args::ParseError::Clap(error)) => {
+            // Nothing more can be said when standard output or error is gone.
+            let _ = error.print();
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
+        }
+        Err(args::ParseError::Invalid(failure)) => {
             eprintln!("kinesis-dataflow: {}", failure.message);
-            if !failure.names_help {
-                eprintln!("see `kinesis-dataflow --help`");
-            }
+            eprintln!("see `kinesis-dataflow --help`");
             return ExitCode::from(failure.code);
         }
     };

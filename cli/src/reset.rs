@@ -40,24 +40,104 @@ struct Change {
     live_owner: bool,
 }
 
-/// Runs `reset`.
+/// Runs `reset`: reads, plans, prints the plan, then refuses, stops, or applies it.
 pub async fn run(args: &ResetArgs) -> Result<(), Failure> {
     let aws = aws::connect(&args.target).await?;
     let stream = &args.target.stream;
-    let shards = aws.shards(stream).await?;
-    let rows = aws.rows(stream).await?;
-    let now = time::now_ms();
-    let table = &args.target.table;
+    let reading = Reading::new(
+        aws.shards(stream).await?,
+        aws.rows(stream).await?,
+        time::now_ms(),
+    );
+    let (with_rows, skipped) = with_rows(args, &reading)?;
+    if let Position::Sequence(seq) = &args.to {
+        check_sequence(&aws, stream, &with_rows[0].0, seq).await?;
+    }
+    let latest = StartingPoint::since(SystemTime::now());
+    let plan = plan(args, &reading, with_rows, skipped, &latest)?;
+    if args.json {
+        let doc = plan_json(args, &aws, &plan);
+        output::print_json(&doc, false);
+    } else {
+        print!("{}", plan_text(args, &aws, &plan));
+    }
+    match next_step(args, &plan) {
+        Step::Stop(said) => {
+            if !args.json {
+                println!("\n{said}");
+            }
+            Ok(())
+        }
+        Step::Refuse(message) => Err(Failure::refused(message)),
+        Step::Apply => {
+            apply(&aws, args, &plan.changes).await?;
+            if !args.json {
+                println!("\n{}", done_text(stream, plan.to_change()));
+            }
+            Ok(())
+        }
+    }
+}
 
-    let targets = targets(args, &shards)?;
-    let by_id: BTreeMap<&str, &LeaseRow> = rows
-        .iter()
-        .filter(|r| !aws::is_worker_or_roster(&r.lease.shard_id))
-        .map(|r| (r.lease.shard_id.as_str(), r))
-        .collect();
-    let mut skipped: Vec<(String, String)> = Vec::new();
+/// What the tool read: the stream's shards, the lease rows and their owners, and when.
+struct Reading {
+    shards: Vec<Shard>,
+    rows: Vec<LeaseRow>,
+    owners: BTreeMap<String, workers::Worker>,
+    now: u64,
+}
+
+impl Reading {
+    fn new(shards: Vec<Shard>, rows: Vec<LeaseRow>, now: u64) -> Self {
+        Self {
+            owners: workers::workers(&rows),
+            shards,
+            rows,
+            now,
+        }
+    }
+
+    /// The shards' rows (not workers' nor the roster), by shard id.
+    fn shard_rows(&self) -> BTreeMap<&str, &LeaseRow> {
+        self.rows
+            .iter()
+            .filter(|r| !aws::is_worker_or_roster(&r.lease.shard_id))
+            .map(|r| (r.lease.shard_id.as_str(), r))
+            .collect()
+    }
+
+    /// Whether the holder of `row` counts as live: its worker row is there and not declared
+    /// gone, or it wrote the row within [`LIVE_WINDOW_MS`].
+    fn is_live(&self, row: &LeaseRow) -> bool {
+        let Some(owner) = row.lease.owner.as_deref() else {
+            return false;
+        };
+        let worker_alive = self
+            .owners
+            .get(owner)
+            .and_then(|w| w.row.as_ref())
+            .is_some_and(|r| r.lease.owner.is_some());
+        let written_lately = row
+            .last_written_ms
+            .is_some_and(|w| self.now.saturating_sub(w) < LIVE_WINDOW_MS);
+        worker_alive || written_lately
+    }
+}
+
+/// Shards skipped, with why.
+type Skipped = Vec<(String, String)>;
+
+/// The shards to reset with their rows, and those skipped for want of a row. A named shard
+/// without a row, or no row at all, is refused.
+fn with_rows(
+    args: &ResetArgs,
+    reading: &Reading,
+) -> Result<(Vec<(Shard, LeaseRow)>, Skipped), Failure> {
+    let (stream, table) = (&args.target.stream, &args.target.table);
+    let by_id = reading.shard_rows();
+    let mut skipped = Vec::new();
     let mut with_rows = Vec::new();
-    for shard in targets {
+    for shard in targets(args, &reading.shards)? {
         match by_id.get(shard.id.as_str()) {
             Some(row) => with_rows.push((shard, (*row).clone())),
             None if !args.shards.is_empty() => {
@@ -81,88 +161,100 @@ pub async fn run(args: &ResetArgs) -> Result<(), Failure> {
              and --stream"
         )));
     }
-    if let Position::Sequence(seq) = &args.to {
-        check_sequence(&aws, stream, &with_rows[0].0, seq).await?;
-    }
+    Ok((with_rows, skipped))
+}
 
-    let owners = workers::workers(&rows);
-    let is_live = |row: &LeaseRow| -> bool {
-        let Some(owner) = row.lease.owner.as_deref() else {
-            return false;
-        };
-        let worker_alive = owners
-            .get(owner)
-            .and_then(|w| w.row.as_ref())
-            .is_some_and(|r| r.lease.owner.is_some());
-        let written_lately = row
-            .last_written_ms
-            .is_some_and(|w| now.saturating_sub(w) < LIVE_WINDOW_MS);
-        worker_alive || written_lately
-    };
-    let latest = StartingPoint::since(SystemTime::now());
+/// The reset decided: each shard's change, the shards skipped, the notes, and the refusal
+/// while live instances hold leases to change (without `--force`).
+struct Plan {
+    changes: Vec<Change>,
+    skipped: Skipped,
+    notes: Vec<String>,
+    refusal: Option<String>,
+}
+
+impl Plan {
+    /// How many checkpoints change.
+    fn to_change(&self) -> usize {
+        self.changes.iter().filter(|c| c.changed).count()
+    }
+}
+
+/// Decides each shard's new checkpoint; refuses reading a finished parent again while its
+/// children are held.
+fn plan(
+    args: &ResetArgs,
+    reading: &Reading,
+    with_rows: Vec<(Shard, LeaseRow)>,
+    skipped: Skipped,
+    latest: &StartingPoint,
+) -> Result<Plan, Failure> {
     let changes: Vec<Change> = with_rows
         .into_iter()
         .map(|(shard, row)| {
-            let to = new_checkpoint(&args.to, &shard, &latest);
+            let to = new_checkpoint(&args.to, &shard, latest);
             Change {
                 changed: row.lease.checkpoint.as_ref() != Some(&to),
-                live_owner: is_live(&row),
+                live_owner: reading.is_live(&row),
                 shard,
                 row,
                 to,
             }
         })
         .collect();
-    if let Some(message) = held_children(&changes, &shards, &by_id) {
+    let by_id = reading.shard_rows();
+    if let Some(message) = held_children(&changes, &reading.shards, &by_id) {
         return Err(Failure::usage(message));
     }
-    let notes = notes(args, &changes, &shards, &by_id);
+    let notes = notes(args, &changes, &reading.shards, &by_id);
     let live: Vec<&Change> = changes
         .iter()
         .filter(|c| c.changed && c.live_owner)
         .collect();
-    let refusal = (!live.is_empty() && !args.force).then(|| refusal(&live, &owners, now));
-    let to_change = changes.iter().filter(|c| c.changed).count();
+    let refusal =
+        (!live.is_empty() && !args.force).then(|| refusal(&live, &reading.owners, reading.now));
+    Ok(Plan {
+        changes,
+        skipped,
+        notes,
+        refusal,
+    })
+}
 
-    if args.json {
-        let doc = plan_json(args, &aws, &changes, &skipped, &notes, refusal.as_deref());
-        output::print_json(&doc, false);
-    } else {
-        print!("{}", plan_text(args, &aws, &changes, &skipped, &notes));
+/// What `reset` does once the plan is printed.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Stop, saying this (in the table form), exit status 0.
+    Stop(String),
+    /// Refuse: live instances hold leases to change; exit status 3.
+    Refuse(String),
+    /// Take the leases and write the checkpoints.
+    Apply,
+}
+
+/// The step after the plan: a refusal (only said under `--dry-run`), a dry run, nothing to
+/// change, or the reset.
+fn next_step(args: &ResetArgs, plan: &Plan) -> Step {
+    match (&plan.refusal, args.dry_run) {
+        (Some(message), true) => Step::Stop(format!(
+            "without --force this reset would be refused: {message}"
+        )),
+        (Some(message), false) => Step::Refuse(message.clone()),
+        (None, true) => Step::Stop("dry run: nothing written".to_owned()),
+        (None, false) if plan.to_change() == 0 => Step::Stop("nothing to change".to_owned()),
+        (None, false) => Step::Apply,
     }
-    if let Some(message) = refusal {
-        if args.dry_run {
-            if !args.json {
-                println!("\nwithout --force this reset would be refused: {message}");
-            }
-            return Ok(());
-        }
-        return Err(Failure::refused(message));
-    }
-    if args.dry_run {
-        if !args.json {
-            println!("\ndry run: nothing written");
-        }
-        return Ok(());
-    }
-    if to_change == 0 {
-        if !args.json {
-            println!("\nnothing to change");
-        }
-        return Ok(());
-    }
-    apply(&aws, args, &changes).await?;
-    if !args.json {
-        println!(
-            "\nreset {} of stream `{stream}`. Running instances take the leases \
-             again within about a second (the roster row was moved) and read from the new \
-             positions: after a forced reset, within two thirds of the lease duration and a \
-             second of its start (measured with 10 s leases: 7.8 s). Stopped instances read \
-             from there when they start.",
-            output::count(to_change, "shard")
-        );
-    }
-    Ok(())
+}
+
+/// What a reset done says.
+fn done_text(stream: &str, changed: usize) -> String {
+    format!(
+        "reset {} of stream `{stream}`. Running instances take the leases again within about a \
+         second (the roster row was moved) and read from the new positions: after a forced \
+         reset, within two thirds of the lease duration and a second of its start (measured \
+         with 10 s leases: 7.8 s). Stopped instances read from there when they start.",
+        output::count(changed, "shard")
+    )
 }
 
 /// The listed shards to reset: all, or those named (each must be a shard of the stream).
@@ -320,6 +412,8 @@ fn held_children(
     })
 }
 
+/// The refusal while live instances hold leases to change: each owner, when it was last seen,
+/// and the shards it holds.
 fn refusal(live: &[&Change], owners: &BTreeMap<String, workers::Worker>, now: u64) -> String {
     let mut by_owner: BTreeMap<&str, Vec<&Change>> = BTreeMap::new();
     for change in live {
@@ -351,6 +445,7 @@ fn refusal(live: &[&Change], owners: &BTreeMap<String, workers::Worker>, now: u6
     )
 }
 
+/// `--to` as the plan says it.
 fn position_text(to: &Position) -> String {
     match to {
         Position::Horizon => "horizon".to_owned(),
@@ -360,13 +455,8 @@ fn position_text(to: &Position) -> String {
     }
 }
 
-fn plan_text(
-    args: &ResetArgs,
-    aws: &Aws,
-    changes: &[Change],
-    skipped: &[(String, String)],
-    notes: &[String],
-) -> String {
+/// The plan in the table form: a header, per shard from -> to, the shards skipped, the notes.
+fn plan_text(args: &ResetArgs, aws: &Aws, plan: &Plan) -> String {
     let mut out = format!(
         "reset stream `{}` (region {}), lease table `{}`, to {}{}\n\n",
         args.target.stream,
@@ -375,59 +465,54 @@ fn plan_text(
         position_text(&args.to),
         if args.dry_run { " (dry run)" } else { "" }
     );
-    let lines: Vec<Vec<String>> = changes
-        .iter()
-        .map(|c| {
-            let owner = match (&c.row.lease.owner, c.live_owner) {
-                (None, _) => "-".to_owned(),
-                (Some(o), true) => format!("{o} (live)"),
-                (Some(o), false) => format!("{o} (silent)"),
-            };
-            vec![
-                c.shard.id.clone(),
-                if c.shard.is_closed() {
-                    "closed"
-                } else {
-                    "open"
-                }
-                .to_owned(),
-                owner,
-                output::checkpoint(c.row.lease.checkpoint.as_ref()),
-                if c.changed {
-                    output::checkpoint(Some(&c.to))
-                } else {
-                    "(unchanged)".to_owned()
-                },
-            ]
-        })
-        .collect();
+    let lines: Vec<Vec<String>> = plan.changes.iter().map(change_cells).collect();
     out.push_str(&output::table(
         &["SHARD", "STATE", "OWNER", "FROM", "TO"],
         &lines,
     ));
-    for (shard, why) in skipped {
+    for (shard, why) in &plan.skipped {
         out.push_str(&format!("skipped {shard}: {why}\n"));
     }
-    for note in notes {
+    for note in &plan.notes {
         out.push_str(&format!("note: {note}\n"));
     }
     out
 }
 
-fn plan_json(
-    args: &ResetArgs,
-    aws: &Aws,
-    changes: &[Change],
-    skipped: &[(String, String)],
-    notes: &[String],
-    refusal: Option<&str>,
-) -> Value {
-    let shards: Vec<Value> = changes
+/// One shard's line of the plan.
+fn change_cells(c: &Change) -> Vec<String> {
+    let owner = match (&c.row.lease.owner, c.live_owner) {
+        (None, _) => "-".to_owned(),
+        (Some(o), true) => format!("{o} (live)"),
+        (Some(o), false) => format!("{o} (silent)"),
+    };
+    vec![
+        c.shard.id.clone(),
+        shard_state(&c.shard).to_owned(),
+        owner,
+        output::checkpoint(c.row.lease.checkpoint.as_ref()),
+        if c.changed {
+            output::checkpoint(Some(&c.to))
+        } else {
+            "(unchanged)".to_owned()
+        },
+    ]
+}
+
+/// `open` or `closed`.
+fn shard_state(shard: &Shard) -> &'static str {
+    if shard.is_closed() { "closed" } else { "open" }
+}
+
+/// The plan as one JSON document.
+fn plan_json(args: &ResetArgs, aws: &Aws, plan: &Plan) -> Value {
+    let shards: Vec<Value> = plan
+        .changes
         .iter()
         .map(|c| {
             json!({
                 "shard_id": c.shard.id,
-                "state": if c.shard.is_closed() { "closed" } else { "open" },
+                "state": shard_state(&c.shard),
                 "owner": c.row.lease.owner,
                 "owner_live": c.live_owner,
                 "counter": c.row.lease.counter,
@@ -437,7 +522,8 @@ fn plan_json(
             })
         })
         .collect();
-    let skipped: Vec<Value> = skipped
+    let skipped: Vec<Value> = plan
+        .skipped
         .iter()
         .map(|(shard, why)| json!({"shard_id": shard, "reason": why}))
         .collect();
@@ -448,84 +534,23 @@ fn plan_json(
         "to": position_text(&args.to),
         "dry_run": args.dry_run,
         "force": args.force,
-        "refused": refusal,
+        "refused": plan.refusal,
         "shards": shards,
         "skipped": skipped,
-        "notes": notes,
+        "notes": plan.notes,
     })
 }
 
 /// Takes every lease to change, writes the checkpoints, releases the leases, moves the roster.
 async fn apply(aws: &Aws, args: &ResetArgs, changes: &[Change]) -> Result<(), Failure> {
-    let store = &aws.store;
-    let stream = &args.target.stream;
     let me = format!(
         "{}{}-{}",
         kinesis_dataflow::lease::RESET_OWNER_PREFIX,
         std::process::id(),
         time::now_ms()
     );
-    let mut held: Vec<(Lease, &Change)> = Vec::new();
-    // A lease taken from an instance is held until that instance's reader has stopped: its
-    // gate closes two thirds of the lease duration after its last renewal, which was sent
-    // before this take (or this take would have failed its condition).
-    let hold = Duration::from_millis(args.lease_duration_ms * 2 / 3);
-    let mut hold_until: Option<Instant> = None;
-    for change in changes.iter().filter(|c| c.changed) {
-        let sent = Instant::now();
-        match take(aws, stream, &change.row.lease, &me, args.force).await {
-            Ok(lease) => {
-                if change.row.lease.owner.is_some() {
-                    hold_until = hold_until.max(Some(sent + hold));
-                }
-                held.push((lease, change));
-            }
-            Err(failure) => {
-                let released = release_all(aws, held.into_iter().map(|(l, _)| l)).await;
-                let leases = match released {
-                    Ok(()) => "the leases taken so far were released".to_owned(),
-                    Err(message) => format!(
-                        "{message}: those leases are free again once they expire (the lease \
-                         duration)"
-                    ),
-                };
-                return Err(Failure {
-                    message: format!("{}; no checkpoint was changed ({leases})", failure.message),
-                    ..failure
-                });
-            }
-        }
-    }
-    let mut written = Vec::new();
-    let mut failed = None;
-    let mut to_release = Vec::new();
-    for (lease, change) in held {
-        if failed.is_some() {
-            to_release.push(lease);
-            continue;
-        }
-        match store.checkpoint(&lease, &change.to).await {
-            Ok(lease) => {
-                if !args.json {
-                    println!(
-                        "{}: {} -> {}",
-                        change.shard.id,
-                        output::checkpoint(change.row.lease.checkpoint.as_ref()),
-                        output::checkpoint(Some(&change.to))
-                    );
-                }
-                written.push(change.shard.id.clone());
-                to_release.push(lease);
-            }
-            Err(e) => {
-                failed = Some(format!(
-                    "writing the checkpoint of `{}` failed: {e}",
-                    change.shard.id
-                ));
-                to_release.push(lease);
-            }
-        }
-    }
+    let (held, hold_until) = take_all(aws, args, changes, &me).await?;
+    let writes = write_all(&aws.store, held, args.json).await;
     if let Some(until) = hold_until {
         let left = until.saturating_duration_since(Instant::now());
         if !args.json && !left.is_zero() {
@@ -537,25 +562,129 @@ async fn apply(aws: &Aws, args: &ResetArgs, changes: &[Change]) -> Result<(), Fa
         }
         tokio::time::sleep_until(until.into()).await;
     }
-    let released = release_all(aws, to_release).await;
-    bump_roster(store, stream, &me).await;
-    if let Some(message) = failed {
-        return Err(Failure::failed(format!(
-            "{message}; written before it: {} (run the reset again to finish)",
-            if written.is_empty() {
-                "none".to_owned()
-            } else {
-                written.join(", ")
+    let released = release_all(aws, writes.to_release).await;
+    bump_roster(&aws.store, &args.target.stream, &me).await;
+    outcome(writes.failed, &writes.written, released)
+}
+
+/// Takes every lease to change; when one cannot be taken, releases those taken and fails.
+/// Also says until when the leases taken from instances are to be held: an instance's reader
+/// stops two thirds of the lease duration after its last renewal, which was sent before the
+/// take (or the take would have failed its condition).
+async fn take_all<'c>(
+    aws: &Aws,
+    args: &ResetArgs,
+    changes: &'c [Change],
+    me: &str,
+) -> Result<(Vec<(Lease, &'c Change)>, Option<Instant>), Failure> {
+    let hold = Duration::from_millis(args.lease_duration_ms * 2 / 3);
+    let mut held: Vec<(Lease, &Change)> = Vec::new();
+    let mut hold_until: Option<Instant> = None;
+    for change in changes.iter().filter(|c| c.changed) {
+        let sent = Instant::now();
+        match take(aws, &args.target.stream, &change.row.lease, me, args.force).await {
+            Ok(lease) => {
+                if change.row.lease.owner.is_some() {
+                    hold_until = hold_until.max(Some(sent + hold));
+                }
+                held.push((lease, change));
             }
+            Err(failure) => {
+                let released = release_all(aws, held.into_iter().map(|(l, _)| l)).await;
+                return Err(take_failed(failure, released));
+            }
+        }
+    }
+    Ok((held, hold_until))
+}
+
+/// A failed take, with what became of the leases taken before it.
+fn take_failed(failure: Failure, released: Result<(), String>) -> Failure {
+    let leases = match released {
+        Ok(()) => "the leases taken so far were released".to_owned(),
+        Err(message) => {
+            format!("{message}: those leases are free again once they expire (the lease duration)")
+        }
+    };
+    Failure {
+        message: format!("{}; no checkpoint was changed ({leases})", failure.message),
+        ..failure
+    }
+}
+
+/// What the checkpoint writes did.
+struct Writes {
+    /// The shards written.
+    written: Vec<String>,
+    /// The first write that failed (none is tried after it).
+    failed: Option<String>,
+    /// Every lease held, to release.
+    to_release: Vec<Lease>,
+}
+
+/// Writes the new checkpoints under the leases held, stopping at the first failure.
+async fn write_all(
+    store: &kinesis_dataflow::DynamoLeaseStore,
+    held: Vec<(Lease, &Change)>,
+    json: bool,
+) -> Writes {
+    let mut writes = Writes {
+        written: Vec::new(),
+        failed: None,
+        to_release: Vec::new(),
+    };
+    for (lease, change) in held {
+        if writes.failed.is_some() {
+            writes.to_release.push(lease);
+            continue;
+        }
+        match store.checkpoint(&lease, &change.to).await {
+            Ok(lease) => {
+                if !json {
+                    println!(
+                        "{}: {} -> {}",
+                        change.shard.id,
+                        output::checkpoint(change.row.lease.checkpoint.as_ref()),
+                        output::checkpoint(Some(&change.to))
+                    );
+                }
+                writes.written.push(change.shard.id.clone());
+                writes.to_release.push(lease);
+            }
+            Err(e) => {
+                writes.failed = Some(format!(
+                    "writing the checkpoint of `{}` failed: {e}",
+                    change.shard.id
+                ));
+                writes.to_release.push(lease);
+            }
+        }
+    }
+    writes
+}
+
+/// The reset's result from a failed write (if any), the shards written and the releases.
+fn outcome(
+    failed: Option<String>,
+    written: &[String],
+    released: Result<(), String>,
+) -> Result<(), Failure> {
+    if let Some(message) = failed {
+        let before = if written.is_empty() {
+            "none".to_owned()
+        } else {
+            written.join(", ")
+        };
+        return Err(Failure::failed(format!(
+            "{message}; written before it: {before} (run the reset again to finish)"
         )));
     }
-    if let Err(message) = released {
-        return Err(Failure::failed(format!(
+    released.map_err(|message| {
+        Failure::failed(format!(
             "the checkpoints were written, but {message}; those leases are taken again once \
              they expire (the lease duration)"
-        )));
-    }
-    Ok(())
+        ))
+    })
 }
 
 /// Takes `lease` for `me`, reading the row again when it changed meanwhile. Without `force` a
@@ -646,6 +775,78 @@ async fn bump_roster(store: &kinesis_dataflow::DynamoLeaseStore, stream: &str, m
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_stops_a_dry_run_and_refuses_a_reset() {
+        let args = |dry_run| ResetArgs {
+            target: crate::args::Target {
+                table: "t".into(),
+                stream: "s".into(),
+            },
+            to: Position::Horizon,
+            shards: vec![],
+            dry_run,
+            force: false,
+            lease_duration_ms: 10_000,
+            json: false,
+        };
+        let plan = |refusal: Option<&str>| Plan {
+            changes: vec![],
+            skipped: vec![],
+            notes: vec![],
+            refusal: refusal.map(str::to_owned),
+        };
+        assert_eq!(
+            next_step(&args(true), &plan(Some("held"))),
+            Step::Stop("without --force this reset would be refused: held".into())
+        );
+        assert_eq!(
+            next_step(&args(false), &plan(Some("held"))),
+            Step::Refuse("held".into())
+        );
+        assert_eq!(
+            next_step(&args(true), &plan(None)),
+            Step::Stop("dry run: nothing written".into())
+        );
+        assert_eq!(
+            next_step(&args(false), &plan(None)),
+            Step::Stop("nothing to change".into())
+        );
+    }
+
+    #[test]
+    fn a_failed_write_is_said_before_a_failed_release() {
+        let written = ["a".to_owned(), "b".to_owned()];
+        let failed = outcome(Some("writing c failed".into()), &written, Err("x".into()));
+        let failed = failed.unwrap_err();
+        assert_eq!(failed.code, 1);
+        assert!(
+            failed.message.contains("writing c failed")
+                && failed.message.contains("written before it: a, b"),
+            "{}",
+            failed.message
+        );
+        let none = outcome(Some("w".into()), &[], Ok(())).unwrap_err();
+        assert!(
+            none.message.contains("written before it: none"),
+            "{}",
+            none.message
+        );
+        let unreleased = outcome(None, &written, Err("releasing a failed".into())).unwrap_err();
+        assert!(
+            unreleased
+                .message
+                .contains("the checkpoints were written, but releasing a failed")
+        );
+        assert!(outcome(None, &written, Ok(())).is_ok());
+        let take = take_failed(Failure::refused("held".into()), Ok(()));
+        assert_eq!(take.code, 3, "a refused take stays a refusal");
+        assert!(
+            take.message.contains("no checkpoint was changed"),
+            "{}",
+            take.message
+        );
+    }
 
     #[test]
     fn sequence_numbers_compare_as_numbers() {

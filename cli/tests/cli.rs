@@ -4,8 +4,6 @@
 //! running, and on stopped instances; every kind of bad input refused with a clear message,
 //! a non-zero exit and nothing written.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -17,6 +15,7 @@ use kinesis_dataflow::lease::{Lease, SharedLeaseStore};
 use kinesis_dataflow::{
     AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription, SubscriptionBuilder,
 };
+use kinesis_dataflow_test_support as support;
 use serde_json::Value;
 
 /// What one run of the tool gave.
@@ -173,7 +172,7 @@ fn payloads(records: &[(String, String)]) -> BTreeSet<String> {
 }
 
 async fn read_all(sub: &mut Subscription, expected: &BTreeSet<String>, what: &str) -> Vec<String> {
-    support::reading::read_until(sub, expected, what, Duration::from_secs(20))
+    support::read_until(sub, expected, what, Duration::from_secs(20))
         .await
         .into_iter()
         .map(|(_, payload)| payload)
@@ -199,9 +198,27 @@ async fn status_and_workers_follow_a_running_subscription() {
     let records = app.put("status", 30).await;
 
     // Held, nothing settled yet: every record is behind, counted exactly.
+    status_counts_every_record_behind(&app, "instance-a", 30).await;
+    workers_show_the_instance_active(&app, "instance-a").await;
+
+    // Drained: the lag falls to zero.
+    read_all(&mut sub, &payloads(&records), "the first records").await;
+    app.status_until("caught up after the drain", |s| caught_up(s, "instance-a"))
+        .await;
+    watch_prints_rounds_with_the_counters_movement(&app).await;
+
+    // Stopped gracefully: no instance, no owner.
+    sub.shutdown().await;
+    nothing_is_held_after_a_graceful_stop(&app).await;
+}
+
+/// `status` once `owner` holds both leases of a two-shard stream and has settled none of the
+/// `put` records: each shard open, its lease fresh, every record behind (counted exactly); the
+/// table form names the columns, the owner and the shards.
+async fn status_counts_every_record_behind(app: &App, owner: &str, put: u64) {
     let status = app
-        .status_until("both leases held by instance-a", |s| {
-            shards(s).iter().all(|s| s["row"]["owner"] == "instance-a")
+        .status_until("both leases held", |s| {
+            shards(s).iter().all(|s| s["row"]["owner"] == owner)
         })
         .await;
     assert_eq!(status["stream"], app.stream.as_str());
@@ -217,40 +234,41 @@ async fn status_and_workers_follow_a_running_subscription() {
             s["lag"]["records_behind"].as_u64().unwrap()
         })
         .sum();
-    assert_eq!(behind, 30, "{status:#}");
+    assert_eq!(behind, put, "{status:#}");
 
     let table = app.run("status", &[]).await.ok().stdout;
     for needle in [
         "SHARD",
         "BEHIND",
         "RECORDS",
-        "instance-a",
+        owner,
         "shardId-000000000000",
         "shardId-000000000001",
         "from TRIM_HORIZON",
     ] {
         assert!(table.contains(needle), "{needle} in:\n{table}");
     }
+}
 
+/// `workers`, JSON and table: `owner` alone, active, seen lately, holding both leases.
+async fn workers_show_the_instance_active(app: &App, owner: &str) {
     let workers = app.run("workers", &["--json"]).await.ok().json();
     let list = workers["workers"].as_array().unwrap();
     assert_eq!(list.len(), 1, "{workers:#}");
-    assert_eq!(list[0]["owner"], "instance-a");
+    assert_eq!(list[0]["owner"], owner);
     assert_eq!(list[0]["state"], "active");
     assert_eq!(list[0]["leases"], 2);
     assert!(list[0]["last_seen_ms_ago"].as_u64().unwrap() < 10_000);
     let text = app.run("workers", &[]).await.ok().stdout;
     assert!(
-        text.contains("instance-a") && text.contains("active") && text.contains("LAST SEEN"),
+        text.contains(owner) && text.contains("active") && text.contains("LAST SEEN"),
         "{text}"
     );
+}
 
-    // Drained: the lag falls to zero.
-    read_all(&mut sub, &payloads(&records), "the first records").await;
-    app.status_until("caught up after the drain", |s| caught_up(s, "instance-a"))
-        .await;
-
-    // --watch: rounds, with the counters' movement (renewals) from the second on.
+/// `status --watch`: two rounds and no third, with the counters' movement (renewals) from the
+/// second on; under `--json`, one document a line, the first without movement.
+async fn watch_prints_rounds_with_the_counters_movement(app: &App) {
     let watched = app
         .run("status", &["--watch", "1.2", "--watch-count", "2"])
         .await
@@ -290,9 +308,10 @@ async fn status_and_workers_follow_a_running_subscription() {
         "leases renewed every second: {:#}",
         docs[1]
     );
+}
 
-    // Stopped gracefully: no instance, no owner.
-    sub.shutdown().await;
+/// After a graceful stop: no instance in `workers`, no owner in `status`.
+async fn nothing_is_held_after_a_graceful_stop(app: &App) {
     let workers = app.run("workers", &["--json"]).await.ok().json();
     assert_eq!(workers["workers"], Value::Array(vec![]), "{workers:#}");
     let text = app.run("workers", &[]).await.ok().stdout;
@@ -311,7 +330,7 @@ async fn reset_refused_while_held_dry_run_and_stopped_instances_moved() {
     let mut sub = app.builder("instance-b").start().await.unwrap();
     let first = app.put("first", 5).await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let between = now_ms();
+    let between = jiff::Timestamp::now();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let second = app.put("second", 5).await;
     let mut all = payloads(&first);
@@ -319,13 +338,27 @@ async fn reset_refused_while_held_dry_run_and_stopped_instances_moved() {
     read_all(&mut sub, &all, "every record").await;
     app.status_until("caught up", |s| caught_up(s, "instance-b"))
         .await;
-    let settled = app.checkpoints().await;
 
     // Held by a live instance: refused, exit 3, nothing written.
+    refused_while_held(&app, "instance-b").await;
+    sub.shutdown().await;
+    // Stopped: a dry run writes nothing at all (counters included).
+    dry_run_writes_nothing(&app).await;
+    // To a sequence number: the instance started again reads from that record on.
+    reset_to_a_sequence_number(&app, "instance-b2", &second, 2).await;
+    // To a timestamp (RFC 3339) between the two batches: the second batch again, not the first.
+    reset_to_a_timestamp(&app, "instance-b3", between, &payloads(&second)).await;
+}
+
+/// `reset --to horizon` while `owner` holds the lease: the plan printed, then refused (exit 3,
+/// naming the owner and --force); `--dry-run` says it would be refused; nothing written, no
+/// lease taken.
+async fn refused_while_held(app: &App, owner: &str) {
+    let settled = app.checkpoints().await;
     let refused = app.run("reset", &["--to", "horizon"]).await;
     assert_eq!(refused.code, 3, "{refused:#?}");
     assert!(
-        refused.stderr.contains("`instance-b`") && refused.stderr.contains("--force"),
+        refused.stderr.contains(&format!("`{owner}`")) && refused.stderr.contains("--force"),
         "{refused:#?}"
     );
     assert!(
@@ -347,9 +380,11 @@ async fn reset_refused_while_held_dry_run_and_stopped_instances_moved() {
             .starts_with("kinesis-dataflow-reset")),
         "the tool took no lease"
     );
-    sub.shutdown().await;
+}
 
-    // Stopped: a dry run writes nothing at all (counters included).
+/// `reset --dry-run --json` with the instances stopped: not refused, the change planned, no
+/// row touched.
+async fn dry_run_writes_nothing(app: &App) {
     let before = app.rows().await;
     let plan = app
         .run("reset", &["--to", "horizon", "--dry-run", "--json"])
@@ -360,15 +395,23 @@ async fn reset_refused_while_held_dry_run_and_stopped_instances_moved() {
     assert_eq!(plan["shards"][0]["to"], "TRIM_HORIZON");
     assert_eq!(plan["shards"][0]["changed"], true);
     assert_eq!(app.rows().await, before, "a dry run writes nothing");
+}
 
-    // To a sequence number: the instance started again reads from that record on.
-    let (third_payload, third_seq) = second[2].clone();
+/// `reset --to sequence:<the sequence number of records[from]>` of the one shard: the
+/// checkpoint and lag say so, and `owner` started afterwards reads from that record on.
+async fn reset_to_a_sequence_number(
+    app: &App,
+    owner: &str,
+    records: &[(String, String)],
+    from: usize,
+) {
+    let (payload, seq) = records[from].clone();
     let moved = app
         .run(
             "reset",
             &[
                 "--to",
-                &format!("sequence:{third_seq}"),
+                &format!("sequence:{seq}"),
                 "--shard",
                 "shardId-000000000000",
             ],
@@ -379,27 +422,37 @@ async fn reset_refused_while_held_dry_run_and_stopped_instances_moved() {
     let status = app.status().await;
     assert_eq!(
         shards(&status)[0]["row"]["checkpoint"],
-        format!("AT_SEQUENCE_NUMBER:{third_seq}").as_str()
+        format!("AT_SEQUENCE_NUMBER:{seq}").as_str()
     );
-    assert_eq!(shards(&status)[0]["lag"]["records_behind"], 3);
-    let mut sub = app.builder("instance-b2").start().await.unwrap();
-    let expected = payloads(&second[2..]);
+    assert_eq!(
+        shards(&status)[0]["lag"]["records_behind"],
+        records.len() - from
+    );
+    let mut sub = app.builder(owner).start().await.unwrap();
+    let expected = payloads(&records[from..]);
     let got = read_all(&mut sub, &expected, "from the sequence number").await;
-    assert_eq!(got.first(), Some(&third_payload), "{got:?}");
+    assert_eq!(got.first(), Some(&payload), "{got:?}");
     assert!(
         got.iter().all(|p| expected.contains(p)),
         "nothing before the sequence number: {got:?}"
     );
     sub.shutdown().await;
+}
 
-    // To a timestamp (RFC 3339) between the two batches: the second batch again, not the first.
-    let at = rfc3339(between);
+/// `reset --to timestamp:<at, RFC 3339>`: `owner` started afterwards reads `expected` (what
+/// arrived after `at`) and nothing before.
+async fn reset_to_a_timestamp(
+    app: &App,
+    owner: &str,
+    at: jiff::Timestamp,
+    expected: &BTreeSet<String>,
+) {
+    let at = format!("{at:.3}");
     app.run("reset", &["--to", &format!("timestamp:{at}")])
         .await
         .ok();
-    let mut sub = app.builder("instance-b3").start().await.unwrap();
-    let expected = payloads(&second);
-    let got = read_all(&mut sub, &expected, "from the timestamp").await;
+    let mut sub = app.builder(owner).start().await.unwrap();
+    let got = read_all(&mut sub, expected, "from the timestamp").await;
     assert!(
         got.iter().all(|p| expected.contains(p)),
         "nothing before {at}: {got:?}"
@@ -453,19 +506,7 @@ async fn reset_with_force_while_running_makes_the_instance_read_again_from_the_h
 async fn a_reset_to_the_horizon_reads_a_split_stream_again_parents_first() {
     support::init_tracing();
     let app = App::new("cli-tree", 1).await;
-    let before_split = app.put("parent", 5).await;
-    app.api
-        .split_shard(
-            &app.stream,
-            "shardId-000000000000",
-            &(u128::MAX / 2).to_string(),
-        )
-        .await
-        .unwrap();
-    support::wait_active(&app.client, &app.stream).await;
-    let after_split = app.put("child", 10).await;
-    let mut all = payloads(&before_split);
-    all.extend(payloads(&after_split));
+    let all = split_and_put(&app).await;
     let mut sub = app.builder("instance-e").start().await.unwrap();
     read_all(&mut sub, &all, "the whole tree").await;
     let status = app
@@ -479,6 +520,45 @@ async fn a_reset_to_the_horizon_reads_a_split_stream_again_parents_first() {
         .await;
     // The parent alone while the children are held: refused (the instance would read the
     // children on while the parent is read again), nothing written.
+    parent_alone_refused_while_children_held(&app, "instance-e").await;
+    sub.shutdown().await;
+    status_shows_the_tree(&app, &status).await;
+    // Only the parent: the plan says the children keep their checkpoints.
+    parent_alone_plan_names_the_children(&app).await;
+
+    // The whole tree: read again, the parent's records before any child's.
+    let reset = app.run("reset", &["--to", "horizon"]).await.ok();
+    assert!(reset.stdout.contains("reset 3 shards"), "{reset:#?}");
+    let mut sub = app.builder("instance-e2").start().await.unwrap();
+    let got = read_all(&mut sub, &all, "the whole tree again").await;
+    sub.shutdown().await;
+    let last_parent = got.iter().rposition(|p| p.starts_with("parent-")).unwrap();
+    let first_child = got.iter().position(|p| p.starts_with("child-")).unwrap();
+    assert!(last_parent < first_child, "parents first: {got:?}");
+}
+
+/// Five records `parent-*` in the one shard, a split into two children, then ten records
+/// `child-*`: every payload.
+async fn split_and_put(app: &App) -> BTreeSet<String> {
+    let before_split = app.put("parent", 5).await;
+    app.api
+        .split_shard(
+            &app.stream,
+            "shardId-000000000000",
+            &(u128::MAX / 2).to_string(),
+        )
+        .await
+        .unwrap();
+    support::wait_active(&app.client, &app.stream).await;
+    let after_split = app.put("child", 10).await;
+    let mut all = payloads(&before_split);
+    all.extend(payloads(&after_split));
+    all
+}
+
+/// `reset --shard <the parent>` while `owner` holds the children: refused (exit 2), naming the
+/// children and their holder.
+async fn parent_alone_refused_while_children_held(app: &App, owner: &str) {
     let refused = app
         .run(
             "reset",
@@ -488,17 +568,20 @@ async fn a_reset_to_the_horizon_reads_a_split_stream_again_parents_first() {
     assert_eq!(refused.code, 2, "{refused:#?}");
     assert!(
         refused.stderr.contains("children")
-            && refused.stderr.contains("held by `instance-e`")
+            && refused.stderr.contains(&format!("held by `{owner}`"))
             && refused.stderr.contains("shardId-000000000001"),
         "{refused:#?}"
     );
-    sub.shutdown().await;
-    let parent = &shards(&status)[0];
+}
+
+/// `status` of the split stream: the closed, finished parent with its two children under it.
+async fn status_shows_the_tree(app: &App, status: &Value) {
+    let parent = &shards(status)[0];
     assert_eq!(parent["shard_id"], "shardId-000000000000");
     assert_eq!(parent["state"], "closed");
     assert_eq!(parent["finished"], true);
     assert_eq!(parent["children"].as_array().unwrap().len(), 2);
-    for child in &shards(&status)[1..] {
+    for child in &shards(status)[1..] {
         assert_eq!(child["depth"], 1);
         assert_eq!(child["parents"][0], "shardId-000000000000");
         assert_eq!(child["state"], "open");
@@ -508,8 +591,11 @@ async fn a_reset_to_the_horizon_reads_a_split_stream_again_parents_first() {
         table.contains("└ shardId-000000000001") && table.contains("SHARD_END"),
         "{table}"
     );
+}
 
-    // Only the parent: the plan says the children keep their checkpoints.
+/// A dry run of the parent alone, the instances stopped: the plan notes that the children,
+/// not reset, wait for it.
+async fn parent_alone_plan_names_the_children(app: &App) {
     let parent_only = app
         .run(
             "reset",
@@ -530,16 +616,122 @@ async fn a_reset_to_the_horizon_reads_a_split_stream_again_parents_first() {
                 .contains("shardId-000000000001, shardId-000000000002"),
         "{parent_only:#?}"
     );
+}
 
-    // The whole tree: read again, the parent's records before any child's.
-    let reset = app.run("reset", &["--to", "horizon"]).await.ok();
-    assert!(reset.stdout.contains("reset 3 shards"), "{reset:#?}");
-    let mut sub = app.builder("instance-e2").start().await.unwrap();
-    let got = read_all(&mut sub, &all, "the whole tree again").await;
-    sub.shutdown().await;
-    let last_parent = got.iter().rposition(|p| p.starts_with("parent-")).unwrap();
-    let first_child = got.iter().position(|p| p.starts_with("child-")).unwrap();
-    assert!(last_parent < first_child, "parents first: {got:?}");
+/// Command lines the tool refuses with exit status 2, writing nothing, and what each message
+/// must hold. Words are split on spaces; `{table}`, `{stream}`, `{other}` (a table of another
+/// schema), `{missing_table}`, `{missing_stream}` and `{spaced}` (`a b`) stand for names.
+const BAD_INPUTS: &[(&str, &[&str])] = &[
+    (
+        "status --table {missing_table} --stream {stream}",
+        &["{missing_table}", "does not exist", "never creates"],
+    ),
+    (
+        "reset --table {missing_table} --stream {stream} --to horizon",
+        &["{missing_table}", "does not exist"],
+    ),
+    (
+        "workers --table {other} --stream {stream}",
+        &["{other}", "leaseKey"],
+    ),
+    (
+        "status --table {table} --stream {missing_stream}",
+        &["{missing_stream}", "does not exist"],
+    ),
+    (
+        "workers --table {table} --stream {missing_stream}",
+        &["{missing_stream}", "does not exist"],
+    ),
+    (
+        "reset --table {table} --stream {missing_stream} --to latest",
+        &["{missing_stream}", "does not exist"],
+    ),
+    (
+        "reset --table {table} --stream {stream} --to horizon --shard shardId-000000000099",
+        &["`shardId-000000000099`", "shardId-000000000000"],
+    ),
+    (
+        "reset --table {table} --stream {stream} --to timestamp:2999-01-01T00:00:00Z",
+        &["2999-01-01T00:00:00.000Z", "in the future"],
+    ),
+    (
+        "reset --table {table} --stream {stream} --to timestamp:1796176860",
+        &["looks like seconds", "timestamp:1796176860000"],
+    ),
+    (
+        "reset --table {table} --stream {stream} --to sideways",
+        &["`sideways`", "horizon, latest"],
+    ),
+    (
+        "reset --table {table} --stream {stream} --to timestamp:noon",
+        &["`noon`"],
+    ),
+    (
+        "reset --table {table} --stream {stream} --to sequence:12x --shard shardId-000000000000",
+        &["`sequence:12x`"],
+    ),
+    (
+        "reset --table {table} --stream {stream} --to sequence:1 --shard shardId-000000000000",
+        &["sequence:1", "not a record of shard `shardId-000000000000`"],
+    ),
+    (
+        "reset --table {table} --stream {stream} --to sequence:1",
+        &["exactly one --shard"],
+    ),
+    (
+        "reset --table {table} --stream {stream} --to horizon --lease-duration 0",
+        &["--lease-duration", "`0`"],
+    ),
+    ("reset --table {table} --stream {stream}", &["--to"]),
+    ("status --table {table}", &["--stream"]),
+    ("workers --table {table}", &["--stream"]),
+    ("status --stream {stream}", &["--table", "--application"]),
+    ("frobnicate --table {table}", &["'frobnicate'"]),
+    (
+        "status --table {table} --stream {stream} --colour",
+        &["'--colour'"],
+    ),
+    (
+        "status --table {table} --stream {stream} --watch never",
+        &["`never`"],
+    ),
+    ("status --table {spaced} --stream {stream}", &["\"a b\""]),
+    ("", &["no command"]),
+];
+
+/// The names [`BAD_INPUTS`] stand for.
+struct Names {
+    table: String,
+    stream: String,
+    other: String,
+    missing_table: String,
+    missing_stream: String,
+}
+
+impl Names {
+    /// The application's table and stream, a new table of another schema, and a table and a
+    /// stream that do not exist.
+    async fn new(app: &App) -> Self {
+        let other = support::unique_name("cli-other-schema");
+        support::create_table_keyed_by(&support::dynamodb_client(), &other, "id").await;
+        Self {
+            table: app.table.clone(),
+            stream: app.stream.clone(),
+            other,
+            missing_table: support::unique_name("cli-no-such-table"),
+            missing_stream: support::unique_name("cli-no-such-stream"),
+        }
+    }
+
+    /// `text` with the names put in.
+    fn expand(&self, text: &str) -> String {
+        text.replace("{table}", &self.table)
+            .replace("{stream}", &self.stream)
+            .replace("{other}", &self.other)
+            .replace("{missing_table}", &self.missing_table)
+            .replace("{missing_stream}", &self.missing_stream)
+            .replace("{spaced}", "a b")
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -552,157 +744,15 @@ async fn bad_input_is_refused_with_a_clear_message_and_nothing_written() {
     sub.shutdown().await;
     let before = app.rows().await;
 
-    // A table of another schema.
-    let dynamodb = support::dynamodb_client();
-    let other = support::unique_name("cli-other-schema");
-    support::create_table_keyed_by(&dynamodb, &other, "id").await;
-    let missing_table = support::unique_name("cli-no-such-table");
-    let missing_stream = support::unique_name("cli-no-such-stream");
-    let (t, s) = (app.table.as_str(), app.stream.as_str());
-
-    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
-        (
-            vec!["status", "--table", &missing_table, "--stream", s],
-            vec![&missing_table, "does not exist", "never creates"],
-        ),
-        (
-            vec![
-                "reset",
-                "--table",
-                &missing_table,
-                "--stream",
-                s,
-                "--to",
-                "horizon",
-            ],
-            vec![&missing_table, "does not exist"],
-        ),
-        (
-            vec!["workers", "--table", &other, "--stream", s],
-            vec![&other, "leaseKey"],
-        ),
-        (
-            vec!["status", "--table", t, "--stream", &missing_stream],
-            vec![&missing_stream, "does not exist"],
-        ),
-        (
-            vec!["workers", "--table", t, "--stream", &missing_stream],
-            vec![&missing_stream, "does not exist"],
-        ),
-        (
-            vec![
-                "reset",
-                "--table",
-                t,
-                "--stream",
-                &missing_stream,
-                "--to",
-                "latest",
-            ],
-            vec![&missing_stream, "does not exist"],
-        ),
-        (
-            vec![
-                "reset",
-                "--table",
-                t,
-                "--stream",
-                s,
-                "--to",
-                "horizon",
-                "--shard",
-                "shardId-000000000099",
-            ],
-            vec!["`shardId-000000000099`", "shardId-000000000000"],
-        ),
-        (
-            vec![
-                "reset",
-                "--table",
-                t,
-                "--stream",
-                s,
-                "--to",
-                "timestamp:2999-01-01T00:00:00Z",
-            ],
-            vec!["2999-01-01T00:00:00.000Z", "in the future"],
-        ),
-        (
-            vec!["reset", "--table", t, "--stream", s, "--to", "sideways"],
-            vec!["`sideways`", "horizon, latest"],
-        ),
-        (
-            vec![
-                "reset",
-                "--table",
-                t,
-                "--stream",
-                s,
-                "--to",
-                "timestamp:noon",
-            ],
-            vec!["`noon`"],
-        ),
-        (
-            vec![
-                "reset",
-                "--table",
-                t,
-                "--stream",
-                s,
-                "--to",
-                "sequence:12x",
-                "--shard",
-                "shardId-000000000000",
-            ],
-            vec!["`sequence:12x`"],
-        ),
-        (
-            vec![
-                "reset",
-                "--table",
-                t,
-                "--stream",
-                s,
-                "--to",
-                "sequence:1",
-                "--shard",
-                "shardId-000000000000",
-            ],
-            vec!["sequence:1", "not a record of shard `shardId-000000000000`"],
-        ),
-        (
-            vec!["reset", "--table", t, "--stream", s, "--to", "sequence:1"],
-            vec!["exactly one --shard"],
-        ),
-        (vec!["reset", "--table", t, "--stream", s], vec!["--to"]),
-        (vec!["status", "--table", t], vec!["--stream"]),
-        (vec!["workers", "--table", t], vec!["--stream"]),
-        (
-            vec!["status", "--stream", s],
-            vec!["--table", "--application"],
-        ),
-        (vec!["frobnicate", "--table", t], vec!["`frobnicate`"]),
-        (
-            vec!["status", "--table", t, "--stream", s, "--colour"],
-            vec!["`--colour`"],
-        ),
-        (
-            vec!["status", "--table", t, "--stream", s, "--watch", "never"],
-            vec!["`never`"],
-        ),
-        (
-            vec!["status", "--table", "a b", "--stream", s],
-            vec!["\"a b\""],
-        ),
-        (vec![], vec!["no command"]),
-    ];
-    for (args, needles) in &cases {
-        let run = cli(args).await;
+    let names = Names::new(&app).await;
+    for (line, needles) in BAD_INPUTS {
+        let args: Vec<String> = line.split_whitespace().map(|w| names.expand(w)).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = cli(&args).await;
         assert_eq!(run.code, 2, "{args:?}: {run:#?}");
-        for needle in needles.iter() {
+        for needle in needles.iter().map(|n| names.expand(n)) {
             assert!(
-                run.stderr.contains(needle),
+                run.stderr.contains(&needle),
                 "{args:?}: `{needle}` in {run:#?}"
             );
         }
@@ -712,20 +762,31 @@ async fn bad_input_is_refused_with_a_clear_message_and_nothing_written() {
         );
     }
     assert_eq!(app.rows().await, before, "nothing written");
-    let described = dynamodb
+    let described = support::dynamodb_client()
         .describe_table()
-        .table_name(&missing_table)
+        .table_name(&names.missing_table)
         .send()
         .await;
     assert!(described.is_err(), "the missing table was not created");
+}
 
-    // --application names the default table; help for the tool and each command.
-    let by_app = cli(&["workers", "--application", "no-such-app-xyz", "--stream", s]).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_application_names_the_default_table_and_help_is_printed() {
+    // --application names the default table.
+    let by_app = cli(&[
+        "workers",
+        "--application",
+        "no-such-app-xyz",
+        "--stream",
+        "s",
+    ])
+    .await;
     assert_eq!(by_app.code, 2);
     assert!(
         by_app.stderr.contains("`kinesis-dataflow-no-such-app-xyz`"),
         "{by_app:#?}"
     );
+    // Help for the tool and each command, on standard output with exit status 0.
     for (args, needle) in [
         (vec!["--help"], "Usage: kinesis-dataflow <COMMAND>"),
         (vec!["status", "--help"], "Usage: kinesis-dataflow status"),
@@ -738,39 +799,6 @@ async fn bad_input_is_refused_with_a_clear_message_and_nothing_written() {
         let run = cli(&args).await.ok();
         assert!(run.stdout.contains(needle), "{args:?}: {run:#?}");
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        .try_into()
-        .unwrap()
-}
-
-/// `ms` as RFC 3339 in UTC with milliseconds.
-fn rfc3339(ms: u64) -> String {
-    // Days since the epoch to a civil date (Howard Hinnant's algorithm).
-    let days = (ms / 86_400_000) as i64;
-    let in_day = ms % 86_400_000;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let s = in_day / 1000;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60,
-        in_day % 1000
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

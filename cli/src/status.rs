@@ -102,6 +102,7 @@ pub async fn run(args: &StatusArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Reads the stream's shards and the lease rows, and measures each shard's lag.
 async fn snapshot(aws: &Aws, stream: &str, records_cap: u64) -> Result<Snapshot, Failure> {
     let shards = aws.shards(stream).await?;
     let rows = aws.rows(stream).await?;
@@ -111,60 +112,73 @@ async fn snapshot(aws: &Aws, stream: &str, records_cap: u64) -> Result<Snapshot,
         .filter(|r| !aws::is_worker_or_roster(&r.lease.shard_id))
         .map(|r| (r.lease.shard_id.clone(), r))
         .collect();
+    let mut lines = lines(&shards, &by_id);
     let listed: HashSet<&str> = shards.iter().map(|s| s.id.as_str()).collect();
-    let finished = |id: &str, rows: &BTreeMap<String, LeaseRow>| {
-        !listed.contains(id) || rows.get(id).is_some_and(|r| r.lease.is_finished())
-    };
-    let order = tree_order(&shards);
-    let mut lines = Vec::with_capacity(order.len());
-    for (depth, index) in order {
-        let shard = shards[index].clone();
-        let children = shards
-            .iter()
-            .filter(|s| s.parents.contains(&shard.id))
-            .map(|s| s.id.clone())
-            .collect();
-        let waiting = by_id.get(&shard.id).is_some_and(|r| !r.lease.is_finished())
-            && shard.parents.iter().any(|p| !finished(p, &by_id));
-        lines.push(Line {
-            row: by_id.get(&shard.id).cloned(),
-            shard,
-            depth,
-            children,
-            waiting,
-            lag: Lag::NotMeasured,
-        });
-    }
     by_id.retain(|id, _| !listed.contains(id.as_str()));
     if records_cap > 0 {
-        let lags: Vec<Lag> = futures::stream::iter(lines.iter())
-            .map(|line| async move {
-                match &line.row {
-                    None => Lag::NotMeasured,
-                    Some(row) => {
-                        lag(
-                            aws,
-                            stream,
-                            &line.shard.id,
-                            row.lease.checkpoint.as_ref(),
-                            records_cap,
-                        )
-                        .await
-                    }
-                }
-            })
-            .buffered(LAG_CONCURRENCY)
-            .collect()
-            .await;
-        for (line, lag) in lines.iter_mut().zip(lags) {
-            line.lag = lag;
-        }
+        measure_lags(aws, stream, &mut lines, records_cap).await;
     }
     Ok(Snapshot {
         at_ms,
         lines,
         unlisted: by_id.into_values().collect(),
     })
+}
+
+/// The lines of the tree, each with its row and whether that row waits for its parents; the
+/// lag not measured yet.
+fn lines(shards: &[Shard], by_id: &BTreeMap<String, LeaseRow>) -> Vec<Line> {
+    let listed: HashSet<&str> = shards.iter().map(|s| s.id.as_str()).collect();
+    let finished =
+        |id: &str| !listed.contains(id) || by_id.get(id).is_some_and(|r| r.lease.is_finished());
+    tree_order(shards)
+        .into_iter()
+        .map(|(depth, index)| {
+            let shard = shards[index].clone();
+            let children = shards
+                .iter()
+                .filter(|s| s.parents.contains(&shard.id))
+                .map(|s| s.id.clone())
+                .collect();
+            let row = by_id.get(&shard.id).cloned();
+            let waiting = row.as_ref().is_some_and(|r| !r.lease.is_finished())
+                && shard.parents.iter().any(|p| !finished(p));
+            Line {
+                row,
+                shard,
+                depth,
+                children,
+                waiting,
+                lag: Lag::NotMeasured,
+            }
+        })
+        .collect()
+}
+
+/// Measures the lag of every line with a row, `LAG_CONCURRENCY` shards at a time.
+async fn measure_lags(aws: &Aws, stream: &str, lines: &mut [Line], cap: u64) {
+    let lags: Vec<Lag> = futures::stream::iter(lines.iter())
+        .map(|line| async move {
+            match &line.row {
+                None => Lag::NotMeasured,
+                Some(row) => {
+                    lag(
+                        aws,
+                        stream,
+                        &line.shard.id,
+                        row.lease.checkpoint.as_ref(),
+                        cap,
+                    )
+                    .await
+                }
+            }
+        })
+        .buffered(LAG_CONCURRENCY)
+        .collect()
+        .await;
+    for (line, lag) in lines.iter_mut().zip(lags) {
+        line.lag = lag;
+    }
 }
 
 /// The listed shards in tree order, each with its depth: roots (no listed parent) in id order,
@@ -232,13 +246,26 @@ async fn lag(
     let Some(point) = resume_point(checkpoint) else {
         return Lag::Finished;
     };
-    let mut request = aws
+    match shard_iterator(aws, stream, shard, &point).await {
+        Ok(iterator) => count_behind(aws, shard, iterator, cap).await,
+        Err(message) => Lag::Failed(message),
+    }
+}
+
+/// A shard iterator at `point` (GetShardIterator).
+async fn shard_iterator(
+    aws: &Aws,
+    stream: &str,
+    shard: &str,
+    point: &StartingPoint,
+) -> Result<Option<String>, String> {
+    let request = aws
         .kinesis
         .get_shard_iterator()
         .stream_name(stream)
         .shard_id(shard)
         .shard_iterator_type(ShardIteratorType::from(point.iterator_type()));
-    request = match &point {
+    let request = match point {
         StartingPoint::AtTimestamp(ms) => request.timestamp(DateTime::from_millis(
             i64::try_from(*ms).unwrap_or(i64::MAX),
         )),
@@ -247,23 +274,35 @@ async fn lag(
         | StartingPoint::AfterSubSequence(seq, _) => request.starting_sequence_number(seq),
         StartingPoint::TrimHorizon | StartingPoint::Latest => request,
     };
-    let mut iterator = match request.send().await {
-        Ok(out) => out.shard_iterator,
-        Err(err) => return Lag::Failed(call_error("GetShardIterator", shard, &err)),
-    };
+    match request.send().await {
+        Ok(out) => Ok(out.shard_iterator),
+        Err(err) => Err(call_error("GetShardIterator", shard, &err)),
+    }
+}
+
+/// How many records the next GetRecords of the count asks for: one first (for its
+/// MillisBehindLatest), then what is left under the cap; `None` once the cap or the call budget
+/// is reached.
+fn next_limit(calls: u32, records: u64, cap: u64) -> Option<u64> {
+    if calls >= MAX_COUNT_CALLS || records >= cap {
+        None
+    } else if calls == 0 {
+        Some(1)
+    } else {
+        Some((cap - records).min(10_000))
+    }
+}
+
+/// Counts the records from `iterator` to the tip (GetRecords), up to `cap`.
+async fn count_behind(aws: &Aws, shard: &str, mut iterator: Option<String>, cap: u64) -> Lag {
     let mut records: u64 = 0;
     let mut millis_behind = None;
     let mut calls = 0;
     let mut at_tip = false;
     while let Some(current) = iterator.take() {
-        if calls >= MAX_COUNT_CALLS || records >= cap {
+        let Some(limit) = next_limit(calls, records, cap) else {
             iterator = Some(current);
             break;
-        }
-        let limit = if calls == 0 {
-            1
-        } else {
-            (cap - records).min(10_000)
         };
         let out = match aws
             .kinesis
@@ -289,14 +328,14 @@ async fn lag(
         }
     }
     // No next iterator: the end of a closed shard was reached.
-    let exact = at_tip || iterator.is_none();
     Lag::Measured {
         millis_behind,
         records,
-        exact,
+        exact: at_tip || iterator.is_none(),
     }
 }
 
+/// A failed Kinesis call on a shard, in a line: the error code and message when there are.
 fn call_error<E, R>(call: &str, shard: &str, err: &aws_sdk_kinesis::error::SdkError<E, R>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
@@ -311,6 +350,7 @@ where
     }
 }
 
+/// The lag in JSON: `lag` and `lag_error`.
 fn lag_json(lag: &Lag) -> (Value, Value) {
     match lag {
         Lag::NotMeasured => (Value::Null, Value::Null),
@@ -334,6 +374,7 @@ fn lag_json(lag: &Lag) -> (Value, Value) {
     }
 }
 
+/// A lease row in JSON.
 fn row_json(row: &LeaseRow, at_ms: u64) -> Value {
     let checkpoint = row.lease.checkpoint.as_ref();
     json!({
@@ -346,6 +387,7 @@ fn row_json(row: &LeaseRow, at_ms: u64) -> Value {
     })
 }
 
+/// The JSON document of one reading.
 fn to_json(
     aws: &Aws,
     args: &StatusArgs,
@@ -399,6 +441,7 @@ fn to_json(
     })
 }
 
+/// The table form of one reading: a header, the summary, the shard table and the notes.
 fn render(
     aws: &Aws,
     args: &StatusArgs,
@@ -417,6 +460,38 @@ fn render(
         args.target.table,
         time::format(snap.at_ms)
     ));
+    out.push_str(&summary(snap));
+    let mut notes = Vec::new();
+    let rows: Vec<Vec<String>> = snap
+        .lines
+        .iter()
+        .map(|line| shard_cells(line, previous, snap.at_ms, &mut notes))
+        .collect();
+    out.push_str(&output::table(&HEADERS, &rows));
+    notes.extend(snap.unlisted.iter().map(unlisted_note));
+    if !notes.is_empty() {
+        out.push('\n');
+        for note in notes {
+            out.push_str(&format!("note: {note}\n"));
+        }
+    }
+    out
+}
+
+/// The columns of the shard table.
+const HEADERS: [&str; 8] = [
+    "SHARD",
+    "STATE",
+    "OWNER",
+    "CHECKPOINT",
+    "COUNTER",
+    "AGE",
+    "BEHIND",
+    "RECORDS",
+];
+
+/// `3 shards (2 open, 1 closed), 1 finished; 2 leases held by 1 owner`, and a blank line.
+fn summary(snap: &Snapshot) -> String {
     let open = snap.lines.iter().filter(|l| !l.shard.is_closed()).count();
     let held: Vec<&str> = snap
         .lines
@@ -429,129 +504,129 @@ fn render(
         .iter()
         .filter(|l| l.row.as_ref().is_some_and(|r| r.lease.is_finished()))
         .count();
-    out.push_str(&format!(
+    format!(
         "{} ({open} open, {} closed), {finished} finished; {} held by {}\n\n",
         output::count(snap.lines.len(), "shard"),
         snap.lines.len() - open,
         output::count(held.len(), "lease"),
         output::count(owners.len(), "owner")
-    ));
-    let mut notes = Vec::new();
-    let rows: Vec<Vec<String>> = snap
-        .lines
-        .iter()
-        .map(|line| {
-            let indent = if line.depth == 0 {
-                String::new()
-            } else {
-                format!("{}└ ", "  ".repeat(line.depth - 1))
-            };
-            let merge = if line.shard.parents.len() > 1 {
-                format!(" (merge of {})", line.shard.parents.join(" + "))
-            } else {
-                String::new()
-            };
-            let mut state = if line.shard.is_closed() {
-                "closed"
-            } else {
-                "open"
-            }
-            .to_owned();
-            if line.waiting {
-                state.push_str(", waits for parents");
-            }
-            let (owner, checkpoint, counter, age) = match &line.row {
-                None => {
-                    notes.push(format!(
-                        "{}: no lease row yet (no instance has listed the shard)",
-                        line.shard.id
-                    ));
-                    (
-                        "(no row)".to_owned(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                    )
-                }
-                Some(row) => {
-                    let mut counter = row.lease.counter.to_string();
-                    if let Some(before) = previous.and_then(|p| p.get(&line.shard.id)) {
-                        counter.push_str(&format!(
-                            " (+{})",
-                            row.lease.counter.saturating_sub(*before)
-                        ));
-                    }
-                    (
-                        row.lease.owner.clone().unwrap_or_else(|| "-".to_owned()),
-                        output::checkpoint(row.lease.checkpoint.as_ref()),
-                        counter,
-                        output::age(row.last_written_ms, snap.at_ms),
-                    )
-                }
-            };
-            let (behind, records) = match &line.lag {
-                Lag::NotMeasured => (String::new(), String::new()),
-                Lag::Finished => ("-".to_owned(), "-".to_owned()),
-                Lag::Measured {
-                    millis_behind,
-                    records,
-                    exact,
-                } => (
-                    millis_behind.map_or_else(
-                        || "?".to_owned(),
-                        |ms| time::human(u64::try_from(ms).unwrap_or(0)),
-                    ),
-                    if *exact {
-                        records.to_string()
-                    } else {
-                        format!(">={records}")
-                    },
-                ),
-                Lag::Failed(message) => {
-                    notes.push(format!("{}: lag unknown: {message}", line.shard.id));
-                    ("error".to_owned(), "error".to_owned())
-                }
-            };
-            vec![
-                format!("{indent}{}{merge}", line.shard.id),
-                state,
-                owner,
-                checkpoint,
-                counter,
-                age,
-                behind,
-                records,
+    )
+}
+
+/// One line of the shard table; what it cannot show goes to `notes`.
+fn shard_cells(
+    line: &Line,
+    previous: Option<&HashMap<String, u64>>,
+    at_ms: u64,
+    notes: &mut Vec<String>,
+) -> Vec<String> {
+    let id = &line.shard.id;
+    let before = previous.and_then(|p| p.get(id)).copied();
+    let [owner, checkpoint, counter, age] = match &line.row {
+        Some(row) => row_cells(row, before, at_ms),
+        None => {
+            notes.push(format!(
+                "{id}: no lease row yet (no instance has listed the shard)"
+            ));
+            [
+                "(no row)".to_owned(),
+                String::new(),
+                String::new(),
+                String::new(),
             ]
-        })
-        .collect();
-    out.push_str(&output::table(
-        &[
-            "SHARD",
-            "STATE",
-            "OWNER",
-            "CHECKPOINT",
-            "COUNTER",
-            "AGE",
-            "BEHIND",
-            "RECORDS",
-        ],
-        &rows,
-    ));
-    for row in &snap.unlisted {
-        notes.push(format!(
-            "{}: a row for a shard the stream no longer lists (past the retention period; the \
-             instances delete it), checkpoint {}",
-            row.lease.shard_id,
-            output::checkpoint(row.lease.checkpoint.as_ref())
-        ));
-    }
-    if !notes.is_empty() {
-        out.push('\n');
-        for note in notes {
-            out.push_str(&format!("note: {note}\n"));
         }
+    };
+    if let Lag::Failed(message) = &line.lag {
+        notes.push(format!("{id}: lag unknown: {message}"));
     }
-    out
+    let (behind, records) = lag_cells(&line.lag);
+    vec![
+        shard_label(line),
+        shard_state(line),
+        owner,
+        checkpoint,
+        counter,
+        age,
+        behind,
+        records,
+    ]
+}
+
+/// The shard id, indented under its parent, with the parents of a merge.
+fn shard_label(line: &Line) -> String {
+    let indent = if line.depth == 0 {
+        String::new()
+    } else {
+        format!("{}└ ", "  ".repeat(line.depth - 1))
+    };
+    let merge = if line.shard.parents.len() > 1 {
+        format!(" (merge of {})", line.shard.parents.join(" + "))
+    } else {
+        String::new()
+    };
+    format!("{indent}{}{merge}", line.shard.id)
+}
+
+/// `open` or `closed`, and whether the row waits for its parents.
+fn shard_state(line: &Line) -> String {
+    let state = if line.shard.is_closed() {
+        "closed"
+    } else {
+        "open"
+    };
+    if line.waiting {
+        format!("{state}, waits for parents")
+    } else {
+        state.to_owned()
+    }
+}
+
+/// OWNER, CHECKPOINT, COUNTER (with its movement since the last round) and AGE of a row.
+fn row_cells(row: &LeaseRow, counter_before: Option<u64>, at_ms: u64) -> [String; 4] {
+    let mut counter = row.lease.counter.to_string();
+    if let Some(before) = counter_before {
+        counter.push_str(&format!(" (+{})", row.lease.counter.saturating_sub(before)));
+    }
+    [
+        row.lease.owner.clone().unwrap_or_else(|| "-".to_owned()),
+        output::checkpoint(row.lease.checkpoint.as_ref()),
+        counter,
+        output::age(row.last_written_ms, at_ms),
+    ]
+}
+
+/// BEHIND and RECORDS.
+fn lag_cells(lag: &Lag) -> (String, String) {
+    match lag {
+        Lag::NotMeasured => (String::new(), String::new()),
+        Lag::Finished => ("-".to_owned(), "-".to_owned()),
+        Lag::Measured {
+            millis_behind,
+            records,
+            exact,
+        } => (
+            millis_behind.map_or_else(
+                || "?".to_owned(),
+                |ms| time::human(u64::try_from(ms).unwrap_or(0)),
+            ),
+            if *exact {
+                records.to_string()
+            } else {
+                format!(">={records}")
+            },
+        ),
+        Lag::Failed(_) => ("error".to_owned(), "error".to_owned()),
+    }
+}
+
+/// The note on a row of a shard the stream no longer lists.
+fn unlisted_note(row: &LeaseRow) -> String {
+    format!(
+        "{}: a row for a shard the stream no longer lists (past the retention period; the \
+         instances delete it), checkpoint {}",
+        row.lease.shard_id,
+        output::checkpoint(row.lease.checkpoint.as_ref())
+    )
 }
 
 #[cfg(test)]
@@ -586,6 +661,15 @@ mod tests {
             order,
             vec![(0, "0"), (1, "2"), (1, "3"), (2, "4"), (0, "1"), (0, "5")]
         );
+    }
+
+    #[test]
+    fn the_count_asks_for_one_record_then_what_the_cap_leaves() {
+        assert_eq!(next_limit(0, 0, 10_000), Some(1));
+        assert_eq!(next_limit(1, 1, 10_000), Some(9_999));
+        assert_eq!(next_limit(1, 1, 50_000), Some(10_000));
+        assert_eq!(next_limit(2, 7, 7), None);
+        assert_eq!(next_limit(MAX_COUNT_CALLS, 0, 10_000), None);
     }
 
     #[test]
