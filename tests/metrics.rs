@@ -65,11 +65,6 @@ fn start_example(stream: &str, application: &str, port: u16) -> tokio::process::
         .expect("the example starts")
 }
 
-fn free_port() -> u16 {
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    free.local_addr().unwrap().port()
-}
-
 /// The run's labels: `stream="…"` and `application="…"`.
 struct Labels {
     s: String,
@@ -310,7 +305,7 @@ async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
     let stream = support::unique_name("metrics");
     support::create_stream(&client, &stream, 2).await;
     let application = support::unique_name("metrics-app");
-    let port = free_port();
+    let port = support::free_port().unwrap();
     let child = start_example(&stream, &application, port);
     let labels = Labels::new(&stream, &application);
     let samples = scrape_until_drained(port, &labels).await;

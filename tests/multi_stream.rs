@@ -15,8 +15,8 @@ use kinesis_dataflow::api::{PutRecordsEntry, SharedKinesis};
 use kinesis_dataflow::lease::SharedLeaseStore;
 use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
-    AwsKinesis, DynamoLeaseStore, KinesisError, KinesisPosition, MultiSubscription,
-    MultiSubscriptionBuilder, ReadSettings, StreamSet,
+    AwsKinesis, KinesisError, KinesisPosition, MultiSubscription, MultiSubscriptionBuilder,
+    ReadSettings, StreamSet,
 };
 
 const KEYS: usize = 8;
@@ -188,10 +188,7 @@ impl World {
     fn new(leases: &str) -> Self {
         let client = support::kinesis_client();
         let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
-        let store: SharedLeaseStore = Arc::new(
-            DynamoLeaseStore::new(support::dynamodb_client(), support::unique_name(leases))
-                .unwrap(),
-        );
+        let store: SharedLeaseStore = Arc::new(support::lease_store(leases));
         Self {
             client,
             api,

@@ -16,8 +16,8 @@ use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
 use kinesis_dataflow::lease::{LeaseFuture, SharedLeaseStore};
 use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
-    AwsKinesis, Delivery, DynamoLeaseStore, KinesisPosition, MultiSubscription, ReadSettings,
-    Record, StreamSet, Subscription,
+    AwsKinesis, Delivery, KinesisPosition, MultiSubscription, ReadSettings, Record, StreamSet,
+    Subscription,
 };
 use tokio::task::JoinHandle;
 
@@ -46,17 +46,6 @@ impl LeaseLayer for DeletesOf {
             result
         })
     }
-}
-
-/// A lease table of its own.
-fn lease_table() -> SharedLeaseStore {
-    Arc::new(
-        DynamoLeaseStore::new(
-            support::dynamodb_client(),
-            support::unique_name("again-leases"),
-        )
-        .unwrap(),
-    )
 }
 
 /// Instance A on `stream`, reading from the start with fast timings; its stop waits
@@ -187,7 +176,7 @@ async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
     let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
     let stream = support::unique_name("again");
     support::create_stream(&client, &stream, 1).await;
-    let table = lease_table();
+    let table: SharedLeaseStore = Arc::new(support::lease_store("again-leases"));
     let deletes = Arc::new(DeletesOf {
         owner: "b",
         count: AtomicU64::new(0),

@@ -6,12 +6,14 @@
 //! fresh client in each test (they are cheap) rather than caching one in a static shared by
 //! tests with different runtimes.
 
+use kinesis_dataflow::DynamoLeaseStore;
 use kinesis_dataflow::broker::KinesisBroker;
 
 use crate::emulators::{dynamodb_endpoint, kinesis_endpoint};
 use crate::sdk::{
     dynamodb_client_at, dynamodb_config_at, kinesis_client_at, kinesis_config_at, sdk_config,
 };
+use crate::streams::unique_name;
 
 /// Kinesis service config builder pointed at this process's emulator (starts it if needed);
 /// tweak it (retries, timeouts) before `build()`.
@@ -41,4 +43,11 @@ pub fn live_broker(application: &str) -> KinesisBroker {
         .kinesis_endpoint(kinesis_endpoint())
         .dynamodb_endpoint(dynamodb_endpoint())
         .application(application)
+}
+
+/// A lease store in a table of its own (`unique_name(prefix)`) on this process's DynamoDB
+/// emulator; the library creates the table on first use.
+pub fn lease_store(prefix: &str) -> DynamoLeaseStore {
+    DynamoLeaseStore::new(dynamodb_client(), unique_name(prefix))
+        .unwrap_or_else(|e| panic!("lease table {prefix:?}: {e}"))
 }

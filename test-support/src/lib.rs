@@ -4,7 +4,7 @@
 //! streams, waits, and the fast test timings.
 //!
 //! The modules import one another one way only: `emulators` → `launcher` → `sdk`, and
-//! `clients` → `emulators`, `sdk`.
+//! `clients` → `emulators`, `sdk`, `streams`.
 //!
 //! | module | what it holds |
 //! | --- | --- |
@@ -13,7 +13,7 @@
 //! | [`launcher`] | one [`Emulator`] through `harness/launch.js` on a [`free_port`], started and stopped at will (`benches/failover`) |
 //! | [`emulators`] | this process's emulators, started lazily and kept for its life: [`kinesis_endpoint`], [`dynamodb_endpoint`], their logs, [`assert_emulators_alive`] |
 //! | [`sdk`] | [`sdk_config`] (region, dummy credentials), service config builders and clients for an endpoint |
-//! | [`clients`] | service config builders and clients for this process's emulators, [`live_broker`] |
+//! | [`clients`] | service config builders and clients for this process's emulators, [`lease_store`], [`live_broker`] |
 //! | [`streams`] | [`unique_name`], [`create_stream`], [`wait_active`], [`create_stream_shards`], [`list_shards`], [`wait_table_active`] |
 //! | [`wait`] | [`wait_for`]: poll a condition with a patience |
 //! | [`timings`] | [`fast`]: a `SubscriptionBuilder` with the fast test timings |
@@ -56,7 +56,8 @@ pub mod trace;
 pub mod wait;
 
 pub use clients::{
-    dynamodb_client, dynamodb_config_builder, kinesis_client, kinesis_config_builder, live_broker,
+    dynamodb_client, dynamodb_config_builder, kinesis_client, kinesis_config_builder, lease_store,
+    live_broker,
 };
 pub use emulators::{
     assert_emulators_alive, dynamodb_endpoint, dynamodb_log, kinesis_endpoint, kinesis_log,
