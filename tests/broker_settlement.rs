@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kinesis_dataflow::broker::{
-    KinesisBroker, KinesisContext, KinesisOptions, KinesisStream, PartitionKey, SequenceNumber,
-    ShardId, StreamName,
+    ConnectedKinesis, KinesisBroker, KinesisContext, KinesisOptions, KinesisStream,
+    KinesisSubscriber, PartitionKey, SequenceNumber, ShardId, StreamName,
 };
 use kinesis_dataflow::{KinesisError, MemoryKinesis};
 use ruststream::{
@@ -43,14 +43,15 @@ async fn publish(
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settlement_maps_onto_the_shard() {
+/// A connected in-memory broker with an `orders` stream of one shard, subscribed to, and
+/// four records published to it (`one` to `four`, keys `k0` to `k3`).
+async fn orders_with_four_records() -> (ConnectedKinesis, KinesisSubscriber) {
     let kinesis = MemoryKinesis::new();
     let c = KinesisBroker::in_memory(kinesis.clone())
         .connect()
         .await
         .unwrap();
-    let mut sub = stream("orders")
+    let sub = stream("orders")
         .create_if_missing(1)
         .subscribe(&c)
         .await
@@ -58,9 +59,12 @@ async fn settlement_maps_onto_the_shard() {
     for (i, body) in ["one", "two", "three", "four"].iter().enumerate() {
         publish(&c, "orders", &format!("k{i}"), body).await;
     }
+    (c, sub)
+}
 
-    // ack
-    let one = next(&mut sub).await;
+/// ack: the first delivery, with its context keys.
+async fn an_ack_with_the_context_keys(sub: &mut KinesisSubscriber) {
+    let one = next(sub).await;
     assert_eq!(one.payload(), b"one");
     assert_eq!(one.redelivery_count(), Some(1));
     assert_eq!(one.partition_key(), Some(&b"k0"[..]));
@@ -72,47 +76,56 @@ async fn settlement_maps_onto_the_shard() {
     assert!(ctx.arrival.is_some());
     assert!(ctx.millis_behind_latest.is_some());
     one.ack().await.unwrap();
+}
 
-    // retry: the same record again, before anything later, counted
-    let two = next(&mut sub).await;
+/// retry: the same record again, before anything later, counted.
+async fn a_retry_comes_back_first(sub: &mut KinesisSubscriber) {
+    let two = next(sub).await;
     assert_eq!(two.payload(), b"two");
     two.nack(true).await.unwrap();
-    let two = next(&mut sub).await;
+    let two = next(sub).await;
     assert_eq!(two.payload(), b"two");
     assert_eq!(two.redelivery_count(), Some(2));
     two.ack().await.unwrap();
+}
 
-    // drop: skipped, never back
-    let three = next(&mut sub).await;
+/// drop: skipped, never back.
+async fn a_drop_is_skipped(sub: &mut KinesisSubscriber) {
+    let three = next(sub).await;
     assert_eq!(three.payload(), b"three");
     three.nack(false).await.unwrap();
+}
 
-    // retry_after: back no sooner than the delay
-    let four = next(&mut sub).await;
+/// retry_after: back no sooner than the delay; then an unsettled drop comes back.
+async fn a_retry_after_then_an_unsettled_drop_come_back(sub: &mut KinesisSubscriber) {
+    let four = next(sub).await;
     assert_eq!(four.payload(), b"four");
     assert!(four.supports_nack_after());
     let sent_back = tokio::time::Instant::now();
     four.nack_after(Duration::from_millis(300)).await.unwrap();
-    let four = next(&mut sub).await;
+    let four = next(sub).await;
     assert_eq!(four.payload(), b"four");
     assert!(sent_back.elapsed() >= Duration::from_millis(300));
     assert_eq!(four.redelivery_count(), Some(2));
 
-    // an unsettled drop comes back
     drop(four);
-    let four = next(&mut sub).await;
+    let four = next(sub).await;
     assert_eq!(four.payload(), b"four");
     assert_eq!(four.redelivery_count(), Some(3));
     four.ack().await.unwrap();
+}
 
-    // nothing else
+/// Nothing else is delivered.
+async fn nothing_else(sub: &mut KinesisSubscriber) {
     assert!(
         tokio::time::timeout(Duration::from_millis(300), Box::pin(sub.stream()).next())
             .await
             .is_err()
     );
+}
 
-    // headers ride in the envelope
+/// Headers ride in the envelope.
+async fn headers_ride_in_the_envelope(c: &ConnectedKinesis, sub: &mut KinesisSubscriber) {
     let mut headers = HeaderMap::new();
     headers.insert("x-trace", "abc");
     c.publisher()
@@ -122,14 +135,16 @@ async fn settlement_maps_onto_the_shard() {
         )
         .await
         .unwrap();
-    let five = next(&mut sub).await;
+    let five = next(sub).await;
     assert_eq!(five.payload(), b"five");
     assert_eq!(five.headers().get("x-trace"), Some(&b"abc"[..]));
     five.ack().await.unwrap();
+}
 
-    // after shutdown: handles refuse, the stream ends
-    publish(&c, "orders", "k", "six").await;
-    let six = next(&mut sub).await;
+/// After shutdown: handles refuse, the stream ends.
+async fn after_shutdown_handles_refuse(c: &ConnectedKinesis, sub: &mut KinesisSubscriber) {
+    publish(c, "orders", "k", "six").await;
+    let six = next(sub).await;
     let closed = c.clone().shutdown().await.unwrap();
     assert_eq!(closed.subscriptions_stopped, 1);
     assert!(
@@ -145,8 +160,20 @@ async fn settlement_maps_onto_the_shard() {
         matches!(refused, Err(KinesisError::ShutDown)),
         "{refused:?}"
     );
-    let refused = stream("orders").subscribe(&c).await;
+    let refused = stream("orders").subscribe(c).await;
     assert!(matches!(refused, Err(KinesisError::ShutDown)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlement_maps_onto_the_shard() {
+    let (c, mut sub) = orders_with_four_records().await;
+    an_ack_with_the_context_keys(&mut sub).await;
+    a_retry_comes_back_first(&mut sub).await;
+    a_drop_is_skipped(&mut sub).await;
+    a_retry_after_then_an_unsettled_drop_come_back(&mut sub).await;
+    nothing_else(&mut sub).await;
+    headers_ride_in_the_envelope(&c, &mut sub).await;
+    after_shutdown_handles_refuse(&c, &mut sub).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

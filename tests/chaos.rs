@@ -142,8 +142,8 @@ async fn open_shards(client: &aws_sdk_kinesis::Client) -> Vec<aws_sdk_kinesis::t
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing() {
+/// The seed (`CHAOS_SEED`, default 7) and the chaos budget (`CHAOS_SECONDS`, default 100 s).
+fn settings() -> (u64, Duration) {
     let seed: u64 = std::env::var("CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -154,42 +154,129 @@ async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing(
             .and_then(|s| s.parse().ok())
             .unwrap_or(100),
     );
-    let mut rng = Rng(seed.max(1));
-    let client = support::kinesis_client();
-    let logs = support::logs_dir().join(format!("chaos-{}", std::process::id()));
-    std::fs::create_dir_all(&logs).unwrap();
-    println!(
-        "chaos: seed {seed}, {budget:?} of chaos, logs in {}",
-        logs.display()
-    );
+    (seed, budget)
+}
 
-    // The first instance creates the stream (`create_if_missing(2)`) and the lease table,
-    // and opens both shards at LATEST: the producer starts once it reads them, so that no
-    // shipment is written before anyone reads.
-    let mut generations = [0usize; INSTANCES];
-    let mut instances: Vec<Instance> = Vec::new();
-    instances.push(start("i0", 0, &logs));
-    let ready = Instant::now();
-    let first_log = logs.join("i0-0.log");
-    while std::fs::read_to_string(&first_log)
-        .unwrap_or_default()
-        .matches("lease taken")
-        .count()
-        < 2
-    {
-        assert!(
-            ready.elapsed() < Duration::from_secs(60),
-            "the first instance never read both shards; see {}",
-            first_log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for i in 1..INSTANCES {
-        instances.push(start(&format!("i{i}"), 0, &logs));
+/// The instances of the example, each started again after every kill under a new generation.
+struct Fleet {
+    logs: PathBuf,
+    instances: Vec<Instance>,
+    generations: [usize; INSTANCES],
+}
+
+impl Fleet {
+    /// The first instance creates the stream (`create_if_missing(2)`) and the lease table, and
+    /// opens both shards at LATEST: the others start once it reads them (and so can the
+    /// producer), so that no shipment is written before anyone reads.
+    async fn start(logs: &Path) -> Self {
+        let mut instances = vec![start("i0", 0, logs)];
+        let ready = Instant::now();
+        let first_log = logs.join("i0-0.log");
+        while std::fs::read_to_string(&first_log)
+            .unwrap_or_default()
+            .matches("lease taken")
+            .count()
+            < 2
+        {
+            assert!(
+                ready.elapsed() < Duration::from_secs(60),
+                "the first instance never read both shards; see {}",
+                first_log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for i in 1..INSTANCES {
+            instances.push(start(&format!("i{i}"), 0, logs));
+        }
+        Self {
+            logs: logs.to_owned(),
+            instances,
+            generations: [0; INSTANCES],
+        }
     }
 
-    // The producer: customers' shipments at a steady rate, each customer as its key.
-    let producer_client = client.clone();
+    /// Kills a random instance with SIGKILL (noting its footprint first), waits one to three
+    /// seconds and starts it again.
+    async fn kill_and_restart(&mut self, rng: &mut Rng, at: Duration, chaos: &mut Chaos) {
+        let victim = rng.below(INSTANCES as u64) as usize;
+        let instance = &mut self.instances[victim];
+        if let Some(pid) = instance.child.id() {
+            chaos.note_footprint(pid, format!("{at:>6.1?} {}", instance.name));
+        }
+        instance.child.start_kill().expect("SIGKILL");
+        let _ = instance.child.wait().await;
+        chaos.kills += 1;
+        println!("  {at:>6.1?}: killed {} (SIGKILL)", instance.name);
+        tokio::time::sleep(Duration::from_secs(1 + rng.below(3))).await;
+        self.generations[victim] += 1;
+        let name = instance.name.clone();
+        *instance = start(&name, self.generations[victim], &self.logs);
+    }
+
+    /// Notes every instance's footprint, then stops it gracefully (SIGTERM: checkpoints
+    /// flushed, leases released).
+    async fn stop(&mut self, chaos: &mut Chaos) {
+        for instance in &mut self.instances {
+            if let Some(pid) = instance.child.id() {
+                chaos.note_footprint(pid, format!("end {}", instance.name));
+                let _ = std::process::Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status();
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(30), instance.child.wait()).await;
+        }
+    }
+}
+
+/// What the chaos did, and the instances' footprints.
+#[derive(Default)]
+struct Chaos {
+    kills: usize,
+    split: bool,
+    merged: bool,
+    /// A line per footprint taken, printed at the end.
+    soak: Vec<String>,
+    /// (resident kB, open files) of every instance when it was killed and at the end.
+    footprints: Vec<(u64, usize)>,
+}
+
+impl Chaos {
+    fn note_footprint(&mut self, pid: u32, when: String) {
+        if let Some((rss, fds)) = footprint(pid) {
+            self.footprints.push((rss, fds));
+            self.soak
+                .push(format!("{when}: {rss} kB resident, {fds} open files"));
+        }
+    }
+
+    /// Flat: however long an instance ran (the soak run is long), it holds no more memory or
+    /// files than a fresh one, within a factor that start-up noise cannot reach.
+    fn assert_footprints_flat(&self) {
+        let footprints = &self.footprints;
+        if let (Some(rss), Some(fds)) = (
+            footprints.iter().map(|f| f.0).min(),
+            footprints.iter().map(|f| f.1).min(),
+        ) {
+            let (max_rss, max_fds) = (
+                footprints.iter().map(|f| f.0).max().unwrap_or(rss),
+                footprints.iter().map(|f| f.1).max().unwrap_or(fds),
+            );
+            assert!(
+                max_rss <= rss * 2 && max_fds <= fds + 16,
+                "resident memory {rss} to {max_rss} kB, open files {fds} to {max_fds}: not flat"
+            );
+        }
+    }
+}
+
+/// The producer: customers' shipments at a steady rate, each customer as its key, until told
+/// to stop; returns how many shipments each customer got.
+fn start_producer(
+    client: aws_sdk_kinesis::Client,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<Vec<u64>>,
+) {
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let producer = tokio::spawn(async move {
         let mut next = vec![0u64; CUSTOMERS];
@@ -203,124 +290,121 @@ async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing(
             let c = (sent as usize) % CUSTOMERS;
             let customer = format!("customer-{c}");
             let body = format!(r#"{{"customer":"{customer}","seq":{}}}"#, next[c]);
-            // A refused or failed put is retried until it is stored: the record must exist.
-            loop {
-                match producer_client
-                    .put_record()
-                    .stream_name(STREAM)
-                    .partition_key(&customer)
-                    .data(Blob::new(body.clone()))
-                    .send()
-                    .await
-                {
-                    Ok(_) => break,
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
+            put_until_stored(&client, &customer, &body).await;
             next[c] += 1;
             sent += 1;
         }
         next
     });
+    (stop_tx, producer)
+}
 
-    // The chaos: kills and restarts at random moments, a split and a merge.
+/// A refused or failed put is retried until it is stored: the record must exist.
+async fn put_until_stored(client: &aws_sdk_kinesis::Client, customer: &str, body: &str) {
+    loop {
+        match client
+            .put_record()
+            .stream_name(STREAM)
+            .partition_key(customer)
+            .data(Blob::new(body.to_owned()))
+            .send()
+            .await
+        {
+            Ok(_) => break,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Splits a random open shard in the middle of its hash key range.
+async fn split_a_shard(client: &aws_sdk_kinesis::Client, rng: &mut Rng, at: Duration) {
+    let shards = open_shards(client).await;
+    let shard = &shards[rng.below(shards.len() as u64) as usize];
+    let range = shard.hash_key_range().unwrap();
+    let low: u128 = range.starting_hash_key().parse().unwrap();
+    let high: u128 = range.ending_hash_key().parse().unwrap();
+    let middle = low + (high - low) / 2;
+    client
+        .split_shard()
+        .stream_name(STREAM)
+        .shard_to_split(shard.shard_id())
+        .new_starting_hash_key(middle.to_string())
+        .send()
+        .await
+        .expect("SplitShard");
+    println!("  {at:>6.1?}: split {}", shard.shard_id());
+}
+
+/// Merges two random adjacent open shards.
+async fn merge_two_shards(client: &aws_sdk_kinesis::Client, rng: &mut Rng, at: Duration) {
+    let mut shards = open_shards(client).await;
+    shards.sort_by_key(|s| {
+        s.hash_key_range()
+            .unwrap()
+            .starting_hash_key()
+            .parse::<u128>()
+            .unwrap()
+    });
+    let pick = rng.below(shards.len() as u64 - 1) as usize;
+    let (left, right) = (&shards[pick], &shards[pick + 1]);
+    client
+        .merge_shards()
+        .stream_name(STREAM)
+        .shard_to_merge(left.shard_id())
+        .adjacent_shard_to_merge(right.shard_id())
+        .send()
+        .await
+        .expect("MergeShards");
+    println!(
+        "  {at:>6.1?}: merged {} and {}",
+        left.shard_id(),
+        right.shard_id()
+    );
+}
+
+/// The chaos, for `budget`: kills and restarts at random moments, a split (past a quarter of
+/// the budget) and a merge (past three fifths).
+async fn run_chaos(
+    client: &aws_sdk_kinesis::Client,
+    fleet: &mut Fleet,
+    rng: &mut Rng,
+    budget: Duration,
+) -> Chaos {
+    let mut chaos = Chaos::default();
     let chaos_started = Instant::now();
-    let mut kills = 0usize;
-    let mut split = false;
-    let mut merged = false;
-    let mut soak: Vec<String> = Vec::new();
-    // (resident kB, open files) of every instance when it was killed and at the end.
-    let mut footprints: Vec<(u64, usize)> = Vec::new();
     while chaos_started.elapsed() < budget {
         let wait = Duration::from_secs(8 + rng.below(10));
         tokio::time::sleep(wait.min(budget.saturating_sub(chaos_started.elapsed()))).await;
         let at = chaos_started.elapsed();
-        if !split && at > budget / 4 {
-            let shards = open_shards(&client).await;
-            let shard = &shards[rng.below(shards.len() as u64) as usize];
-            let range = shard.hash_key_range().unwrap();
-            let low: u128 = range.starting_hash_key().parse().unwrap();
-            let high: u128 = range.ending_hash_key().parse().unwrap();
-            let middle = low + (high - low) / 2;
-            client
-                .split_shard()
-                .stream_name(STREAM)
-                .shard_to_split(shard.shard_id())
-                .new_starting_hash_key(middle.to_string())
-                .send()
-                .await
-                .expect("SplitShard");
-            println!("  {at:>6.1?}: split {}", shard.shard_id());
-            split = true;
-            continue;
+        if !chaos.split && at > budget / 4 {
+            split_a_shard(client, rng, at).await;
+            chaos.split = true;
+        } else if chaos.split && !chaos.merged && at > budget * 3 / 5 {
+            merge_two_shards(client, rng, at).await;
+            chaos.merged = true;
+        } else {
+            fleet.kill_and_restart(rng, at, &mut chaos).await;
         }
-        if split && !merged && at > budget * 3 / 5 {
-            let mut shards = open_shards(&client).await;
-            shards.sort_by_key(|s| {
-                s.hash_key_range()
-                    .unwrap()
-                    .starting_hash_key()
-                    .parse::<u128>()
-                    .unwrap()
-            });
-            let pick = rng.below(shards.len() as u64 - 1) as usize;
-            let (left, right) = (&shards[pick], &shards[pick + 1]);
-            client
-                .merge_shards()
-                .stream_name(STREAM)
-                .shard_to_merge(left.shard_id())
-                .adjacent_shard_to_merge(right.shard_id())
-                .send()
-                .await
-                .expect("MergeShards");
-            println!(
-                "  {at:>6.1?}: merged {} and {}",
-                left.shard_id(),
-                right.shard_id()
-            );
-            merged = true;
-            continue;
-        }
-        let victim = rng.below(INSTANCES as u64) as usize;
-        let instance = &mut instances[victim];
-        if let Some(pid) = instance.child.id()
-            && let Some((rss, fds)) = footprint(pid)
-        {
-            footprints.push((rss, fds));
-            soak.push(format!(
-                "{at:>6.1?} {}: {rss} kB resident, {fds} open files",
-                instance.name
-            ));
-        }
-        instance.child.start_kill().expect("SIGKILL");
-        let _ = instance.child.wait().await;
-        kills += 1;
-        println!("  {at:>6.1?}: killed {} (SIGKILL)", instance.name);
-        tokio::time::sleep(Duration::from_secs(1 + rng.below(3))).await;
-        generations[victim] += 1;
-        let name = instance.name.clone();
-        *instance = start(&name, generations[victim], &logs);
     }
-    let _ = stop_tx.send(true);
-    let produced = producer.await.unwrap();
-    let total: u64 = produced.iter().sum();
-    println!("  produced {total} shipments for {CUSTOMERS} customers; waiting for the handlers");
+    chaos
+}
 
-    // Every shipment handled at least once (a hang guard bounds the wait).
-    // Every handling of every instance, in the order they happened.
-    let all_logs = || -> Vec<(String, u64)> {
-        let mut lines: Vec<(String, String, u64)> = std::fs::read_dir(&logs)
-            .unwrap()
-            .flat_map(|e| shipped(&e.unwrap().path()))
-            .collect();
-        lines.sort();
-        lines.into_iter().map(|(_, c, s)| (c, s)).collect()
-    };
-    let expected: usize = produced.iter().map(|n| *n as usize).sum();
+/// Every handling of every instance, in the order they happened: (customer, seq).
+fn handled_in_order(logs: &Path) -> Vec<(String, u64)> {
+    let mut lines: Vec<(String, String, u64)> = std::fs::read_dir(logs)
+        .unwrap()
+        .flat_map(|e| shipped(&e.unwrap().path()))
+        .collect();
+    lines.sort();
+    lines.into_iter().map(|(_, c, s)| (c, s)).collect()
+}
+
+/// Waits until every shipment was handled at least once (a hang guard bounds the wait).
+async fn wait_until_every_shipment_is_handled(logs: &Path, expected: usize) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let mut seen: HashMap<(String, u64), usize> = HashMap::new();
-        for entry in all_logs() {
+        for entry in handled_in_order(logs) {
             *seen.entry(entry).or_default() += 1;
         }
         if seen.len() >= expected {
@@ -334,27 +418,17 @@ async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing(
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    for instance in &mut instances {
-        if let Some(pid) = instance.child.id() {
-            if let Some((rss, fds)) = footprint(pid) {
-                footprints.push((rss, fds));
-                soak.push(format!(
-                    "end {}: {rss} kB resident, {fds} open files",
-                    instance.name
-                ));
-            }
-            // A graceful stop (SIGTERM): checkpoints flushed, leases released.
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(30), instance.child.wait()).await;
-    }
+}
 
-    // Per customer: every seq handled; the first handling of each seq in seq order.
-    let handled = all_logs();
+/// Per customer: every seq handled; the first handling of each seq in seq order. Returns the
+/// duplicates (handlings after the first).
+fn assert_every_customer_in_order(
+    handled: &[(String, u64)],
+    produced: &[u64],
+    logs: &Path,
+) -> usize {
     let mut per_customer: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for (customer, seq) in &handled {
+    for (customer, seq) in handled {
         per_customer.entry(customer.clone()).or_default().push(*seq);
     }
     let mut duplicates = 0usize;
@@ -377,15 +451,47 @@ async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing(
             logs.display()
         );
     }
+    duplicates
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing() {
+    let (seed, budget) = settings();
+    let mut rng = Rng(seed.max(1));
+    let client = support::kinesis_client();
+    let logs = support::logs_dir().join(format!("chaos-{}", std::process::id()));
+    std::fs::create_dir_all(&logs).unwrap();
+    println!(
+        "chaos: seed {seed}, {budget:?} of chaos, logs in {}",
+        logs.display()
+    );
+    let mut fleet = Fleet::start(&logs).await;
+    let (stop_producer, producer) = start_producer(client.clone());
+    let mut chaos = run_chaos(&client, &mut fleet, &mut rng, budget).await;
+    let _ = stop_producer.send(true);
+    let produced = producer.await.unwrap();
+    let total: u64 = produced.iter().sum();
+    println!("  produced {total} shipments for {CUSTOMERS} customers; waiting for the handlers");
+
+    wait_until_every_shipment_is_handled(&logs, total as usize).await;
+    fleet.stop(&mut chaos).await;
+    let handled = handled_in_order(&logs);
+    let duplicates = assert_every_customer_in_order(&handled, &produced, &logs);
     // A killed instance's unsettled tail: what it handled since its last checkpoint (every
     // 5 s by default) is handled again; with a second of slack, at most this many.
+    let Chaos {
+        kills,
+        split,
+        merged,
+        ..
+    } = chaos;
     let tail_bound = kills * RECORDS_PER_SECOND as usize * 6;
     println!(
         "chaos summary: seed {seed}, {total} shipments, {} deliveries, {duplicates} duplicates \
          (bound {tail_bound} for {kills} kills), split {split}, merged {merged}",
         handled.len()
     );
-    for line in &soak {
+    for line in &chaos.soak {
         println!("  {line}");
     }
     assert!(
@@ -393,19 +499,5 @@ async fn instances_killed_and_restarted_during_a_split_and_a_merge_lose_nothing(
         "{duplicates} duplicates, more than the unsettled tails of {kills} kills explain"
     );
     assert!(split && merged, "the run split and merged the stream");
-    // Flat: however long an instance ran (the soak run is long), it holds no more memory or
-    // files than a fresh one, within a factor that start-up noise cannot reach.
-    if let (Some(rss), Some(fds)) = (
-        footprints.iter().map(|f| f.0).min(),
-        footprints.iter().map(|f| f.1).min(),
-    ) {
-        let (max_rss, max_fds) = (
-            footprints.iter().map(|f| f.0).max().unwrap_or(rss),
-            footprints.iter().map(|f| f.1).max().unwrap_or(fds),
-        );
-        assert!(
-            max_rss <= rss * 2 && max_fds <= fds + 16,
-            "resident memory {rss} to {max_rss} kB, open files {fds} to {max_fds}: not flat"
-        );
-    }
+    chaos.assert_footprints_flat();
 }

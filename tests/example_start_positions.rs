@@ -159,33 +159,41 @@ fn now_ms() -> u64 {
 /// The stream's shards, as the example's stream holds them.
 const SHARDS: [&str; 2] = ["shardId-000000000000", "shardId-000000000001"];
 
-/// Writes two groups of records with a point in time between them, then runs the app at each
-/// position and checks what it handled. `broker` makes a broker with its own, empty lease
-/// store for each run (no checkpoint of an earlier run applies).
-async fn scenario(
-    writer: Writer,
-    stream: &str,
-    broker: impl Fn() -> KinesisBroker,
-    wait: Duration,
-) {
-    record_handled();
-    let shards: Vec<String> = SHARDS.iter().map(|s| (*s).to_owned()).collect();
-    let mut log: Vec<Written> = Vec::new();
+/// Which of the written records (by index in the log, the record, and the log's length when
+/// the app started) a run must handle.
+type Expect = Box<dyn Fn(usize, &Written, usize) -> bool>;
 
-    // Group `a`: two records or more on each shard.
-    write_spread(&writer, stream, &shards, "a", 2, &mut log).await;
-    // A time strictly after every `a` record arrived and at or before every `b` record. Both
-    // clocks are this host's (the in-memory store's and the emulator's); the pauses only keep
-    // the groups apart by more than a millisecond.
+/// The records written before the runs: group `a`, a point in time, group `b`.
+struct Groups {
+    log: Vec<Written>,
+    /// A time strictly after every `a` record arrived and at or before every `b` record.
+    between: u64,
+    /// The index of the first `b` record in the log.
+    first_b: usize,
+}
+
+/// Writes group `a` (two records or more on each shard), takes a time, and writes group `b`
+/// (one or more on each). Both clocks are this host's (the in-memory store's and the
+/// emulator's); the pauses only keep the groups apart by more than a millisecond.
+async fn write_two_groups(writer: &Writer, stream: &str, shards: &[String]) -> Groups {
+    let mut log: Vec<Written> = Vec::new();
+    write_spread(writer, stream, shards, "a", 2, &mut log).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let between = now_ms();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let first_b = log.len();
-    write_spread(&writer, stream, &shards, "b", 1, &mut log).await;
+    write_spread(writer, stream, shards, "b", 1, &mut log).await;
+    Groups {
+        log,
+        between,
+        first_b,
+    }
+}
 
-    // The sequence position: the second `a` record of shard 1 (so the first is left out).
-    let named = log
-        .iter()
+/// The index of the second `a` record of shard 1: the sequence position names it (so the
+/// first is left out).
+fn second_record_of_shard_1(log: &[Written]) -> usize {
+    log.iter()
         .position(|w| w.shard == SHARDS[1])
         .and_then(|first| {
             log.iter()
@@ -194,11 +202,15 @@ async fn scenario(
                 .find(|(_, w)| w.shard == SHARDS[1])
                 .map(|(i, _)| i)
         })
-        .expect("shard 1 holds two `a` records");
-    let named_record = log[named].clone();
+        .expect("shard 1 holds two `a` records")
+}
 
-    type Expect = Box<dyn Fn(usize, &Written, usize) -> bool>;
-    let runs: Vec<(&str, KinesisPosition, Expect)> = vec![
+/// The four runs: a label, the position, and what it must handle.
+fn runs(groups: &Groups) -> Vec<(&'static str, KinesisPosition, Expect)> {
+    let first_b = groups.first_b;
+    let named = second_record_of_shard_1(&groups.log);
+    let named_record = groups.log[named].clone();
+    vec![
         // Every record.
         (
             "horizon",
@@ -214,7 +226,7 @@ async fn scenario(
         // What arrived at or after the time: group `b` and everything after it.
         (
             "timestamp",
-            KinesisPosition::timestamp(between),
+            KinesisPosition::timestamp(groups.between),
             Box::new(move |i, _, _| i >= first_b),
         ),
         // The named record and the rest of its shard; the other shard opens at the tip.
@@ -228,81 +240,111 @@ async fn scenario(
                 (w.shard == named_record.shard && i >= named) || i >= started
             }),
         ),
-    ];
+    ]
+}
 
-    for (label, position, expected) in runs {
-        forget(stream);
-        // The example's command line names the same position.
-        let text = match &position {
-            KinesisPosition::Horizon => "horizon".to_owned(),
-            KinesisPosition::Latest => "latest".to_owned(),
-            KinesisPosition::Timestamp(ms) => format!("timestamp:{ms}"),
-            KinesisPosition::Sequence {
-                shard,
-                sequence_number,
-            } => format!("sequence:{shard}:{sequence_number}"),
-        };
-        let args = example::Args::parse([text.as_str(), stream]).unwrap();
-        assert_eq!(args.start, position, "{label}: the command line's position");
+/// The example's command line for `position`.
+fn command_line(position: &KinesisPosition) -> String {
+    match position {
+        KinesisPosition::Horizon => "horizon".to_owned(),
+        KinesisPosition::Latest => "latest".to_owned(),
+        KinesisPosition::Timestamp(ms) => format!("timestamp:{ms}"),
+        KinesisPosition::Sequence {
+            shard,
+            sequence_number,
+        } => format!("sequence:{shard}:{sequence_number}"),
+    }
+}
 
-        let running = example::service(broker(), &args.stream, args.start)
-            .start()
-            .await
-            .unwrap_or_else(|e| panic!("{label}: the app starts: {e}"));
-        let started = log.len();
-        write_spread(
-            &writer,
-            stream,
-            &shards,
-            &format!("{label}-tail"),
-            1,
-            &mut log,
-        )
-        .await;
-
-        let expected: Vec<&Written> = log
-            .iter()
-            .enumerate()
-            .filter(|(i, w)| expected(*i, w, started))
-            .map(|(_, w)| w)
-            .collect();
-        let deadline = tokio::time::Instant::now() + wait;
-        while handled_from(stream).len() < expected.len() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{label}: {} of {} records handled after {wait:?}: {:?} (logs: {})",
-                handled_from(stream).len(),
-                expected.len(),
-                handled_from(stream),
-                support::logs_dir().display()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        running
-            .shutdown()
-            .await
-            .unwrap_or_else(|e| panic!("{label}: the app stops: {e}"));
-
-        // Per shard: exactly the expected records, in the order they were written, once each.
-        let got = handled_from(stream);
-        for shard in SHARDS {
-            let want: Vec<(&str, &str)> = expected
-                .iter()
-                .filter(|w| w.shard == shard)
-                .map(|w| (w.data.as_str(), w.sequence_number.as_str()))
-                .collect();
-            let have: Vec<(&str, &str)> = got
-                .iter()
-                .filter(|h| h.shard == shard)
-                .map(|h| (h.data.as_str(), h.sequence_number.as_str()))
-                .collect();
-            assert_eq!(have, want, "{label} ({text}): what {shard} delivered");
-        }
-        assert_eq!(
-            got.len(),
-            expected.len(),
-            "{label}: no record of another shard: {got:?}"
+/// Waits until `count` records of `stream` were handled, `wait` at most.
+async fn wait_handled(stream: &str, label: &str, count: usize, wait: Duration) {
+    let deadline = tokio::time::Instant::now() + wait;
+    while handled_from(stream).len() < count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{label}: {} of {} records handled after {wait:?}: {:?} (logs: {})",
+            handled_from(stream).len(),
+            count,
+            handled_from(stream),
+            support::logs_dir().display()
         );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Per shard: exactly the expected records, in the order they were written, once each.
+fn assert_handled_exactly(stream: &str, label: &str, text: &str, expected: &[&Written]) {
+    let got = handled_from(stream);
+    for shard in SHARDS {
+        let want: Vec<(&str, &str)> = expected
+            .iter()
+            .filter(|w| w.shard == shard)
+            .map(|w| (w.data.as_str(), w.sequence_number.as_str()))
+            .collect();
+        let have: Vec<(&str, &str)> = got
+            .iter()
+            .filter(|h| h.shard == shard)
+            .map(|h| (h.data.as_str(), h.sequence_number.as_str()))
+            .collect();
+        assert_eq!(have, want, "{label} ({text}): what {shard} delivered");
+    }
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "{label}: no record of another shard: {got:?}"
+    );
+}
+
+/// One run: the app started at `position` (parsed from its command line) with `broker`, a
+/// tail written to every shard, and exactly the expected records handled.
+async fn run_at(
+    writer: &Writer,
+    stream: &str,
+    broker: KinesisBroker,
+    wait: Duration,
+    log: &mut Vec<Written>,
+    (label, position, expected): (&str, KinesisPosition, Expect),
+) {
+    forget(stream);
+    // The example's command line names the same position.
+    let text = command_line(&position);
+    let args = example::Args::parse([text.as_str(), stream]).unwrap();
+    assert_eq!(args.start, position, "{label}: the command line's position");
+    let running = example::service(broker, &args.stream, args.start)
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("{label}: the app starts: {e}"));
+    let started = log.len();
+    let shards: Vec<String> = SHARDS.iter().map(|s| (*s).to_owned()).collect();
+    write_spread(writer, stream, &shards, &format!("{label}-tail"), 1, log).await;
+    let expected: Vec<&Written> = log
+        .iter()
+        .enumerate()
+        .filter(|(i, w)| expected(*i, w, started))
+        .map(|(_, w)| w)
+        .collect();
+    wait_handled(stream, label, expected.len(), wait).await;
+    running
+        .shutdown()
+        .await
+        .unwrap_or_else(|e| panic!("{label}: the app stops: {e}"));
+    assert_handled_exactly(stream, label, &text, &expected);
+}
+
+/// Writes two groups of records with a point in time between them, then runs the app at each
+/// position and checks what it handled. `broker` makes a broker with its own, empty lease
+/// store for each run (no checkpoint of an earlier run applies).
+async fn scenario(
+    writer: Writer,
+    stream: &str,
+    broker: impl Fn() -> KinesisBroker,
+    wait: Duration,
+) {
+    record_handled();
+    let shards: Vec<String> = SHARDS.iter().map(|s| (*s).to_owned()).collect();
+    let mut groups = write_two_groups(&writer, stream, &shards).await;
+    for run in runs(&groups) {
+        run_at(&writer, stream, broker(), wait, &mut groups.log, run).await;
     }
 }
 

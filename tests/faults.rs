@@ -374,180 +374,273 @@ struct Scenario {
     min_faults: u64,
 }
 
-/// Runs a scenario and checks at-least-once delivery with per-key order.
-async fn run(scenario: Scenario) {
-    support::init_tracing();
-    let started = Instant::now();
-    let name = scenario.name;
-    let direct = support::kinesis_client();
-    let stream = support::unique_name(name);
-    support::create_stream(&direct, &stream, 2).await;
-
-    let kinesis_proxy = FaultProxy::start_seeded(&support::kinesis_endpoint(), scenario.seed).await;
-    let dynamodb_proxy =
-        FaultProxy::start_seeded(&support::dynamodb_endpoint(), scenario.seed.wrapping_add(1))
-            .await;
-    let retry = if scenario.sdk_retries {
+/// The SDK's retries of a scenario: standard (3 attempts, quick backoff) or none.
+fn sdk_retries(on: bool) -> RetryConfig {
+    if on {
         RetryConfig::standard()
             .with_max_attempts(3)
             .with_initial_backoff(Duration::from_millis(10))
     } else {
         RetryConfig::disabled()
-    };
-    let kinesis_client = aws_sdk_kinesis::Client::from_conf(
-        proxy::kinesis_config_builder(&kinesis_proxy)
-            .retry_config(retry.clone())
-            .build(),
-    );
-    let dynamodb_client = aws_sdk_dynamodb::Client::from_conf(
-        proxy::dynamodb_config_builder(&dynamodb_proxy)
-            .retry_config(retry)
-            .build(),
-    );
-    let proxied: SharedKinesis = Arc::new(AwsKinesis::new(kinesis_client));
-    let table = support::unique_name("fault-leases");
-    let store: SharedLeaseStore = Arc::new(
-        DynamoLeaseStore::new(dynamodb_client, table.clone()).expect("a valid table name"),
-    );
-    let publish_api: SharedKinesis = if scenario.publish_through_proxy {
-        proxied.clone()
-    } else {
-        Arc::new(AwsKinesis::new(direct))
-    };
-    let publisher = Publisher::new(publish_api, stream.clone()).retry(
-        RetryPolicy::default()
-            .max_attempts(50)
-            .initial_backoff(Duration::from_millis(10))
-            .max_backoff(Duration::from_millis(200)),
-    );
+    }
+}
 
-    // Phase 1: published before the subscription starts; no fault yet.
-    publish_ordinals(&publisher, 0, PER_KEY_PER_PHASE).await;
-    let consumer = Consumer::start(&proxied, &store, &stream).await;
+/// A scenario's stream, proxies, clients through them, lease store and publisher.
+struct Rig {
+    name: &'static str,
+    started: Instant,
+    stream: String,
+    kinesis_proxy: FaultProxy,
+    dynamodb_proxy: FaultProxy,
+    /// Kinesis through its proxy.
+    proxied: SharedKinesis,
+    /// The lease table through the DynamoDB proxy.
+    store: SharedLeaseStore,
+    /// The lease table read directly, for the diagnostics.
+    lease_table: DynamoLeaseStore,
+    publisher: Publisher,
+    /// The shards the subscription reads, as of the last diagnostics.
+    shards_read: Mutex<Vec<String>>,
+}
 
-    let lease_table = DynamoLeaseStore::new(support::dynamodb_client(), table.clone())
-        .expect("a valid table name");
-    let shards_read = Arc::new(Mutex::new(Vec::<String>::new()));
-    let diagnostics = |got: &[Got], errors: &[String]| -> String {
+impl Rig {
+    /// A two-shard stream, both proxies (seeded from the scenario), the clients through them,
+    /// and the publisher (through the Kinesis proxy or directly, as the scenario says).
+    async fn set_up(scenario: &Scenario) -> Self {
+        let started = Instant::now();
+        let direct = support::kinesis_client();
+        let stream = support::unique_name(scenario.name);
+        support::create_stream(&direct, &stream, 2).await;
+        let kinesis_proxy =
+            FaultProxy::start_seeded(&support::kinesis_endpoint(), scenario.seed).await;
+        let dynamodb_proxy =
+            FaultProxy::start_seeded(&support::dynamodb_endpoint(), scenario.seed.wrapping_add(1))
+                .await;
+        let retry = sdk_retries(scenario.sdk_retries);
+        let kinesis_client = aws_sdk_kinesis::Client::from_conf(
+            proxy::kinesis_config_builder(&kinesis_proxy)
+                .retry_config(retry.clone())
+                .build(),
+        );
+        let dynamodb_client = aws_sdk_dynamodb::Client::from_conf(
+            proxy::dynamodb_config_builder(&dynamodb_proxy)
+                .retry_config(retry)
+                .build(),
+        );
+        let proxied: SharedKinesis = Arc::new(AwsKinesis::new(kinesis_client));
+        let table = support::unique_name("fault-leases");
+        let store: SharedLeaseStore = Arc::new(
+            DynamoLeaseStore::new(dynamodb_client, table.clone()).expect("a valid table name"),
+        );
+        let publish_api: SharedKinesis = if scenario.publish_through_proxy {
+            proxied.clone()
+        } else {
+            Arc::new(AwsKinesis::new(direct))
+        };
+        let publisher = Publisher::new(publish_api, stream.clone()).retry(
+            RetryPolicy::default()
+                .max_attempts(50)
+                .initial_backoff(Duration::from_millis(10))
+                .max_backoff(Duration::from_millis(200)),
+        );
+        let lease_table =
+            DynamoLeaseStore::new(support::dynamodb_client(), table).expect("a valid table name");
+        Self {
+            name: scenario.name,
+            started,
+            stream,
+            kinesis_proxy,
+            dynamodb_proxy,
+            proxied,
+            store,
+            lease_table,
+            publisher,
+            shards_read: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// What a hang or a failed check prints: the deliveries, the errors, the shards read, the
+    /// lease table and the proxies.
+    fn diagnostics(&self, got: &[Got], errors: &[String]) -> String {
         let analysis = analyze(got, 3 * PER_KEY_PER_PHASE);
+        let (kinesis_proxy, dynamodb_proxy) = (&self.kinesis_proxy, &self.dynamodb_proxy);
         format!(
-            "scenario {name}, stream {stream}, after {:?}\n  delivered {} ({} distinct), lost so \
+            "scenario {}, stream {}, after {:?}\n  delivered {} ({} distinct), lost so \
              far: {:?}\n  disorder: {:?}\n  stream errors: {:?}\n  last errors: {:?}\n  shards \
              the subscription reads: {:?}\n  lease table (read directly):\n{}\n  kinesis proxy: \
              {}\n    in flight: {:?}\n  dynamodb proxy: {}\n    in flight: {:?}\n  emulator \
              logs: {}",
-            started.elapsed(),
+            self.name,
+            self.stream,
+            self.started.elapsed(),
             analysis.delivered,
             analysis.distinct,
             analysis.lost,
             analysis.disorder,
             error_kinds(errors),
             errors.iter().rev().take(5).collect::<Vec<_>>(),
-            shards_read.lock().unwrap(),
-            lease_rows(&lease_table, &stream),
+            self.shards_read.lock().unwrap(),
+            lease_rows(&self.lease_table, &self.stream),
             kinesis_proxy.summary(),
             kinesis_proxy.in_flight(),
             dynamodb_proxy.summary(),
             dynamodb_proxy.in_flight(),
             support::logs_dir().display()
         )
-    };
-    let now = || {
-        *shards_read.lock().unwrap() = consumer.shards();
-        diagnostics(&consumer.got(), &consumer.errors())
-    };
-
-    // Phase 2: the faults are on while the next records are published and read.
-    for rule in scenario.kinesis {
-        kinesis_proxy.add(rule);
     }
-    for rule in scenario.dynamodb {
-        dynamodb_proxy.add(rule);
-    }
-    let faults_on = Instant::now();
-    let slice = PER_KEY_PER_PHASE / SLICES;
-    for n in 0..SLICES {
-        publish_ordinals(&publisher, PER_KEY_PER_PHASE + n * slice, slice).await;
-        tokio::time::sleep(SLICE_GAP).await;
-    }
-    let min_faults = scenario.min_faults;
-    wait_for(
-        "the faults to be injected",
-        || kinesis_proxy.total_injected() + dynamodb_proxy.total_injected() >= min_faults,
-        now,
-    )
-    .await;
-    wait_for(
-        "the first two phases under the faults",
-        || delivered_below(&consumer.got(), 2 * PER_KEY_PER_PHASE) >= 2 * PER_KEY_PER_PHASE * KEYS,
-        now,
-    )
-    .await;
-    kinesis_proxy.clear();
-    dynamodb_proxy.clear();
-    let faults_for = faults_on.elapsed();
 
-    // Phase 3: the faults are lifted; everything must come through.
-    publish_ordinals(&publisher, 2 * PER_KEY_PER_PHASE, PER_KEY_PER_PHASE).await;
-    wait_for(
-        "every record",
-        || delivered_below(&consumer.got(), 3 * PER_KEY_PER_PHASE) >= 3 * PER_KEY_PER_PHASE * KEYS,
-        now,
-    )
-    .await;
-    let (got, errors) = consumer.shutdown(diagnostics).await;
+    /// The diagnostics as of now.
+    fn now(&self, consumer: &Consumer) -> String {
+        *self.shards_read.lock().unwrap() = consumer.shards();
+        self.diagnostics(&consumer.got(), &consumer.errors())
+    }
 
-    let analysis = analyze(&got, 3 * PER_KEY_PER_PHASE);
-    let published = 3 * PER_KEY_PER_PHASE * KEYS;
-    let shards: std::collections::BTreeSet<&str> = got.iter().map(|g| g.shard.as_str()).collect();
-    let operations = |p: &FaultProxy| {
-        p.distinct_targets()
-            .iter()
-            .map(|t| {
-                t.rsplit_once('.')
-                    .map_or(t.as_str(), |(_, op)| op)
-                    .to_owned()
-            })
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    println!(
-        "[faults] {name}: published {published}, delivered {} ({} distinct, {} duplicates, {} \
-         rewinds) from {} shards; faults on for {faults_for:?}, run {:?}\n  stream errors: \
-         {:?}\n  kinesis proxy: {}\n    ops: {}\n  dynamodb proxy: {}\n    ops: {}",
-        analysis.delivered,
-        analysis.distinct,
-        analysis.duplicates(),
-        analysis.rewinds,
-        shards.len(),
-        started.elapsed(),
-        error_kinds(&errors),
-        kinesis_proxy.summary(),
-        operations(&kinesis_proxy),
-        dynamodb_proxy.summary(),
-        operations(&dynamodb_proxy),
-    );
-    let report = || diagnostics(&got, &errors);
-    assert!(
-        analysis.lost.is_empty(),
-        "LOST records under {name}: {:?}\n{}",
-        analysis.lost,
-        report()
-    );
-    assert!(
-        analysis.disorder.is_empty(),
-        "key ORDER broken under {name}: {:?}\n{}",
-        analysis.disorder,
-        report()
-    );
-    assert_eq!(analysis.distinct, published, "{}", report());
-    assert_eq!(
-        kinesis_proxy.upstream_errors() + dynamodb_proxy.upstream_errors(),
-        0,
-        "the proxy itself failed to forward: {}",
-        report()
-    );
-    support::assert_emulators_alive();
+    /// Phase 2: the faults are on while the next records are published and read, until
+    /// enough were injected and the first two phases are delivered; then they are lifted.
+    /// Returns how long they were on.
+    async fn phase_under_faults(
+        &self,
+        consumer: &Consumer,
+        kinesis: Vec<Rule>,
+        dynamodb: Vec<Rule>,
+        min_faults: u64,
+    ) -> Duration {
+        let (kinesis_proxy, dynamodb_proxy) = (&self.kinesis_proxy, &self.dynamodb_proxy);
+        for rule in kinesis {
+            kinesis_proxy.add(rule);
+        }
+        for rule in dynamodb {
+            dynamodb_proxy.add(rule);
+        }
+        let faults_on = Instant::now();
+        let slice = PER_KEY_PER_PHASE / SLICES;
+        for n in 0..SLICES {
+            publish_ordinals(&self.publisher, PER_KEY_PER_PHASE + n * slice, slice).await;
+            tokio::time::sleep(SLICE_GAP).await;
+        }
+        let now = || self.now(consumer);
+        wait_for(
+            "the faults to be injected",
+            || kinesis_proxy.total_injected() + dynamodb_proxy.total_injected() >= min_faults,
+            now,
+        )
+        .await;
+        wait_for(
+            "the first two phases under the faults",
+            || {
+                delivered_below(&consumer.got(), 2 * PER_KEY_PER_PHASE)
+                    >= 2 * PER_KEY_PER_PHASE * KEYS
+            },
+            now,
+        )
+        .await;
+        kinesis_proxy.clear();
+        dynamodb_proxy.clear();
+        faults_on.elapsed()
+    }
+
+    /// Phase 3: the faults are lifted; everything must come through. Stops the consumer and
+    /// returns what it got.
+    async fn phase_after_faults(&self, consumer: Consumer) -> (Vec<Got>, Vec<String>) {
+        publish_ordinals(&self.publisher, 2 * PER_KEY_PER_PHASE, PER_KEY_PER_PHASE).await;
+        wait_for(
+            "every record",
+            || {
+                delivered_below(&consumer.got(), 3 * PER_KEY_PER_PHASE)
+                    >= 3 * PER_KEY_PER_PHASE * KEYS
+            },
+            || self.now(&consumer),
+        )
+        .await;
+        consumer
+            .shutdown(|got, errors| self.diagnostics(got, errors))
+            .await
+    }
+
+    /// The run's figures: deliveries, duplicates, rewinds, shards, errors and the proxies.
+    fn print_figures(&self, got: &[Got], errors: &[String], faults_for: Duration) {
+        let analysis = analyze(got, 3 * PER_KEY_PER_PHASE);
+        let published = 3 * PER_KEY_PER_PHASE * KEYS;
+        let shards: std::collections::BTreeSet<&str> =
+            got.iter().map(|g| g.shard.as_str()).collect();
+        let operations = |p: &FaultProxy| {
+            p.distinct_targets()
+                .iter()
+                .map(|t| {
+                    t.rsplit_once('.')
+                        .map_or(t.as_str(), |(_, op)| op)
+                        .to_owned()
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        println!(
+            "[faults] {}: published {published}, delivered {} ({} distinct, {} duplicates, {} \
+             rewinds) from {} shards; faults on for {faults_for:?}, run {:?}\n  stream errors: \
+             {:?}\n  kinesis proxy: {}\n    ops: {}\n  dynamodb proxy: {}\n    ops: {}",
+            self.name,
+            analysis.delivered,
+            analysis.distinct,
+            analysis.duplicates(),
+            analysis.rewinds,
+            shards.len(),
+            self.started.elapsed(),
+            error_kinds(errors),
+            self.kinesis_proxy.summary(),
+            operations(&self.kinesis_proxy),
+            self.dynamodb_proxy.summary(),
+            operations(&self.dynamodb_proxy),
+        );
+    }
+
+    /// Nothing lost, every key in order, every record delivered, the proxies never failed to
+    /// forward, and the emulators alive.
+    fn assert_at_least_once_in_key_order(&self, got: &[Got], errors: &[String]) {
+        let name = self.name;
+        let analysis = analyze(got, 3 * PER_KEY_PER_PHASE);
+        let published = 3 * PER_KEY_PER_PHASE * KEYS;
+        let report = || self.diagnostics(got, errors);
+        assert!(
+            analysis.lost.is_empty(),
+            "LOST records under {name}: {:?}\n{}",
+            analysis.lost,
+            report()
+        );
+        assert!(
+            analysis.disorder.is_empty(),
+            "key ORDER broken under {name}: {:?}\n{}",
+            analysis.disorder,
+            report()
+        );
+        assert_eq!(analysis.distinct, published, "{}", report());
+        assert_eq!(
+            self.kinesis_proxy.upstream_errors() + self.dynamodb_proxy.upstream_errors(),
+            0,
+            "the proxy itself failed to forward: {}",
+            report()
+        );
+        support::assert_emulators_alive();
+    }
+}
+
+/// Runs a scenario and checks at-least-once delivery with per-key order.
+async fn run(scenario: Scenario) {
+    support::init_tracing();
+    let rig = Rig::set_up(&scenario).await;
+    // Phase 1: published before the subscription starts; no fault yet.
+    publish_ordinals(&rig.publisher, 0, PER_KEY_PER_PHASE).await;
+    let consumer = Consumer::start(&rig.proxied, &rig.store, &rig.stream).await;
+    let faults_for = rig
+        .phase_under_faults(
+            &consumer,
+            scenario.kinesis,
+            scenario.dynamodb,
+            scenario.min_faults,
+        )
+        .await;
+    let (got, errors) = rig.phase_after_faults(consumer).await;
+    rig.print_figures(&got, &errors, faults_for);
+    rig.assert_at_least_once_in_key_order(&got, &errors);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -801,169 +894,275 @@ async fn storm_of_every_fault_on_both_services() {
 // ---------------------------------------------------------------------------------------------
 // The proxy itself
 
-/// The proxy's error answers are parsed by the SDK as the errors they stand for, and the
-/// library classifies them as intended; rules fire as configured; the call log holds every
-/// target.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_proxy_answers_in_the_shapes_the_sdk_parses() {
-    use aws_sdk_kinesis::error::ProvideErrorMetadata;
-    use aws_sdk_kinesis::types::ShardIteratorType;
+/// The proxies, clients through them (SDK retries off), and a one-shard stream with an
+/// iterator of its shard, for the checks of the proxy itself.
+struct Shapes {
+    kp: FaultProxy,
+    dp: FaultProxy,
+    kinesis: aws_sdk_kinesis::Client,
+    dynamodb: aws_sdk_dynamodb::Client,
+    stream: String,
+    shard: &'static str,
+    iterator: String,
+}
 
-    support::init_tracing();
-    let kp = FaultProxy::start_seeded(&support::kinesis_endpoint(), 99).await;
-    let dp = FaultProxy::start_seeded(&support::dynamodb_endpoint(), 99).await;
-    let kinesis = aws_sdk_kinesis::Client::from_conf(
-        proxy::kinesis_config_builder(&kp)
-            .retry_config(RetryConfig::disabled())
-            .build(),
-    );
-    let dynamodb = aws_sdk_dynamodb::Client::from_conf(
-        proxy::dynamodb_config_builder(&dp)
-            .retry_config(RetryConfig::disabled())
-            .build(),
-    );
-    let stream = support::unique_name("f-shapes");
-    support::create_stream(&kinesis, &stream, 1).await;
-    let shard = "shardId-000000000000";
-    let iterator = kinesis
-        .get_shard_iterator()
-        .stream_name(&stream)
-        .shard_id(shard)
-        .shard_iterator_type(ShardIteratorType::TrimHorizon)
-        .send()
-        .await
-        .expect("forwarded")
-        .shard_iterator
-        .expect("an iterator");
-    let get_records = || kinesis.get_records().shard_iterator(&iterator).send();
+impl Shapes {
+    async fn set_up() -> Self {
+        use aws_sdk_kinesis::types::ShardIteratorType;
 
-    // Kinesis, through the SDK.
-    kp.add(Rule::on("GetRecords", Fault::ExpiredIterator).times(1));
-    let e = get_records().await.unwrap_err();
-    assert!(
-        e.as_service_error()
-            .is_some_and(|e| e.is_expired_iterator_exception()),
-        "{e:?}"
-    );
-    kp.add(Rule::on("GetRecords", Fault::Throttled).times(1));
-    let e = get_records().await.unwrap_err();
-    assert!(
-        e.as_service_error()
-            .is_some_and(|e| e.is_provisioned_throughput_exceeded_exception()),
-        "{e:?}"
-    );
-    for (status, code) in [(500, "InternalFailure"), (503, "ServiceUnavailable")] {
-        kp.add(Rule::on("GetRecords", Fault::Status(status)).times(1));
-        let e = get_records().await.unwrap_err();
-        assert_eq!(e.code(), Some(code), "{e:?}");
-        assert_eq!(e.raw_response().map(|r| r.status().as_u16()), Some(status));
-    }
-    kp.add(Rule::on("GetRecords", Fault::Drop).times(1));
-    let e = get_records().await.unwrap_err();
-    assert!(e.as_service_error().is_none(), "a transport failure: {e:?}");
-    assert!(
-        get_records().await.is_ok(),
-        "forwarded once the rules ran out"
-    );
-
-    // Kinesis, through the library.
-    let api = AwsKinesis::new(kinesis.clone());
-    let shard_id: Arc<str> = Arc::from(shard);
-    for (fault, check) in [
-        (
-            Fault::ExpiredIterator,
-            KinesisError::is_expired_iterator as fn(&KinesisError) -> bool,
-        ),
-        (Fault::Throttled, KinesisError::is_throttle),
-        (Fault::Status(500), |e: &KinesisError| {
-            matches!(e, KinesisError::Service { .. }) && e.is_retryable()
-        }),
-        (Fault::DropAfterForward, |e: &KinesisError| {
-            matches!(e, KinesisError::Service { .. }) && e.is_retryable()
-        }),
-    ] {
-        kp.add(Rule::on("GetRecords", fault.clone()).times(1));
-        let e = api
-            .get_records(&stream, &shard_id, iterator.clone(), 10)
+        let kp = FaultProxy::start_seeded(&support::kinesis_endpoint(), 99).await;
+        let dp = FaultProxy::start_seeded(&support::dynamodb_endpoint(), 99).await;
+        let kinesis = aws_sdk_kinesis::Client::from_conf(
+            proxy::kinesis_config_builder(&kp)
+                .retry_config(RetryConfig::disabled())
+                .build(),
+        );
+        let dynamodb = aws_sdk_dynamodb::Client::from_conf(
+            proxy::dynamodb_config_builder(&dp)
+                .retry_config(RetryConfig::disabled())
+                .build(),
+        );
+        let stream = support::unique_name("f-shapes");
+        support::create_stream(&kinesis, &stream, 1).await;
+        let shard = "shardId-000000000000";
+        let iterator = kinesis
+            .get_shard_iterator()
+            .stream_name(&stream)
+            .shard_id(shard)
+            .shard_iterator_type(ShardIteratorType::TrimHorizon)
+            .send()
             .await
-            .unwrap_err();
-        assert!(check(&e), "{} became {e:?}", fault.name());
+            .expect("forwarded")
+            .shard_iterator
+            .expect("an iterator");
+        Self {
+            kp,
+            dp,
+            kinesis,
+            dynamodb,
+            stream,
+            shard,
+            iterator,
+        }
     }
 
-    // DynamoDB, through the SDK and the lease store.
-    let table = support::unique_name("f-shapes-leases");
-    let store = DynamoLeaseStore::new(dynamodb.clone(), table.clone()).expect("a valid name");
-    store.prepare().await.expect("the table is created");
-    let lease = Lease::new(stream.clone(), "shard-a", Vec::new());
-    assert!(store.create(&lease).await.expect("created"));
-    dp.add(Rule::on("UpdateItem", Fault::ConditionalCheckFailed).times(2));
-    let e = dynamodb
-        .update_item()
-        .table_name(&table)
-        .key(
-            "leaseKey",
-            aws_sdk_dynamodb::types::AttributeValue::S(format!("{stream}#shard-a")),
-        )
-        .update_expression("SET #c = :c")
-        .expression_attribute_names("#c", "leaseCounter")
-        .expression_attribute_values(":c", aws_sdk_dynamodb::types::AttributeValue::N("0".into()))
-        .send()
-        .await
-        .unwrap_err();
-    assert!(
-        e.as_service_error()
-            .is_some_and(|e| e.is_conditional_check_failed_exception()),
-        "{e:?}"
-    );
-    let e = store.take(&lease, "me").await.unwrap_err();
-    assert!(e.is_lost(), "{e:?}");
-    let untouched = store.list(&stream).await.expect("listed");
-    assert_eq!(
-        untouched[0].owner, None,
-        "a lost conditional write leaves the row"
-    );
-    dp.add(Rule::on("Scan", Fault::Throttled).times(1));
-    let e = dynamodb.scan().table_name(&table).send().await.unwrap_err();
-    assert!(
-        e.as_service_error()
-            .is_some_and(|e| e.is_provisioned_throughput_exceeded_exception()),
-        "{e:?}"
-    );
-    dp.add(Rule::on("Scan", Fault::Status(500)).times(1));
-    let e = dynamodb.scan().table_name(&table).send().await.unwrap_err();
-    assert!(
-        e.as_service_error()
-            .is_some_and(|e| e.is_internal_server_error()),
-        "{e:?}"
-    );
-    for fault in [Fault::Throttled, Fault::Status(503), Fault::Drop] {
-        dp.add(Rule::on("Scan", fault.clone()).times(1));
-        let e = store.list(&stream).await.unwrap_err();
-        assert!(e.is_retryable(), "{} became {e:?}", fault.name());
-    }
-    // A lost answer: the write happened, the caller cannot know.
-    dp.add(Rule::on("PutItem", Fault::DropAfterForward).times(1));
-    let other = Lease::new(stream.clone(), "shard-b", Vec::new());
-    assert!(store.create(&other).await.unwrap_err().is_retryable());
-    let rows = store.list(&stream).await.expect("listed");
-    assert!(rows.iter().any(|l| l.shard_id == "shard-b"), "{rows:?}");
+    /// Kinesis, through the SDK: each error answer parses as the error it stands for, a
+    /// dropped connection as a transport failure.
+    async fn check_kinesis_errors_through_the_sdk(&self) {
+        use aws_sdk_kinesis::error::ProvideErrorMetadata;
 
-    // Counting: the first matching request passes, the next two fail, then all pass.
-    kp.add(Rule::on("ListShards", Fault::Status(500)).after(1).times(2));
-    let mut outcomes = Vec::new();
-    for _ in 0..4 {
-        outcomes.push(
-            kinesis
-                .list_shards()
-                .stream_name(&stream)
-                .send()
-                .await
-                .is_ok(),
+        let Self { kp, kinesis, .. } = self;
+        let iterator = &self.iterator;
+        let get_records = || kinesis.get_records().shard_iterator(iterator).send();
+        kp.add(Rule::on("GetRecords", Fault::ExpiredIterator).times(1));
+        let e = get_records().await.unwrap_err();
+        assert!(
+            e.as_service_error()
+                .is_some_and(|e| e.is_expired_iterator_exception()),
+            "{e:?}"
+        );
+        kp.add(Rule::on("GetRecords", Fault::Throttled).times(1));
+        let e = get_records().await.unwrap_err();
+        assert!(
+            e.as_service_error()
+                .is_some_and(|e| e.is_provisioned_throughput_exceeded_exception()),
+            "{e:?}"
+        );
+        for (status, code) in [(500, "InternalFailure"), (503, "ServiceUnavailable")] {
+            kp.add(Rule::on("GetRecords", Fault::Status(status)).times(1));
+            let e = get_records().await.unwrap_err();
+            assert_eq!(e.code(), Some(code), "{e:?}");
+            assert_eq!(e.raw_response().map(|r| r.status().as_u16()), Some(status));
+        }
+        kp.add(Rule::on("GetRecords", Fault::Drop).times(1));
+        let e = get_records().await.unwrap_err();
+        assert!(e.as_service_error().is_none(), "a transport failure: {e:?}");
+        assert!(
+            get_records().await.is_ok(),
+            "forwarded once the rules ran out"
         );
     }
-    assert_eq!(outcomes, [true, false, false, true]);
 
-    // A rate is deterministic for a seed.
+    /// Kinesis, through the library: each fault is classified as intended.
+    async fn check_kinesis_errors_through_the_library(&self) {
+        let Self {
+            kp,
+            kinesis,
+            stream,
+            shard,
+            iterator,
+            ..
+        } = self;
+        let api = AwsKinesis::new(kinesis.clone());
+        let shard_id: Arc<str> = Arc::from(*shard);
+        for (fault, check) in [
+            (
+                Fault::ExpiredIterator,
+                KinesisError::is_expired_iterator as fn(&KinesisError) -> bool,
+            ),
+            (Fault::Throttled, KinesisError::is_throttle),
+            (Fault::Status(500), |e: &KinesisError| {
+                matches!(e, KinesisError::Service { .. }) && e.is_retryable()
+            }),
+            (Fault::DropAfterForward, |e: &KinesisError| {
+                matches!(e, KinesisError::Service { .. }) && e.is_retryable()
+            }),
+        ] {
+            kp.add(Rule::on("GetRecords", fault.clone()).times(1));
+            let e = api
+                .get_records(stream, &shard_id, iterator.clone(), 10)
+                .await
+                .unwrap_err();
+            assert!(check(&e), "{} became {e:?}", fault.name());
+        }
+    }
+
+    /// DynamoDB, through the SDK and the lease store: a lost conditional write. Returns the
+    /// lease store (on a table of its own) for the next checks.
+    async fn check_a_lost_conditional_write(&self) -> DynamoLeaseStore {
+        let Self {
+            dp,
+            dynamodb,
+            stream,
+            ..
+        } = self;
+        let table = support::unique_name("f-shapes-leases");
+        let store = DynamoLeaseStore::new(dynamodb.clone(), table.clone()).expect("a valid name");
+        store.prepare().await.expect("the table is created");
+        let lease = Lease::new(stream.clone(), "shard-a", Vec::new());
+        assert!(store.create(&lease).await.expect("created"));
+        dp.add(Rule::on("UpdateItem", Fault::ConditionalCheckFailed).times(2));
+        let e = dynamodb
+            .update_item()
+            .table_name(&table)
+            .key(
+                "leaseKey",
+                aws_sdk_dynamodb::types::AttributeValue::S(format!("{stream}#shard-a")),
+            )
+            .update_expression("SET #c = :c")
+            .expression_attribute_names("#c", "leaseCounter")
+            .expression_attribute_values(
+                ":c",
+                aws_sdk_dynamodb::types::AttributeValue::N("0".into()),
+            )
+            .send()
+            .await
+            .unwrap_err();
+        assert!(
+            e.as_service_error()
+                .is_some_and(|e| e.is_conditional_check_failed_exception()),
+            "{e:?}"
+        );
+        let e = store.take(&lease, "me").await.unwrap_err();
+        assert!(e.is_lost(), "{e:?}");
+        let untouched = store.list(stream).await.expect("listed");
+        assert_eq!(
+            untouched[0].owner, None,
+            "a lost conditional write leaves the row"
+        );
+        store
+    }
+
+    /// DynamoDB: Scan errors through the SDK and the lease store, and a lost answer to a write
+    /// that happened.
+    async fn check_dynamodb_errors(&self, store: &DynamoLeaseStore) {
+        let Self {
+            dp,
+            dynamodb,
+            stream,
+            ..
+        } = self;
+        let table = store.table();
+        dp.add(Rule::on("Scan", Fault::Throttled).times(1));
+        let e = dynamodb.scan().table_name(table).send().await.unwrap_err();
+        assert!(
+            e.as_service_error()
+                .is_some_and(|e| e.is_provisioned_throughput_exceeded_exception()),
+            "{e:?}"
+        );
+        dp.add(Rule::on("Scan", Fault::Status(500)).times(1));
+        let e = dynamodb.scan().table_name(table).send().await.unwrap_err();
+        assert!(
+            e.as_service_error()
+                .is_some_and(|e| e.is_internal_server_error()),
+            "{e:?}"
+        );
+        for fault in [Fault::Throttled, Fault::Status(503), Fault::Drop] {
+            dp.add(Rule::on("Scan", fault.clone()).times(1));
+            let e = store.list(stream).await.unwrap_err();
+            assert!(e.is_retryable(), "{} became {e:?}", fault.name());
+        }
+        // A lost answer: the write happened, the caller cannot know.
+        dp.add(Rule::on("PutItem", Fault::DropAfterForward).times(1));
+        let other = Lease::new(stream.clone(), "shard-b", Vec::new());
+        assert!(store.create(&other).await.unwrap_err().is_retryable());
+        let rows = store.list(stream).await.expect("listed");
+        assert!(rows.iter().any(|l| l.shard_id == "shard-b"), "{rows:?}");
+    }
+
+    /// Counting: the first matching request passes, the next two fail, then all pass.
+    async fn check_a_rule_counts_its_matches(&self) {
+        let Self {
+            kp,
+            kinesis,
+            stream,
+            ..
+        } = self;
+        kp.add(Rule::on("ListShards", Fault::Status(500)).after(1).times(2));
+        let mut outcomes = Vec::new();
+        for _ in 0..4 {
+            outcomes.push(
+                kinesis
+                    .list_shards()
+                    .stream_name(stream)
+                    .send()
+                    .await
+                    .is_ok(),
+            );
+        }
+        assert_eq!(outcomes, [true, false, false, true]);
+    }
+
+    /// The call log holds every target.
+    fn check_the_call_log(&self) {
+        let Self { kp, dp, .. } = self;
+        let targets = kp.distinct_targets();
+        for op in [
+            "CreateStream",
+            "GetShardIterator",
+            "GetRecords",
+            "ListShards",
+        ] {
+            assert!(
+                targets.contains(&format!("Kinesis_20131202.{op}")),
+                "{targets:?}"
+            );
+        }
+        assert_eq!(kp.count("GetRecords"), 10, "{:?}", kp.targets());
+        let targets = dp.distinct_targets();
+        for op in [
+            "CreateTable",
+            "DescribeTable",
+            "PutItem",
+            "Scan",
+            "UpdateItem",
+        ] {
+            assert!(
+                targets.contains(&format!("DynamoDB_20120810.{op}")),
+                "{targets:?}"
+            );
+        }
+        assert_eq!(kp.upstream_errors() + dp.upstream_errors(), 0);
+        println!(
+            "[faults] proxy shapes: kinesis proxy: {}\n  dynamodb proxy: {}",
+            kp.summary(),
+            dp.summary()
+        );
+    }
+}
+
+/// A rate is deterministic for a seed.
+async fn check_a_rate_is_deterministic_for_a_seed() {
     let pattern = |seed: u64| async move {
         let p = FaultProxy::start_seeded(&support::kinesis_endpoint(), seed).await;
         let client = aws_sdk_kinesis::Client::from_conf(
@@ -982,38 +1181,20 @@ async fn the_proxy_answers_in_the_shapes_the_sdk_parses() {
     assert_eq!(a, b, "same seed, same faults");
     assert!(a.contains(&true) && a.contains(&false), "{a:?}");
     assert_ne!(a, c, "another seed, other faults");
+}
 
-    // The call log.
-    let targets = kp.distinct_targets();
-    for op in [
-        "CreateStream",
-        "GetShardIterator",
-        "GetRecords",
-        "ListShards",
-    ] {
-        assert!(
-            targets.contains(&format!("Kinesis_20131202.{op}")),
-            "{targets:?}"
-        );
-    }
-    assert_eq!(kp.count("GetRecords"), 10, "{:?}", kp.targets());
-    let targets = dp.distinct_targets();
-    for op in [
-        "CreateTable",
-        "DescribeTable",
-        "PutItem",
-        "Scan",
-        "UpdateItem",
-    ] {
-        assert!(
-            targets.contains(&format!("DynamoDB_20120810.{op}")),
-            "{targets:?}"
-        );
-    }
-    assert_eq!(kp.upstream_errors() + dp.upstream_errors(), 0);
-    println!(
-        "[faults] proxy shapes: kinesis proxy: {}\n  dynamodb proxy: {}",
-        kp.summary(),
-        dp.summary()
-    );
+/// The proxy's error answers are parsed by the SDK as the errors they stand for, and the
+/// library classifies them as intended; rules fire as configured; the call log holds every
+/// target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_answers_in_the_shapes_the_sdk_parses() {
+    support::init_tracing();
+    let shapes = Shapes::set_up().await;
+    shapes.check_kinesis_errors_through_the_sdk().await;
+    shapes.check_kinesis_errors_through_the_library().await;
+    let store = shapes.check_a_lost_conditional_write().await;
+    shapes.check_dynamodb_errors(&store).await;
+    shapes.check_a_rule_counts_its_matches().await;
+    check_a_rate_is_deterministic_for_a_seed().await;
+    shapes.check_the_call_log();
 }

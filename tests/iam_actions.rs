@@ -53,22 +53,16 @@ fn action(target: &str) -> String {
     format!("{prefix}:{operation}")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_call_of_a_full_run_is_in_the_documented_policy() {
-    let documented = documented_actions();
-    assert!(documented.contains("kinesis:GetRecords"), "{documented:?}");
-    let kinesis = FaultProxy::start(&support::kinesis_endpoint()).await;
-    let dynamodb = FaultProxy::start(&support::dynamodb_endpoint()).await;
-
-    // The broker face: creates its stream and its lease table, publishes, consumes, seeks.
-    let stream = support::unique_name("iam");
+/// The broker face through the proxies: creates its stream and its lease table, publishes,
+/// consumes, seeks.
+async fn through_the_broker_face(kinesis: &FaultProxy, dynamodb: &FaultProxy, stream: &str) {
     let broker = KinesisBroker::new()
         .sdk_config(support::sdk_config())
         .kinesis_endpoint(kinesis.url())
         .dynamodb_endpoint(dynamodb.url())
         .application(support::unique_name("iam-app"));
     let connected = broker.connect().await.unwrap();
-    let mut subscriber = KinesisStream::new(stream.as_str())
+    let mut subscriber = KinesisStream::new(stream)
         .create_if_missing(1)
         .start_at(KinesisPosition::horizon())
         .poll_interval(Duration::from_millis(50))
@@ -79,7 +73,7 @@ async fn every_call_of_a_full_run_is_in_the_documented_policy() {
     for i in 0..3 {
         publisher
             .publish(
-                OutgoingMessage::new(stream.as_str(), format!("m{i}").as_bytes()),
+                OutgoingMessage::new(stream, format!("m{i}").as_bytes()),
                 None,
             )
             .await
@@ -108,28 +102,28 @@ async fn every_call_of_a_full_run_is_in_the_documented_policy() {
     }
     drop(subscriber);
     connected.shutdown().await.unwrap();
+}
 
-    // The core: a subscription with a DynamoDB lease store, and a publisher.
+/// The core's clients through the proxies: Kinesis, and a DynamoDB lease store.
+fn core_clients(
+    kinesis: &FaultProxy,
+    dynamodb: &FaultProxy,
+) -> (SharedKinesis, Arc<DynamoLeaseStore>) {
     let api: SharedKinesis = Arc::new(AwsKinesis::new(aws_sdk_kinesis::Client::from_conf(
-        proxy::kinesis_config_builder(&kinesis).build(),
+        proxy::kinesis_config_builder(kinesis).build(),
     )));
     let store = Arc::new(
         DynamoLeaseStore::new(
-            aws_sdk_dynamodb::Client::from_conf(proxy::dynamodb_config_builder(&dynamodb).build()),
+            aws_sdk_dynamodb::Client::from_conf(proxy::dynamodb_config_builder(dynamodb).build()),
             support::unique_name("iam-leases"),
         )
         .unwrap(),
     );
-    Publisher::new(api.clone(), stream.as_str())
-        .publish("k", "core")
-        .await
-        .unwrap();
-    let mut subscription = Subscription::builder(api.clone(), store.clone(), stream.as_str())
-        .start_at(KinesisPosition::horizon())
-        .checkpoint_interval(Duration::from_millis(100))
-        .start()
-        .await
-        .unwrap();
+    (api, store)
+}
+
+/// Takes and acks four deliveries of `subscription` (30 s each at most), then shuts it down.
+async fn ack_four_and_shut_down(mut subscription: Subscription) {
     for _ in 0..4 {
         let delivery = tokio::time::timeout(Duration::from_secs(30), subscription.next())
             .await
@@ -139,37 +133,42 @@ async fn every_call_of_a_full_run_is_in_the_documented_policy() {
         delivery.ack();
     }
     subscription.shutdown().await;
+}
 
-    // The core again, reading with enhanced fan-out (the consumer registered at start, each
-    // shard subscribed to), and the consumer retired afterwards.
-    let mut fan_out = Subscription::builder(api.clone(), store, stream.as_str())
+/// The core: a publisher, and a subscription with a DynamoDB lease store.
+async fn through_the_core(api: &SharedKinesis, store: &Arc<DynamoLeaseStore>, stream: &str) {
+    Publisher::new(api.clone(), stream)
+        .publish("k", "core")
+        .await
+        .unwrap();
+    let subscription = Subscription::builder(api.clone(), store.clone(), stream)
+        .start_at(KinesisPosition::horizon())
+        .checkpoint_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    ack_four_and_shut_down(subscription).await;
+}
+
+/// The core again, reading with enhanced fan-out (the consumer registered at start, each
+/// shard subscribed to), and the consumer retired afterwards.
+async fn through_fan_out(api: &SharedKinesis, store: Arc<DynamoLeaseStore>, stream: &str) {
+    let fan_out = Subscription::builder(api.clone(), store, stream)
         .owner("iam-fan-out")
         .start_at(KinesisPosition::horizon())
         .read_settings(ReadSettings::default().fan_out("iam-consumer"))
         .start()
         .await
         .unwrap();
-    for _ in 0..4 {
-        let delivery = tokio::time::timeout(Duration::from_secs(30), fan_out.next())
-            .await
-            .expect("a delivery in time")
-            .unwrap()
-            .unwrap();
-        delivery.ack();
-    }
-    fan_out.shutdown().await;
-    kinesis_dataflow::shard::deregister_consumer(api.as_ref(), &stream, "iam-consumer")
+    ack_four_and_shut_down(fan_out).await;
+    kinesis_dataflow::shard::deregister_consumer(api.as_ref(), stream, "iam-consumer")
         .await
         .unwrap();
+}
 
-    let used: BTreeSet<String> = kinesis
-        .distinct_targets()
-        .iter()
-        .chain(dynamodb.distinct_targets().iter())
-        .map(|t| action(t))
-        .collect();
-    println!("actions used in the run: {used:?}");
-    let undocumented: Vec<&String> = used.difference(&documented).collect();
+/// Every call is documented, and the run made the calls a full run needs.
+fn assert_every_call_documented(used: &BTreeSet<String>, documented: &BTreeSet<String>) {
+    let undocumented: Vec<&String> = used.difference(documented).collect();
     assert!(
         undocumented.is_empty(),
         "calls the guide's policy does not allow: {undocumented:?}"
@@ -190,4 +189,25 @@ async fn every_call_of_a_full_run_is_in_the_documented_policy() {
     ] {
         assert!(used.contains(needed), "the run used {needed}: {used:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_of_a_full_run_is_in_the_documented_policy() {
+    let documented = documented_actions();
+    assert!(documented.contains("kinesis:GetRecords"), "{documented:?}");
+    let kinesis = FaultProxy::start(&support::kinesis_endpoint()).await;
+    let dynamodb = FaultProxy::start(&support::dynamodb_endpoint()).await;
+    let stream = support::unique_name("iam");
+    through_the_broker_face(&kinesis, &dynamodb, &stream).await;
+    let (api, store) = core_clients(&kinesis, &dynamodb);
+    through_the_core(&api, &store, &stream).await;
+    through_fan_out(&api, store, &stream).await;
+    let used: BTreeSet<String> = kinesis
+        .distinct_targets()
+        .iter()
+        .chain(dynamodb.distinct_targets().iter())
+        .map(|t| action(t))
+        .collect();
+    println!("actions used in the run: {used:?}");
+    assert_every_call_documented(&used, &documented);
 }

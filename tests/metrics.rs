@@ -52,57 +52,67 @@ fn count(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> usize 
         .count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
-    let client = support::kinesis_client();
-    let stream = support::unique_name("metrics");
-    support::create_stream(&client, &stream, 2).await;
-    let application = support::unique_name("metrics-app");
-    let port = {
-        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        free.local_addr().unwrap().port()
-    };
-    let mut child = support::examples::command("prometheus")
-        .args([stream.as_str(), application.as_str(), &port.to_string()])
+/// The `prometheus` example on `stream`, publishing [`RECORDS`] records and serving its
+/// metrics on `port`.
+fn start_example(stream: &str, application: &str, port: u16) -> tokio::process::Child {
+    support::examples::command("prometheus")
+        .args([stream, application, &port.to_string()])
         .env("PUBLISH", (RECORDS as usize).to_string())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("the example starts");
+        .expect("the example starts")
+}
 
-    let s = format!("stream=\"{stream}\"");
-    let app = format!("application=\"{application}\"");
-    let labels = [s.as_str(), app.as_str()];
+/// The run's labels: `stream="…"` and `application="…"`.
+struct Labels {
+    s: String,
+    app: String,
+}
+
+impl Labels {
+    fn new(stream: &str, application: &str) -> Self {
+        Self {
+            s: format!("stream=\"{stream}\""),
+            app: format!("application=\"{application}\""),
+        }
+    }
+
+    fn both(&self) -> [&str; 2] {
+        [self.s.as_str(), self.app.as_str()]
+    }
+}
+
+/// Whether the run is drained: every record delivered and acked, a checkpoint written, and
+/// both shards' time behind the tip known and zero.
+fn is_drained(samples: &BTreeMap<String, f64>, l: &Labels) -> bool {
+    let (s, app, labels) = (&l.s, &l.app, l.both());
+    let delivered = sum(samples, "kinesis_dataflow_records_delivered_total", &labels);
+    let behind = sum(samples, "kinesis_dataflow_behind_latest_seconds", &labels);
+    let acked = sum(
+        samples,
+        "kinesis_dataflow_records_settled_total",
+        &[s.as_str(), app.as_str(), "outcome=\"acked\""],
+    );
+    let checkpoints = sum(
+        samples,
+        "kinesis_dataflow_checkpoint_writes_total",
+        &[s.as_str(), "outcome=\"ok\""],
+    );
+    let lag_known = count(samples, "kinesis_dataflow_behind_latest_seconds", &labels) == 2;
+    delivered == RECORDS && acked == RECORDS && checkpoints > 0.0 && lag_known && behind == 0.0
+}
+
+/// Scrapes every 200 ms until the run is drained (within 60 s); returns that last scrape.
+async fn scrape_until_drained(port: u16, labels: &Labels) -> BTreeMap<String, f64> {
     let mut last = BTreeMap::new();
     let drained = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             if let Some(samples) = scrape(port).await {
-                let delivered = sum(
-                    &samples,
-                    "kinesis_dataflow_records_delivered_total",
-                    &labels,
-                );
-                let behind = sum(&samples, "kinesis_dataflow_behind_latest_seconds", &labels);
-                let acked = sum(
-                    &samples,
-                    "kinesis_dataflow_records_settled_total",
-                    &[s.as_str(), app.as_str(), "outcome=\"acked\""],
-                );
-                let checkpoints = sum(
-                    &samples,
-                    "kinesis_dataflow_checkpoint_writes_total",
-                    &[s.as_str(), "outcome=\"ok\""],
-                );
-                let lag_known =
-                    count(&samples, "kinesis_dataflow_behind_latest_seconds", &labels) == 2;
+                let done = is_drained(&samples, labels);
                 last = samples;
-                if delivered == RECORDS
-                    && acked == RECORDS
-                    && checkpoints > 0.0
-                    && lag_known
-                    && behind == 0.0
-                {
+                if done {
                     return;
                 }
             }
@@ -114,9 +124,12 @@ async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
         drained.is_ok(),
         "not drained within 60 s; last scrape: {last:#?}"
     );
-    let samples = last;
+    last
+}
 
-    // Per shard, with the three labels.
+/// Per shard, with the three labels; nothing in flight.
+fn check_the_per_shard_metrics(samples: &BTreeMap<String, f64>, l: &Labels) {
+    let (s, app, labels) = (&l.s, &l.app, l.both());
     for name in [
         "kinesis_dataflow_records_delivered_total",
         "kinesis_dataflow_bytes_delivered_total",
@@ -126,7 +139,7 @@ async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
     ] {
         assert_eq!(
             count(
-                &samples,
+                samples,
                 name,
                 &[s.as_str(), app.as_str(), "shard=\"shardId-"]
             ),
@@ -134,12 +147,16 @@ async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
             "{name}: one sample per shard"
         );
     }
-    let bytes = sum(&samples, "kinesis_dataflow_bytes_delivered_total", &labels);
+    let bytes = sum(samples, "kinesis_dataflow_bytes_delivered_total", &labels);
     assert!(bytes >= RECORDS * 7.0, "bytes delivered: {bytes}");
     assert_eq!(
-        sum(&samples, "kinesis_dataflow_records_in_flight", &labels),
+        sum(samples, "kinesis_dataflow_records_in_flight", &labels),
         0.0
     );
+}
+
+/// Settlement by every outcome, none skipped.
+fn check_the_settlement_metrics(samples: &BTreeMap<String, f64>, s: &str) {
     for outcome in [
         "acked",
         "skipped",
@@ -151,9 +168,9 @@ async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
         let o = format!("outcome=\"{outcome}\"");
         assert_eq!(
             count(
-                &samples,
+                samples,
                 "kinesis_dataflow_records_settled_total",
-                &[s.as_str(), o.as_str()]
+                &[s, o.as_str()]
             ),
             2,
             "settled by {outcome}"
@@ -161,12 +178,16 @@ async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
     }
     assert_eq!(
         sum(
-            &samples,
+            samples,
             "kinesis_dataflow_records_settled_total",
-            &[s.as_str(), "outcome=\"skipped\""]
+            &[s, "outcome=\"skipped\""]
         ),
         0.0
     );
+}
+
+/// GetRecords by every outcome, some with records, none failed.
+fn check_the_get_records_metrics(samples: &BTreeMap<String, f64>, s: &str) {
     for outcome in [
         "records",
         "empty",
@@ -177,9 +198,9 @@ async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
         let o = format!("outcome=\"{outcome}\"");
         assert_eq!(
             count(
-                &samples,
+                samples,
                 "kinesis_dataflow_get_records_total",
-                &[s.as_str(), o.as_str()]
+                &[s, o.as_str()]
             ),
             2,
             "GetRecords by {outcome}"
@@ -187,89 +208,84 @@ async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
     }
     assert!(
         sum(
-            &samples,
+            samples,
             "kinesis_dataflow_get_records_total",
-            &[s.as_str(), "outcome=\"records\""]
+            &[s, "outcome=\"records\""]
         ) >= 2.0
     );
     assert_eq!(
         sum(
-            &samples,
+            samples,
             "kinesis_dataflow_get_records_total",
-            &[s.as_str(), "outcome=\"failed\""]
+            &[s, "outcome=\"failed\""]
         ),
         0.0
     );
+}
 
-    // Per stream: leases.
-    assert_eq!(sum(&samples, "kinesis_dataflow_leases_held", &labels), 2.0);
+/// Per stream: leases.
+fn check_the_lease_metrics(samples: &BTreeMap<String, f64>, l: &Labels) {
+    let labels = l.both();
+    assert_eq!(sum(samples, "kinesis_dataflow_leases_held", &labels), 2.0);
     assert_eq!(
-        sum(&samples, "kinesis_dataflow_leases_taken_total", &labels),
+        sum(samples, "kinesis_dataflow_leases_taken_total", &labels),
         2.0
     );
     assert_eq!(
-        sum(&samples, "kinesis_dataflow_leases_lost_total", &labels),
+        sum(samples, "kinesis_dataflow_leases_lost_total", &labels),
         0.0
     );
     assert_eq!(
-        count(
-            &samples,
-            "kinesis_dataflow_leases_handed_off_total",
-            &labels
-        ),
+        count(samples, "kinesis_dataflow_leases_handed_off_total", &labels),
         1
     );
     assert_eq!(
         sum(
-            &samples,
+            samples,
             "kinesis_dataflow_lease_take_seconds_count",
             &labels
         ),
         2.0
     );
+}
 
-    // The publisher.
+/// The publisher.
+fn check_the_publisher_metrics(samples: &BTreeMap<String, f64>, s: &str) {
     assert_eq!(
         sum(
-            &samples,
+            samples,
             "kinesis_dataflow_published_records_total",
-            &[s.as_str(), "outcome=\"ok\""]
+            &[s, "outcome=\"ok\""]
         ),
         RECORDS
     );
     assert_eq!(
         sum(
-            &samples,
+            samples,
             "kinesis_dataflow_published_records_total",
-            &[s.as_str(), "outcome=\"failed\""]
+            &[s, "outcome=\"failed\""]
         ),
         0.0
     );
     assert_eq!(
-        count(
-            &samples,
-            "kinesis_dataflow_publish_retries_total",
-            &[s.as_str()]
-        ),
+        count(samples, "kinesis_dataflow_publish_retries_total", &[s]),
         1
     );
     assert_eq!(
-        count(
-            &samples,
-            "kinesis_dataflow_publish_throttled_total",
-            &[s.as_str()]
-        ),
+        count(samples, "kinesis_dataflow_publish_throttled_total", &[s]),
         1
     );
     assert!(
         sum(
-            &samples,
+            samples,
             "kinesis_dataflow_publish_batch_records_count",
-            &[s.as_str()]
+            &[s]
         ) >= 1.0
     );
+}
 
-    // A graceful stop: SIGTERM.
+/// A graceful stop: SIGTERM, and the example exits successfully.
+async fn stop_gracefully(mut child: tokio::process::Child) {
     let pid = child.id().expect("running").to_string();
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -281,4 +297,22 @@ async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
         .expect("the example stops on SIGTERM")
         .unwrap();
     assert!(exit.success(), "{exit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_during_a_run_shows_every_metric_with_plausible_values() {
+    let client = support::kinesis_client();
+    let stream = support::unique_name("metrics");
+    support::create_stream(&client, &stream, 2).await;
+    let application = support::unique_name("metrics-app");
+    let port = support::free_port().unwrap();
+    let child = start_example(&stream, &application, port);
+    let labels = Labels::new(&stream, &application);
+    let samples = scrape_until_drained(port, &labels).await;
+    check_the_per_shard_metrics(&samples, &labels);
+    check_the_settlement_metrics(&samples, &labels.s);
+    check_the_get_records_metrics(&samples, &labels.s);
+    check_the_lease_metrics(&samples, &labels);
+    check_the_publisher_metrics(&samples, &labels.s);
+    stop_gracefully(child).await;
 }

@@ -15,8 +15,8 @@ use kinesis_dataflow::api::{PutRecordsEntry, SharedKinesis};
 use kinesis_dataflow::lease::SharedLeaseStore;
 use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
-    AwsKinesis, DynamoLeaseStore, KinesisError, KinesisPosition, MultiSubscription,
-    MultiSubscriptionBuilder, ReadSettings, StreamSet,
+    AwsKinesis, KinesisError, KinesisPosition, MultiSubscription, MultiSubscriptionBuilder,
+    ReadSettings, StreamSet,
 };
 
 const KEYS: usize = 8;
@@ -175,80 +175,121 @@ fn assert_per_key_order(log: &[Seen]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_instances_share_two_streams_through_a_split_and_a_crash() {
-    support::init_tracing();
-    let client = support::kinesis_client();
-    let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
-    let orders = support::unique_name("multi-orders");
-    let payments = support::unique_name("multi-payments");
-    support::create_stream(&client, &orders, 2).await;
-    support::create_stream(&client, &payments, 1).await;
-    let store: SharedLeaseStore = Arc::new(
-        DynamoLeaseStore::new(
-            support::dynamodb_client(),
-            support::unique_name("multi-leases"),
-        )
-        .unwrap(),
-    );
-    let streams = StreamSet::new([orders.clone(), payments.clone()]);
-    let log: Log = Arc::default();
-    let errors: Log = Arc::default();
+/// The clients, a lease table of its own, and the consumers' logs of a test.
+struct World {
+    client: aws_sdk_kinesis::Client,
+    api: SharedKinesis,
+    store: SharedLeaseStore,
+    log: Log,
+    errors: Log,
+}
 
-    let first = builder(&api, &store, &streams, "first")
+impl World {
+    fn new(leases: &str) -> Self {
+        let client = support::kinesis_client();
+        let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
+        let store: SharedLeaseStore = Arc::new(support::lease_store(leases));
+        Self {
+            client,
+            api,
+            store,
+            log: Arc::default(),
+            errors: Arc::default(),
+        }
+    }
+
+    /// Starts an instance on `streams` and consumes it ([`consume`]).
+    async fn start(&self, instance: usize, streams: &StreamSet, owner: &str) -> ShutdownHandle {
+        let sub = builder(&self.api, &self.store, streams, owner)
+            .start()
+            .await
+            .unwrap();
+        consume(instance, sub, self.log.clone(), self.errors.clone())
+    }
+
+    /// Whether the deliveries include round `round` of `stream`.
+    fn has_round(&self, stream: &str, round: usize) -> bool {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.stream == stream && s.ordinal == round)
+    }
+
+    /// The errors (other than retried calls) that name `stream`.
+    fn errors_about(&self, stream: &str) -> usize {
+        self.errors
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.stream.contains(stream))
+            .count()
+    }
+}
+
+/// Starts instance 1 and reads it like [`consume`] (errors printed only) until the returned
+/// sender aborts it: a crash.
+async fn start_abortable(
+    world: &World,
+    streams: &StreamSet,
+    owner: &str,
+) -> tokio::sync::oneshot::Sender<()> {
+    let first = builder(&world.api, &world.store, streams, owner)
         .start()
         .await
         .unwrap();
-    // The first instance is aborted below: keep it where the test can reach it.
     let (abort_tx, abort_rx) = tokio::sync::oneshot::channel::<()>();
-    {
-        let log = log.clone();
-        tokio::spawn(async move {
-            let mut sub = first;
-            let mut abort_rx = abort_rx;
-            loop {
-                tokio::select! {
-                    _ = &mut abort_rx => { sub.abort(); return; }
-                    item = sub.next() => match item {
-                        Some(Ok(d)) => {
-                            let data = String::from_utf8_lossy(d.data()).into_owned();
-                            let ordinal = data.rsplit(':').next().unwrap().parse().unwrap();
-                            log.lock().unwrap().push(Seen {
-                                instance: 1,
-                                stream: d.stream().unwrap().to_owned(),
-                                key: d.partition_key().to_owned(),
-                                ordinal,
-                            });
-                            d.ack();
-                        }
-                        Some(Err(e)) => eprintln!("instance 1: {e}"),
-                        None => return,
+    let log = world.log.clone();
+    tokio::spawn(async move {
+        let mut sub = first;
+        let mut abort_rx = abort_rx;
+        loop {
+            tokio::select! {
+                _ = &mut abort_rx => { sub.abort(); return; }
+                item = sub.next() => match item {
+                    Some(Ok(d)) => {
+                        let data = String::from_utf8_lossy(d.data()).into_owned();
+                        let ordinal = data.rsplit(':').next().unwrap().parse().unwrap();
+                        log.lock().unwrap().push(Seen {
+                            instance: 1,
+                            stream: d.stream().unwrap().to_owned(),
+                            key: d.partition_key().to_owned(),
+                            ordinal,
+                        });
+                        d.ack();
                     }
+                    Some(Err(e)) => eprintln!("instance 1: {e}"),
+                    None => return,
                 }
             }
-        });
-    }
-    let second = builder(&api, &store, &streams, "second")
-        .start()
-        .await
-        .unwrap();
-    let second = consume(2, second, log.clone(), errors.clone());
-    // Five rounds, then more until both instances have delivered some: on a loaded machine the
-    // hand-off to the newcomer can take several listings, and a lease not renewed in time
-    // goes back and forth.
-    let both = [orders.as_str(), payments.as_str()];
+        }
+    });
+    abort_tx
+}
+
+/// Five rounds to both streams, then more until both instances have delivered some: on a
+/// loaded machine the hand-off to the newcomer can take several listings, and a lease not
+/// renewed in time goes back and forth. Returns the rounds written.
+async fn write_until_both_instances_read(world: &World, orders: &str, payments: &str) -> usize {
+    let both = [orders, payments];
     let mut rounds = 0;
     loop {
-        write_round(&api, &orders, rounds).await;
-        write_round(&api, &payments, rounds).await;
+        write_round(&world.api, orders, rounds).await;
+        write_round(&world.api, payments, rounds).await;
         rounds += 1;
         if rounds < 5 {
             continue;
         }
-        wait_delivered(&log, &both, rounds, "before the split").await;
-        let instances: BTreeSet<usize> = log.lock().unwrap().iter().map(|s| s.instance).collect();
+        wait_delivered(&world.log, &both, rounds, "before the split").await;
+        let instances: BTreeSet<usize> = world
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.instance)
+            .collect();
         if instances.len() == 2 {
-            break;
+            return rounds;
         }
         assert!(
             rounds < 50,
@@ -256,41 +297,47 @@ async fn two_instances_share_two_streams_through_a_split_and_a_crash() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let (split_rounds, crash_rounds) = (rounds..rounds + 5, rounds + 5..rounds + 10);
+}
 
-    // A split in one stream while the other flows.
-    api.split_shard(
-        &orders,
-        "shardId-000000000000",
-        &(u128::MAX / 4).to_string(),
+/// A split in `orders` while `payments` flows; every round of `rounds` delivered.
+async fn split_one_stream_while_the_other_flows(
+    world: &World,
+    orders: &str,
+    payments: &str,
+    rounds: std::ops::Range<usize>,
+) {
+    let api = &world.api;
+    api.split_shard(orders, "shardId-000000000000", &(u128::MAX / 4).to_string())
+        .await
+        .unwrap();
+    for round in rounds.clone() {
+        write_round(api, payments, round).await;
+    }
+    support::wait_active(&world.client, orders).await;
+    for round in rounds.clone() {
+        write_round(api, orders, round).await;
+    }
+    wait_delivered(
+        &world.log,
+        &[orders, payments],
+        rounds.end,
+        "after the split",
     )
-    .await
-    .unwrap();
-    for round in split_rounds.clone() {
-        write_round(&api, &payments, round).await;
-    }
-    support::wait_active(&client, &orders).await;
-    for round in split_rounds.clone() {
-        write_round(&api, &orders, round).await;
-    }
-    wait_delivered(&log, &both, split_rounds.end, "after the split").await;
+    .await;
+}
 
-    // The first instance crashes; the second takes everything over.
-    abort_tx.send(()).unwrap();
-    for round in crash_rounds.clone() {
-        write_round(&api, &orders, round).await;
-        write_round(&api, &payments, round).await;
-    }
-    let expect_rounds: Vec<usize> = (0..crash_rounds.end).collect();
+/// Waits (60 s at most) until every key of `streams` has every round below `rounds`.
+async fn assert_every_round_comes_after_the_crash(world: &World, streams: &[&str], rounds: usize) {
+    let expect_rounds: Vec<usize> = (0..rounds).collect();
     let all_delivered = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let done = {
-                let log = log.lock().unwrap();
+                let log = world.log.lock().unwrap();
                 let got: BTreeSet<(String, String, usize)> = log
                     .iter()
                     .map(|s| (s.stream.clone(), s.key.clone(), s.ordinal))
                     .collect();
-                both.iter().all(|s| {
+                streams.iter().all(|s| {
                     (0..KEYS).all(|k| {
                         expect_rounds
                             .iter()
@@ -309,8 +356,34 @@ async fn two_instances_share_two_streams_through_a_split_and_a_crash() {
         all_delivered.is_ok(),
         "not every record came after the crash"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_two_streams_through_a_split_and_a_crash() {
+    support::init_tracing();
+    let world = World::new("multi-leases");
+    let orders = support::unique_name("multi-orders");
+    let payments = support::unique_name("multi-payments");
+    support::create_stream(&world.client, &orders, 2).await;
+    support::create_stream(&world.client, &payments, 1).await;
+    let streams = StreamSet::new([orders.clone(), payments.clone()]);
+    // The first instance is aborted below: keep it where the test can reach it.
+    let abort_first = start_abortable(&world, &streams, "first").await;
+    let second = world.start(2, &streams, "second").await;
+    let rounds = write_until_both_instances_read(&world, &orders, &payments).await;
+    let (split_rounds, crash_rounds) = (rounds..rounds + 5, rounds + 5..rounds + 10);
+    split_one_stream_while_the_other_flows(&world, &orders, &payments, split_rounds).await;
+
+    // The first instance crashes; the second takes everything over.
+    abort_first.send(()).unwrap();
+    for round in crash_rounds.clone() {
+        write_round(&world.api, &orders, round).await;
+        write_round(&world.api, &payments, round).await;
+    }
+    let both = [orders.as_str(), payments.as_str()];
+    assert_every_round_comes_after_the_crash(&world, &both, crash_rounds.end).await;
     second.shutdown().await;
-    let ordered = log.lock().unwrap().clone();
+    let ordered = world.log.lock().unwrap().clone();
     assert_per_key_order(&ordered);
     assert!(
         ordered
@@ -318,7 +391,7 @@ async fn two_instances_share_two_streams_through_a_split_and_a_crash() {
             .any(|s| s.instance == 2 && s.stream == orders && s.ordinal >= crash_rounds.start),
         "the second instance read orders after the crash"
     );
-    let errors = errors.lock().unwrap();
+    let errors = world.errors.lock().unwrap();
     assert!(errors.is_empty(), "no errors but retried calls: {errors:?}");
 }
 
@@ -326,47 +399,19 @@ async fn rows_of(store: &SharedLeaseStore, stream: &str) -> Vec<kinesis_dataflow
     store.list(stream).await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streams_inserted_removed_and_deleted_while_running() {
-    support::init_tracing();
-    let client = support::kinesis_client();
-    let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
-    let a = support::unique_name("set-a");
-    let b = support::unique_name("set-b");
-    let c = support::unique_name("set-c");
-    support::create_stream(&client, &a, 1).await;
-    support::create_stream(&client, &b, 2).await;
-    let store: SharedLeaseStore = Arc::new(
-        DynamoLeaseStore::new(
-            support::dynamodb_client(),
-            support::unique_name("set-leases"),
-        )
-        .unwrap(),
-    );
-    let streams = StreamSet::new([a.clone()]);
-    let log: Log = Arc::default();
-    let errors: Log = Arc::default();
-    let sub = builder(&api, &store, &streams, "only")
-        .start()
-        .await
-        .unwrap();
-    let handle = consume(1, sub, log.clone(), errors.clone());
-
-    write_round(&api, &a, 0).await;
-    wait_delivered(&log, &[a.as_str()], 1, "the first stream").await;
-
-    // Inserted: picked up within a listing.
-    assert!(streams.insert(b.clone()));
-    write_round(&api, &b, 0).await;
-    wait_delivered(&log, &[b.as_str()], 1, "the inserted stream").await;
-
-    // Removed: its leases are released and its rows (checkpoints) kept.
-    assert!(streams.remove(&a));
+/// Removed: the stream's leases are released and its rows (checkpoints) kept, and it is not
+/// read any more.
+async fn a_removed_stream_keeps_its_rows_and_is_not_read(
+    world: &World,
+    streams: &StreamSet,
+    a: &str,
+) {
+    assert!(streams.remove(a));
     support::eventually(
         "the removed stream's leases released",
         Duration::from_secs(30),
         async || {
-            let rows = rows_of(&store, &a).await;
+            let rows = rows_of(&world.store, a).await;
             let shards: Vec<_> = rows
                 .iter()
                 .filter(|l| !l.shard_id.starts_with("worker:"))
@@ -378,55 +423,74 @@ async fn streams_inserted_removed_and_deleted_while_running() {
         },
     )
     .await;
-    write_round(&api, &a, 1).await;
+    write_round(&world.api, a, 1).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        !log.lock()
-            .unwrap()
-            .iter()
-            .any(|s| s.stream == a && s.ordinal == 1),
-        "a removed stream is not read"
-    );
+    assert!(!world.has_round(a, 1), "a removed stream is not read");
+}
 
-    // Deleted in Kinesis: its readers stop and its rows are removed.
-    assert!(!rows_of(&store, &b).await.is_empty());
-    client.delete_stream().stream_name(&b).send().await.unwrap();
+/// Deleted in Kinesis: the stream's readers stop and its rows are removed.
+async fn a_deleted_streams_rows_are_removed(world: &World, b: &str) {
+    assert!(!rows_of(&world.store, b).await.is_empty());
+    world
+        .client
+        .delete_stream()
+        .stream_name(b)
+        .send()
+        .await
+        .unwrap();
     support::eventually(
         "the deleted stream's rows removed",
         Duration::from_secs(30),
-        async || rows_of(&store, &b).await.is_empty(),
+        async || rows_of(&world.store, b).await.is_empty(),
     )
     .await;
+}
 
-    // Inserted before it exists: reported once by name, read once created.
-    assert!(streams.insert(c.clone()));
+/// Inserted before it exists: reported by name, read once created.
+async fn a_stream_inserted_before_it_exists_is_reported_then_read(
+    world: &World,
+    streams: &StreamSet,
+    c: &str,
+) {
+    assert!(streams.insert(c.to_owned()));
     support::eventually(
         "a missing stream reported",
         Duration::from_secs(30),
-        async || {
-            errors
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|e| e.stream.contains(c.as_str()))
-        },
+        async || world.errors_about(c) > 0,
     )
     .await;
-    support::create_stream(&client, &c, 1).await;
-    write_round(&api, &c, 0).await;
-    wait_delivered(
-        &log,
-        &[c.as_str()],
-        1,
-        "the stream created after its insert",
-    )
-    .await;
+    support::create_stream(&world.client, c, 1).await;
+    write_round(&world.api, c, 0).await;
+    wait_delivered(&world.log, &[c], 1, "the stream created after its insert").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_inserted_removed_and_deleted_while_running() {
+    support::init_tracing();
+    let world = World::new("set-leases");
+    let a = support::unique_name("set-a");
+    let b = support::unique_name("set-b");
+    let c = support::unique_name("set-c");
+    support::create_stream(&world.client, &a, 1).await;
+    support::create_stream(&world.client, &b, 2).await;
+    let streams = StreamSet::new([a.clone()]);
+    let handle = world.start(1, &streams, "only").await;
+    write_round(&world.api, &a, 0).await;
+    wait_delivered(&world.log, &[a.as_str()], 1, "the first stream").await;
+
+    // Inserted: picked up within a listing.
+    assert!(streams.insert(b.clone()));
+    write_round(&world.api, &b, 0).await;
+    wait_delivered(&world.log, &[b.as_str()], 1, "the inserted stream").await;
+    a_removed_stream_keeps_its_rows_and_is_not_read(&world, &streams, &a).await;
+    a_deleted_streams_rows_are_removed(&world, &b).await;
+    a_stream_inserted_before_it_exists_is_reported_then_read(&world, &streams, &c).await;
 
     // Inserted back: resumes from its checkpoints (round 0 is not read again).
     assert!(streams.insert(a.clone()));
-    wait_delivered(&log, &[a.as_str()], 2, "the stream inserted back").await;
+    wait_delivered(&world.log, &[a.as_str()], 2, "the stream inserted back").await;
     handle.shutdown().await;
-    let log = log.lock().unwrap();
+    let log = world.log.lock().unwrap();
     let a_zero = log
         .iter()
         .filter(|s| s.stream == a && s.ordinal == 0)
@@ -435,7 +499,7 @@ async fn streams_inserted_removed_and_deleted_while_running() {
         a_zero, KEYS,
         "round 0 of the stream inserted back read once"
     );
-    let reported = errors.lock().unwrap();
+    let reported = world.errors.lock().unwrap();
     let about_c = reported
         .iter()
         .filter(|e| e.stream.contains(c.as_str()))

@@ -14,9 +14,12 @@ use futures::StreamExt;
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
 use kinesis_dataflow::lease::{LeaseFuture, SharedLeaseStore};
+use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
-    AwsKinesis, DynamoLeaseStore, KinesisPosition, MultiSubscription, ReadSettings, StreamSet,
+    AwsKinesis, Delivery, KinesisPosition, MultiSubscription, ReadSettings, Record, StreamSet,
+    Subscription,
 };
+use tokio::task::JoinHandle;
 
 /// A hang guard for each step.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -45,25 +48,9 @@ impl LeaseLayer for DeletesOf {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
-    support::events::record_events();
-    let client = support::kinesis_client();
-    let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
-    let stream = support::unique_name("again");
-    support::create_stream(&client, &stream, 1).await;
-    let table: SharedLeaseStore = Arc::new(
-        DynamoLeaseStore::new(
-            support::dynamodb_client(),
-            support::unique_name("again-leases"),
-        )
-        .unwrap(),
-    );
-    let deletes = Arc::new(DeletesOf {
-        owner: "b",
-        count: AtomicU64::new(0),
-    });
-    let a_store: SharedLeaseStore = Arc::new(LayeredStore::new(table.clone(), deletes.clone()));
+/// Instance A on `stream`, reading from the start with fast timings; its stop waits
+/// [`PATIENCE`] for what it holds.
+async fn start_a(api: &SharedKinesis, store: SharedLeaseStore, stream: &str) -> MultiSubscription {
     let fast = |each: kinesis_dataflow::SubscriptionBuilder| {
         each.initial_position(KinesisPosition::horizon())
             .read_settings(
@@ -75,20 +62,28 @@ async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
             .lease_duration(Duration::from_secs(2))
             .checkpoint_interval(Duration::from_millis(100))
     };
-    let mut a = MultiSubscription::builder(api.clone(), a_store, StreamSet::new([stream.clone()]))
+    MultiSubscription::builder(api.clone(), store, StreamSet::new([stream.to_owned()]))
         .configure(|each| fast(each).owner("a").shutdown_timeout(PATIENCE))
         .start()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+async fn put(client: &aws_sdk_kinesis::Client, stream: &str, data: &'static str) {
     client
         .put_record()
-        .stream_name(&stream)
+        .stream_name(stream)
         .partition_key("key")
-        .data(aws_sdk_kinesis::primitives::Blob::new("first"))
+        .data(aws_sdk_kinesis::primitives::Blob::new(data))
         .send()
         .await
         .unwrap();
-    // Held: once A finds the stream deleted, its stop waits for this delivery.
+}
+
+/// A's first delivery, held; then A read on (acking everything) by a task of its own.
+async fn hold_the_first_delivery(
+    mut a: MultiSubscription,
+) -> (Delivery<Record>, ShutdownHandle, JoinHandle<()>) {
     let held = loop {
         match tokio::time::timeout(PATIENCE, a.next()).await {
             Ok(Some(Ok(d))) => break d,
@@ -104,10 +99,14 @@ async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
             }
         }
     });
+    (held, stop_a, reading)
+}
 
+/// Deletes the stream and waits until A finds it deleted.
+async fn delete_until_a_finds_it_deleted(client: &aws_sdk_kinesis::Client, stream: &str) {
     client
         .delete_stream()
-        .stream_name(&stream)
+        .stream_name(stream)
         .send()
         .await
         .unwrap();
@@ -118,44 +117,39 @@ async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
         .is_empty()
     })
     .await;
-    // Created again, and read by another instance, while A's stop waits.
-    support::create_stream(&client, &stream, 1).await;
-    let b = support::reading::fast(&api, table.clone(), &stream, "b")
+}
+
+/// Creates the stream again and starts instance B on it; B's worker row (and the roster row
+/// it moved) are the stream created again's.
+async fn create_again_and_start_b(
+    client: &aws_sdk_kinesis::Client,
+    api: &SharedKinesis,
+    table: &SharedLeaseStore,
+    stream: &str,
+) -> Subscription {
+    support::create_stream(client, stream, 1).await;
+    let b = support::reading::fast(api, table.clone(), stream, "b")
         .initial_position(KinesisPosition::horizon())
         .start()
         .await
         .unwrap();
-    // B's worker row (and the roster row it moved) are the stream created again's.
-    let b_rows = table.list(&stream).await.unwrap();
+    let b_rows = table.list(stream).await.unwrap();
     assert!(
         b_rows
             .iter()
             .any(|r| r.shard_id == "worker:b" && r.owner.as_deref() == Some("b")),
         "B's worker row is there: {b_rows:?}"
     );
+    b
+}
 
-    held.ack();
-    support::eventually(
-        "A removes the deleted stream's rows",
-        PATIENCE,
-        async || !support::events::events("removed the deleted stream's lease rows").is_empty(),
-    )
-    .await;
-    assert_eq!(
-        deletes.count.load(Ordering::SeqCst),
-        0,
-        "no row of the stream created again (held by B) was removed"
-    );
-    // B reads the stream created again.
-    client
-        .put_record()
-        .stream_name(&stream)
-        .partition_key("key")
-        .data(aws_sdk_kinesis::primitives::Blob::new("second"))
-        .send()
-        .await
-        .unwrap();
-    let mut b = b;
+/// B reads what is put to the stream created again.
+async fn b_reads_the_stream_created_again(
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+    b: &mut Subscription,
+) {
+    put(client, stream, "second").await;
     let read = tokio::time::timeout(PATIENCE, async {
         loop {
             match b.next().await {
@@ -173,6 +167,41 @@ async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
     })
     .await;
     assert!(read.is_ok(), "B reads the stream created again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
+    support::events::record_events();
+    let client = support::kinesis_client();
+    let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
+    let stream = support::unique_name("again");
+    support::create_stream(&client, &stream, 1).await;
+    let table: SharedLeaseStore = Arc::new(support::lease_store("again-leases"));
+    let deletes = Arc::new(DeletesOf {
+        owner: "b",
+        count: AtomicU64::new(0),
+    });
+    let a_store: SharedLeaseStore = Arc::new(LayeredStore::new(table.clone(), deletes.clone()));
+    let a = start_a(&api, a_store, &stream).await;
+    put(&client, &stream, "first").await;
+    // Held: once A finds the stream deleted, its stop waits for this delivery.
+    let (held, stop_a, reading) = hold_the_first_delivery(a).await;
+    delete_until_a_finds_it_deleted(&client, &stream).await;
+    // Created again, and read by another instance, while A's stop waits.
+    let mut b = create_again_and_start_b(&client, &api, &table, &stream).await;
+    held.ack();
+    support::eventually(
+        "A removes the deleted stream's rows",
+        PATIENCE,
+        async || !support::events::events("removed the deleted stream's lease rows").is_empty(),
+    )
+    .await;
+    assert_eq!(
+        deletes.count.load(Ordering::SeqCst),
+        0,
+        "no row of the stream created again (held by B) was removed"
+    );
+    b_reads_the_stream_created_again(&client, &stream, &mut b).await;
     tokio::time::timeout(PATIENCE, stop_a.shutdown())
         .await
         .expect("A stops");

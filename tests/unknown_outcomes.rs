@@ -16,10 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{KinesisPosition, MemoryKinesis, MemoryLeaseStore};
 use kinesis_dataflow_test_support::timings::{LEASE_DURATION, LIST_INTERVAL};
 use support::reading::{Log, Seen, log_until_end as run};
 use support::unknown::{Answer, Takes, Unknown, Write};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 const STREAM: &str = "uncertain";
@@ -56,30 +58,68 @@ fn runs(log: &[Seen]) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// One cell: two instances, records flowing, a split, one instance leaving.
-async fn cell(kind: Write, answer: Answer) {
-    let memory = MemoryKinesis::new();
-    memory.add_stream(STREAM, 2).unwrap();
-    let api: SharedKinesis = Arc::new(memory.clone());
-    let table = MemoryLeaseStore::new();
-    let takes: Takes = Arc::default();
-    let layer = |_: &str| Arc::new(Unknown::new(kind, answer, every(kind), takes.clone()));
-    let (layer_a, layer_b) = (layer("a"), layer("b"));
-    let start = |owner: &'static str, layer: &Arc<Unknown>| {
-        support::reading::fast(&api, layer.store(Arc::new(table.clone())), STREAM, owner)
-            .initial_position(KinesisPosition::horizon())
-            .shutdown_timeout(LEASE_DURATION * 2)
-            .start()
-    };
-    let log: Log = Arc::default();
-    let a = start("a", &layer_a).await.unwrap();
-    let stop_a = a.shutdown_handle();
-    let run_a = tokio::spawn(run(a, "a", log.clone()));
+/// When each record was written, by payload.
+type Written = Arc<Mutex<BTreeMap<String, Instant>>>;
 
-    // Records flow from here on, each noted with when it was written.
-    let written: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
-    let producer = {
-        let (memory, api, written) = (memory.clone(), api.clone(), written.clone());
+/// The stream, lease table and layers of one cell.
+struct Cell {
+    what: String,
+    memory: MemoryKinesis,
+    api: SharedKinesis,
+    table: MemoryLeaseStore,
+    takes: Takes,
+    layer_a: Arc<Unknown>,
+    layer_b: Arc<Unknown>,
+    log: Log,
+}
+
+impl Cell {
+    /// A 2-shard in-memory stream and lease table; each instance's writes of `kind` answered
+    /// with `answer` by a layer of its own.
+    fn new(kind: Write, answer: Answer) -> Self {
+        let memory = MemoryKinesis::new();
+        memory.add_stream(STREAM, 2).unwrap();
+        let api: SharedKinesis = Arc::new(memory.clone());
+        let takes: Takes = Arc::default();
+        let layer = |_: &str| Arc::new(Unknown::new(kind, answer, every(kind), takes.clone()));
+        let (layer_a, layer_b) = (layer("a"), layer("b"));
+        Self {
+            what: format!("{kind:?} answered {answer:?}"),
+            memory,
+            api,
+            table: MemoryLeaseStore::new(),
+            takes,
+            layer_a,
+            layer_b,
+            log: Arc::default(),
+        }
+    }
+
+    /// Starts an instance through `layer` and reads it into the log until it ends.
+    async fn start(
+        &self,
+        owner: &'static str,
+        layer: &Arc<Unknown>,
+    ) -> (ShutdownHandle, JoinHandle<()>) {
+        let sub = support::reading::fast(
+            &self.api,
+            layer.store(Arc::new(self.table.clone())),
+            STREAM,
+            owner,
+        )
+        .initial_position(KinesisPosition::horizon())
+        .shutdown_timeout(LEASE_DURATION * 2)
+        .start()
+        .await
+        .unwrap();
+        let stop = sub.shutdown_handle();
+        (stop, tokio::spawn(run(sub, owner, self.log.clone())))
+    }
+
+    /// Records flow from here on, each noted with when it was written; the stream is split a
+    /// third of the way through.
+    fn start_producer(&self, written: Written) -> JoinHandle<()> {
+        let (memory, api) = (self.memory.clone(), self.api.clone());
         tokio::spawn(async move {
             for i in 0..RECORDS {
                 let payload = format!("p{i:04}");
@@ -99,69 +139,71 @@ async fn cell(kind: Write, answer: Answer) {
                 tokio::time::sleep(Duration::from_millis(6)).await;
             }
         })
-    };
-    tokio::time::sleep(LIST_INTERVAL).await;
-    let b = start("b", &layer_b).await.unwrap();
-    let stop_b = b.shutdown_handle();
-    let run_b = tokio::spawn(run(b, "b", log.clone()));
-
-    // A leaves while records flow.
-    tokio::time::sleep(Duration::from_millis(RECORDS as u64 * 4)).await;
-    let what = format!("{kind:?} answered {answer:?}");
-    tokio::time::timeout(PATIENCE, stop_a.shutdown())
-        .await
-        .unwrap_or_else(|_| panic!("{what}: A's stop hangs"));
-    tokio::time::timeout(PATIENCE, run_a)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: A's stream does not end"))
-        .unwrap();
-    producer.await.unwrap();
-
-    // Nothing lost: B reads the rest.
-    let all: BTreeSet<String> = written.lock().unwrap().keys().cloned().collect();
-    let done = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let seen: BTreeSet<String> = log
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|s| s.payload.clone())
-                .collect();
-            if all.is_subset(&seen) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    let log_now = log.lock().unwrap().clone();
-    let seen: BTreeSet<String> = log_now.iter().map(|s| s.payload.clone()).collect();
-    let missing: Vec<&String> = all.difference(&seen).collect();
-    assert!(done.is_ok(), "{what}: records never read: {missing:?}");
-    tokio::time::timeout(PATIENCE, stop_b.shutdown())
-        .await
-        .unwrap_or_else(|_| panic!("{what}: B's stop hangs"));
-    run_b.await.unwrap();
-
-    let injected = layer_a.injected() + layer_b.injected();
-    assert!(injected > 0, "{what}: the fault never happened");
-
-    // No shard read by two instances at once: each holder change needs a take.
-    let takes = takes.lock().unwrap().clone();
-    for (shard, runs) in runs(&log_now) {
-        let taken = takes.get(&shard).copied().unwrap_or(0);
-        assert!(
-            runs <= taken,
-            "{what}: {shard} changed hands {runs} times in the deliveries but was taken {taken} times: read by two at once"
-        );
     }
 
-    // No record waited longer than the lease duration plus the listing interval to be read
-    // (twice that, for a loaded machine).
+    /// Stops an instance; neither its stop nor its stream's end hangs.
+    async fn stop(&self, name: &str, (stop, run): (ShutdownHandle, JoinHandle<()>)) {
+        let what = &self.what;
+        tokio::time::timeout(PATIENCE, stop.shutdown())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: {name}'s stop hangs"));
+        tokio::time::timeout(PATIENCE, run)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: {name}'s stream does not end"))
+            .unwrap();
+    }
+
+    /// Nothing lost: every written record is read (within [`PATIENCE`]). Returns the log.
+    async fn every_record_is_read(&self, written: &Written) -> Vec<Seen> {
+        let all: BTreeSet<String> = written.lock().unwrap().keys().cloned().collect();
+        let done = tokio::time::timeout(PATIENCE, async {
+            loop {
+                let seen: BTreeSet<String> = self
+                    .log
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.payload.clone())
+                    .collect();
+                if all.is_subset(&seen) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        let log_now = self.log.lock().unwrap().clone();
+        let seen: BTreeSet<String> = log_now.iter().map(|s| s.payload.clone()).collect();
+        let missing: Vec<&String> = all.difference(&seen).collect();
+        assert!(
+            done.is_ok(),
+            "{}: records never read: {missing:?}",
+            self.what
+        );
+        log_now
+    }
+
+    /// No shard read by two instances at once: each holder change needs a take.
+    fn assert_no_shard_read_by_two_at_once(&self, log: &[Seen]) {
+        let what = &self.what;
+        let takes = self.takes.lock().unwrap().clone();
+        for (shard, runs) in runs(log) {
+            let taken = takes.get(&shard).copied().unwrap_or(0);
+            assert!(
+                runs <= taken,
+                "{what}: {shard} changed hands {runs} times in the deliveries but was taken {taken} times: read by two at once"
+            );
+        }
+    }
+}
+
+/// No record waited longer than the lease duration plus the listing interval to be read
+/// (twice that, for a loaded machine). Returns the slowest wait.
+fn assert_no_record_waits_too_long(what: &str, written: &Written, log: &[Seen]) -> Duration {
     let bound = (LEASE_DURATION + LIST_INTERVAL) * 2;
     let written = written.lock().unwrap().clone();
     let mut first: BTreeMap<&str, Instant> = BTreeMap::new();
-    for s in &log_now {
+    for s in log {
         first.entry(&s.payload).or_insert(s.at);
     }
     let slowest = written
@@ -180,10 +222,40 @@ async fn cell(kind: Write, answer: Answer) {
         slowest.1,
         slowest.0
     );
+    slowest.0
+}
+
+/// One cell: two instances, records flowing, a split, one instance leaving.
+async fn cell(kind: Write, answer: Answer) {
+    let cell = Cell::new(kind, answer);
+    let a = cell.start("a", &cell.layer_a).await;
+    let written: Written = Arc::default();
+    let producer = cell.start_producer(written.clone());
+    tokio::time::sleep(LIST_INTERVAL).await;
+    let b = cell.start("b", &cell.layer_b).await;
+
+    // A leaves while records flow.
+    tokio::time::sleep(Duration::from_millis(RECORDS as u64 * 4)).await;
+    cell.stop("A", a).await;
+    producer.await.unwrap();
+
+    // B reads the rest.
+    let log = cell.every_record_is_read(&written).await;
+    let what = &cell.what;
+    let (stop_b, run_b) = b;
+    tokio::time::timeout(PATIENCE, stop_b.shutdown())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: B's stop hangs"));
+    run_b.await.unwrap();
+
+    let injected = cell.layer_a.injected() + cell.layer_b.injected();
+    assert!(injected > 0, "{what}: the fault never happened");
+    cell.assert_no_shard_read_by_two_at_once(&log);
+    let slowest = assert_no_record_waits_too_long(what, &written, &log);
     eprintln!(
         "{what}: {injected} answers lost or late, {} deliveries of {RECORDS} records, slowest read {:?}",
-        log_now.len(),
-        slowest.0
+        log.len(),
+        slowest
     );
 }
 

@@ -1,5 +1,7 @@
-//! SDK configuration and clients for the emulators: a fixed region, dummy credentials, and the
-//! endpoint set on the service config (the process environment is never read or changed).
+//! SDK configuration and clients for an emulator at a given endpoint: a fixed region, dummy
+//! credentials, and the endpoint set on the service config (the process environment is never
+//! read or changed). Those for this process's emulators are in [`crate::clients`]; this module
+//! imports no other of the crate, so the launcher can use it without a cycle.
 //!
 //! SDK clients hold connection pools bound to the tokio runtime that first uses them: make a
 //! fresh client in each test (they are cheap) rather than caching one in a static shared by
@@ -7,16 +9,13 @@
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_kinesis::config::{Credentials, SharedCredentialsProvider};
-use kinesis_dataflow::broker::KinesisBroker;
-
-use crate::emulators::{dynamodb_endpoint, kinesis_endpoint};
 
 /// The region every client and the Kinesis emulator use.
 pub const REGION: &str = "us-east-1";
 
 /// Shared SDK config: region `us-east-1`, static dummy credentials `test`/`test`, latest
-/// behavior version. Has no endpoint: use [`kinesis_client`] / [`dynamodb_client`] (this
-/// process's emulators), [`kinesis_client_at`] / [`dynamodb_client_at`], [`sdk_config_at`], or
+/// behavior version. Has no endpoint: use [`crate::kinesis_client`] / [`crate::dynamodb_client`]
+/// (this process's emulators), [`kinesis_client_at`] / [`dynamodb_client_at`], [`sdk_config_at`], or
 /// set `endpoint_url` on the service config yourself.
 pub fn sdk_config() -> SdkConfig {
     SdkConfig::builder()
@@ -56,36 +55,6 @@ pub fn kinesis_client_at(endpoint: &str) -> aws_sdk_kinesis::Client {
 /// A fresh DynamoDB client for the emulator at `endpoint`.
 pub fn dynamodb_client_at(endpoint: &str) -> aws_sdk_dynamodb::Client {
     aws_sdk_dynamodb::Client::from_conf(dynamodb_config_at(endpoint).build())
-}
-
-/// Kinesis service config builder pointed at this process's emulator (starts it if needed);
-/// tweak it (retries, timeouts) before `build()`.
-pub fn kinesis_config_builder() -> aws_sdk_kinesis::config::Builder {
-    kinesis_config_at(&kinesis_endpoint())
-}
-
-/// DynamoDB service config builder pointed at this process's emulator (starts it if needed).
-pub fn dynamodb_config_builder() -> aws_sdk_dynamodb::config::Builder {
-    dynamodb_config_at(&dynamodb_endpoint())
-}
-
-/// A fresh Kinesis client for this process's emulator (starts it if needed).
-pub fn kinesis_client() -> aws_sdk_kinesis::Client {
-    kinesis_client_at(&kinesis_endpoint())
-}
-
-/// A fresh DynamoDB client for this process's emulator (starts it if needed).
-pub fn dynamodb_client() -> aws_sdk_dynamodb::Client {
-    dynamodb_client_at(&dynamodb_endpoint())
-}
-
-/// The broker face on this process's emulators, with a lease table of its own application.
-pub fn live_broker(application: &str) -> KinesisBroker {
-    KinesisBroker::new()
-        .sdk_config(sdk_config())
-        .kinesis_endpoint(kinesis_endpoint())
-        .dynamodb_endpoint(dynamodb_endpoint())
-        .application(application)
 }
 
 #[cfg(test)]

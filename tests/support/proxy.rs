@@ -10,18 +10,19 @@
 //! println!("{} throttles injected, {} GetRecords calls", proxy.injected(rule), proxy.count("GetRecords"));
 //! ```
 //!
-//! * Plain HTTP only (both emulators' plain ports). Keep-alive connections, `Content-Length`
-//!   and chunked bodies in both directions, and a response delimited by the connection's end.
-//!   Each client connection gets its own upstream connection, opened on its first request and
-//!   kept alive with it (re-opened when the emulator closed it while idle).
-//! * Requests are forwarded byte for byte (headers included, so SigV4 signatures are those
-//!   the client computed for the proxy's address; neither emulator checks them).
+//! * Plain HTTP/1.1 only (both emulators' plain ports), on hyper: a server for the clients and
+//!   a client connection per client connection to the emulator, opened on its first request
+//!   and kept alive with it (re-opened when the emulator closed it while idle).
+//! * Requests are forwarded with their method, URI and headers (so SigV4 signatures are those
+//!   the client computed for the proxy's address; neither emulator checks them), after they
+//!   were read whole. A request is forwarded even when the client gives up waiting (a
+//!   [`Fault::Latency`] past its timeout): the emulator sees it late.
 //! * Answers are read whole before they are handed on, except a successful (2xx) answer to
 //!   `Kinesis_20131202.SubscribeToShard`: an event stream (a chunked body of
 //!   `application/vnd.amazon.eventstream` messages that lasts up to five minutes), relayed as
-//!   it arrives: its head, then its body bytes, chunked framing included, until upstream ends
-//!   it. A client that closes the connection meanwhile ends the relay and the upstream
-//!   connection with it. [`Fault::CutStreamAfter`] cuts such a stream inside an event.
+//!   it arrives until upstream ends it. A client that closes the connection meanwhile ends
+//!   the relay and the upstream connection with it. [`Fault::CutStreamAfter`] cuts such a
+//!   stream inside an event.
 //! * Rules are consulted in the order they were added; the first one that matches the target
 //!   and fires decides the request's fate. A rule fires with its probability (a seeded RNG
 //!   per rule, so a given sequence of requests always meets the same faults), at most its
@@ -36,16 +37,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-/// The largest request or response head the proxy accepts.
-const MAX_HEAD: usize = 64 * 1024;
 /// The `__type` prefix DynamoDB puts on its error codes.
 const DYNAMODB_ERROR_PREFIX: &str = "com.amazonaws.dynamodb.v20120810#";
 /// The target whose successful answers are relayed as a stream (an event stream).
@@ -76,14 +82,15 @@ pub enum Fault {
     /// Forwards the request; when its answer is relayed as a stream (see the module docs),
     /// relays the head, the body's first `n` event-stream messages whole, then the prelude
     /// (the first 12 bytes) of the next message as it arrives, and closes both connections:
-    /// the client's with a FIN after the bytes relayed (no further byte, no terminating
-    /// chunk: the client sees the connection drop inside an event it never receives whole),
-    /// the emulator's with a reset, so that it ends the subscription soon. With kinesis-local
-    /// each message is one `SubscribeToShardEvent`, about one a second (it sends no
-    /// `initial-response` message; a service that does has it counted as the first). Nothing
-    /// is cut when the stream ends first, nor when the answer is not streamed (another target,
-    /// an error answer): those are forwarded as they are. Counted as injected when the rule
-    /// fires, like every fault.
+    /// the client's once the bytes relayed went out (no further byte, no terminating chunk:
+    /// the client sees the connection drop inside an event it never receives whole), the
+    /// emulator's with a reset, so that it ends the subscription soon (such a request goes on
+    /// an upstream connection of its own, closed with a reset whether it was cut or not).
+    /// With kinesis-local each message is one `SubscribeToShardEvent`, about one a second (it
+    /// sends no `initial-response` message; a service that does has it counted as the
+    /// first). Nothing is cut when the stream ends first, nor when the answer is not streamed
+    /// (another target, an error answer): those are forwarded as they are. Counted as
+    /// injected when the rule fires, like every fault.
     CutStreamAfter(u64),
     /// 400 `ProvisionedThroughputExceededException` (Kinesis or DynamoDB by the target).
     Throttled,
@@ -120,7 +127,7 @@ impl Fault {
     }
 
     /// The canned answer of an error fault for `target`, `None` for the others.
-    fn answer(&self, target: &str, request_id: u64) -> Option<Vec<u8>> {
+    fn answer(&self, target: &str, request_id: u64) -> Option<Response<Bytes>> {
         let dynamodb = target.starts_with("DynamoDB_");
         let qualify = |code: &str| {
             if dynamodb {
@@ -191,15 +198,12 @@ impl Fault {
         } else {
             "application/x-amz-json-1.1"
         };
-        Some(
-            format!(
-                "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-                 x-amzn-RequestId: fault-proxy-{request_id:08}\r\n\r\n{body}",
-                reason(status),
-                body.len()
-            )
-            .into_bytes(),
-        )
+        Response::builder()
+            .status(status)
+            .header("Content-Type", content_type)
+            .header("x-amzn-RequestId", format!("fault-proxy-{request_id:08}"))
+            .body(Bytes::from(body))
+            .ok()
     }
 }
 
@@ -621,468 +625,195 @@ pub fn dynamodb_config_builder(proxy: &FaultProxy) -> aws_sdk_dynamodb::config::
 }
 
 // ---------------------------------------------------------------------------------------------
-// HTTP/1.1
+// HTTP, on hyper
 
-/// One side of a connection, with the bytes read but not yet consumed.
-struct Wire {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    /// Whether a message went through this connection already (for the stale check).
-    used: bool,
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A client connection to the emulator: its request sender, and the task driving it.
+struct Upstream {
+    sender: SendRequest<Full<Bytes>>,
+    driver: tokio::task::JoinHandle<()>,
 }
 
-impl Wire {
-    fn new(stream: TcpStream) -> Self {
-        Self {
-            stream,
-            buf: Vec::new(),
-            used: false,
+impl Upstream {
+    /// Connects to `addr`; with `reset`, the connection closes with a reset (RST) rather than
+    /// a FIN, so the emulator sees its stream fail at once (kinesis-local then ends the
+    /// subscription within about one event interval, instead of two after a FIN).
+    async fn connect(addr: &str, reset: bool) -> Result<Self, BoxError> {
+        let stream = TcpStream::connect(addr).await?;
+        let _ = stream.set_nodelay(true);
+        if reset {
+            // A zero linger never blocks on drop (the deprecation is about the others);
+            // `set_zero_linger` needs a newer tokio than the manifest asks for.
+            #[allow(deprecated)]
+            let _ = stream.set_linger(Some(Duration::ZERO));
         }
-    }
-
-    /// Reads more bytes; false at the end of the stream.
-    async fn fill(&mut self) -> io::Result<bool> {
-        let mut chunk = [0u8; 16 * 1024];
-        let n = self.stream.read(&mut chunk).await?;
-        self.buf.extend_from_slice(&chunk[..n]);
-        Ok(n > 0)
-    }
-
-    /// A message head through its blank line; `None` at a clean end of the stream (nothing
-    /// read).
-    async fn read_head(&mut self) -> io::Result<Option<Vec<u8>>> {
-        loop {
-            if let Some(at) = find(&self.buf, b"\r\n\r\n") {
-                return Ok(Some(self.buf.drain(..at + 4).collect()));
-            }
-            if self.buf.len() > MAX_HEAD {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "message head too long",
-                ));
-            }
-            if !self.fill().await? {
-                return if self.buf.is_empty() {
-                    Ok(None)
-                } else {
-                    Err(io::ErrorKind::UnexpectedEof.into())
-                };
-            }
-        }
-    }
-
-    /// Exactly `n` bytes.
-    async fn read_exact(&mut self, n: usize) -> io::Result<Vec<u8>> {
-        while self.buf.len() < n {
-            if !self.fill().await? {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-        }
-        Ok(self.buf.drain(..n).collect())
-    }
-
-    /// One line through its CRLF.
-    async fn read_line(&mut self) -> io::Result<Vec<u8>> {
-        loop {
-            if let Some(at) = find(&self.buf, b"\r\n") {
-                return Ok(self.buf.drain(..at + 2).collect());
-            }
-            if self.buf.len() > MAX_HEAD {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "line too long"));
-            }
-            if !self.fill().await? {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-        }
-    }
-
-    /// A chunked body, framing included, through its last chunk and trailers.
-    async fn read_chunked(&mut self) -> io::Result<Vec<u8>> {
-        let mut raw = Vec::new();
-        loop {
-            let line = self.read_line().await?;
-            let size = chunk_size(&line)?;
-            raw.extend_from_slice(&line);
-            if size == 0 {
-                // Trailers, through the blank line.
-                loop {
-                    let trailer = self.read_line().await?;
-                    raw.extend_from_slice(&trailer);
-                    if trailer == b"\r\n" {
-                        return Ok(raw);
-                    }
-                }
-            }
-            raw.extend_from_slice(&self.read_exact(size + 2).await?);
-        }
-    }
-
-    /// Everything up to the end of the stream.
-    async fn read_to_end(&mut self) -> io::Result<Vec<u8>> {
-        while self.fill().await? {}
-        Ok(std::mem::take(&mut self.buf))
-    }
-
-    /// True when the peer closed this idle connection (or sent something unasked).
-    fn is_stale(&mut self) -> bool {
-        if !self.buf.is_empty() {
-            return true;
-        }
-        let mut probe = [0u8; 1];
-        !matches!(
-            self.stream.try_read(&mut probe),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock
-        )
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(Self { sender, driver })
     }
 }
 
-/// The size of a chunk, from its size line (CRLF included; extensions ignored).
-fn chunk_size(line: &[u8]) -> io::Result<usize> {
-    let text = String::from_utf8_lossy(&line[..line.len().saturating_sub(2)]).into_owned();
-    let text = text.split(';').next().unwrap_or("").trim();
-    usize::from_str_radix(text, 16).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("bad chunk size {text:?}"),
-        )
-    })
-}
-
-/// A parsed message head.
-struct Head {
-    raw: Vec<u8>,
-    start_line: String,
-    headers: Vec<(String, String)>,
-}
-
-impl Head {
-    fn parse(raw: Vec<u8>) -> io::Result<Self> {
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let mut lines = text.split("\r\n");
-        let start_line = lines.next().unwrap_or_default().to_owned();
-        let headers = lines
-            .filter(|l| !l.is_empty())
-            .map(|l| match l.split_once(':') {
-                Some((name, value)) => Ok((name.trim().to_ascii_lowercase(), value.trim().into())),
-                None => Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("bad header line {l:?}"),
-                )),
-            })
-            .collect::<io::Result<_>>()?;
-        Ok(Self {
-            raw,
-            start_line,
-            headers,
-        })
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn has_token(&self, name: &str, token: &str) -> bool {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n == name)
-            .flat_map(|(_, v)| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    }
-
-    fn is_chunked(&self) -> bool {
-        self.has_token("transfer-encoding", "chunked")
-    }
-
-    fn content_length(&self) -> io::Result<Option<usize>> {
-        self.header("content-length")
-            .map(|v| {
-                v.parse::<usize>().map_err(|_| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("bad content-length {v:?}"),
-                    )
-                })
-            })
-            .transpose()
-    }
-
-    fn is_http10(&self) -> bool {
-        self.start_line.starts_with("HTTP/1.0") || self.start_line.ends_with("HTTP/1.0")
-    }
-
-    /// Whether the connection ends after this message.
-    fn closes(&self) -> bool {
-        self.has_token("connection", "close")
-            || (self.is_http10() && !self.has_token("connection", "keep-alive"))
-    }
-
-    /// The status code of a response head.
-    fn status(&self) -> io::Result<u16> {
-        self.start_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("bad status line {:?}", self.start_line),
-                )
-            })
-    }
-}
-
-/// A request as read from the client: head and raw body.
-struct Request {
-    head: Head,
-    body: Vec<u8>,
-}
-
-impl Request {
-    fn bytes(&self) -> Vec<u8> {
-        let mut out = self.head.raw.clone();
-        out.extend_from_slice(&self.body);
-        out
-    }
-}
-
-async fn read_request(client: &mut Wire) -> io::Result<Option<Request>> {
-    let Some(raw) = client.read_head().await? else {
-        return Ok(None);
-    };
-    let head = Head::parse(raw)?;
-    let body = if head.is_chunked() {
-        client.read_chunked().await?
-    } else {
-        match head.content_length()? {
-            Some(n) => client.read_exact(n).await?,
-            None => Vec::new(),
-        }
-    };
-    Ok(Some(Request { head, body }))
-}
-
-/// How a response body is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
-    /// Chunked, through its last chunk and trailers.
-    Chunked,
-    /// `Content-Length` bytes.
-    Length(usize),
-    /// Up to the end of the connection.
-    ToEnd,
-}
-
-impl Framing {
-    /// How the body of the final response `head` is delimited; `None` when it has none.
-    fn of(head: &Head, status: u16) -> io::Result<Option<Self>> {
-        if status == 204 || status == 304 || (100..200).contains(&status) {
-            return Ok(None);
-        }
-        if head.is_chunked() {
-            return Ok(Some(Self::Chunked));
-        }
-        Ok(Some(
-            head.content_length()?.map_or(Self::ToEnd, Self::Length),
-        ))
-    }
-}
-
-/// A response as read from upstream: every byte to hand on (interim 1xx answers included),
-/// and whether the connection ends after it.
-struct Response {
-    bytes: Vec<u8>,
-    closes: bool,
-    /// A body left upstream to be relayed as it arrives ([`Relay`]); `bytes` holds the heads
-    /// only then.
-    streamed: Option<Framing>,
-}
-
-/// The response heads through the final one (interim 1xx answers first, all in the bytes);
-/// `Ok(None)` when the connection ended before the first byte.
-async fn read_final_head(upstream: &mut Wire) -> io::Result<Option<(Vec<u8>, Head, u16)>> {
-    let mut bytes = Vec::new();
-    loop {
-        let Some(raw) = upstream.read_head().await? else {
-            return if bytes.is_empty() {
-                Ok(None)
-            } else {
-                Err(io::ErrorKind::UnexpectedEof.into())
-            };
-        };
-        let head = Head::parse(raw)?;
-        let status = head.status()?;
-        bytes.extend_from_slice(&head.raw);
-        // The final answer; an interim one (100 Continue) is followed by the real one.
-        if !(100..200).contains(&status) || status == 101 {
-            return Ok(Some((bytes, head, status)));
-        }
-    }
-}
-
-/// Reads one response, leaving a successful answer's body upstream when `stream`;
-/// `Ok(None)` when the connection ended before its first byte.
-async fn read_response(upstream: &mut Wire, stream: bool) -> io::Result<Option<Response>> {
-    let Some((mut bytes, head, status)) = read_final_head(upstream).await? else {
-        return Ok(None);
-    };
-    let framing = Framing::of(&head, status)?;
-    let closes = head.closes() || framing == Some(Framing::ToEnd);
-    if stream && (200..300).contains(&status) && framing.is_some() {
-        return Ok(Some(Response {
-            bytes,
-            closes,
-            streamed: framing,
-        }));
-    }
-    match framing {
-        Some(Framing::Chunked) => bytes.extend_from_slice(&upstream.read_chunked().await?),
-        Some(Framing::Length(n)) => bytes.extend_from_slice(&upstream.read_exact(n).await?),
-        Some(Framing::ToEnd) => bytes.extend_from_slice(&upstream.read_to_end().await?),
-        None => {}
-    }
-    Ok(Some(Response {
-        bytes,
-        closes,
-        streamed: None,
-    }))
-}
-
-/// Sends `request` upstream (re-opening a connection the emulator closed while idle) and
-/// reads the answer (its head only when it is to be streamed: see [`read_response`]).
-async fn forward(
-    upstream_addr: &str,
-    upstream: &mut Option<Wire>,
-    request: &Request,
-    stream: bool,
-) -> io::Result<Response> {
-    let bytes = request.bytes();
-    for attempt in 0..2 {
-        if upstream.as_mut().is_some_and(Wire::is_stale) {
-            *upstream = None;
-        }
-        let wire = match upstream {
-            Some(wire) => wire,
-            None => {
-                let stream = TcpStream::connect(upstream_addr).await?;
-                let _ = stream.set_nodelay(true);
-                upstream.insert(Wire::new(stream))
-            }
-        };
-        let reused = wire.used;
-        wire.used = true;
-        let sent = wire.stream.write_all(&bytes).await;
-        let answer = match sent {
-            Ok(()) => read_response(wire, stream).await,
-            Err(e) => Err(e),
-        };
-        match answer {
-            Ok(Some(response)) => {
-                // A streamed body still needs the connection (dropped after the relay).
-                if response.closes && response.streamed.is_none() {
-                    *upstream = None;
-                }
-                return Ok(response);
-            }
-            // A kept-alive connection the emulator closed just as the request went out: the
-            // request was not processed; send it once more on a new connection.
-            Ok(None) if reused && attempt == 0 => *upstream = None,
-            Err(e) if reused && attempt == 0 && is_closed_under_us(&e) => *upstream = None,
-            Ok(None) => {
-                *upstream = None;
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the emulator closed the connection without answering",
-                ));
-            }
-            Err(e) => {
-                *upstream = None;
-                return Err(e);
-            }
-        }
-    }
-    unreachable!("the second attempt always returns")
-}
-
-/// Marks a request as being handled until dropped.
-struct Pending<'a> {
-    inner: &'a Inner,
+/// Marks a request as being handled until dropped (with the answer, once it went out).
+struct Pending {
+    inner: Arc<Inner>,
     id: u64,
 }
 
-impl<'a> Pending<'a> {
-    fn new(inner: &'a Inner, id: u64, target: &str) -> Self {
+impl Pending {
+    fn new(inner: &Arc<Inner>, id: u64, target: &str) -> Self {
         inner.lock().pending.insert(id, target.to_owned());
-        Self { inner, id }
+        Self {
+            inner: inner.clone(),
+            id,
+        }
     }
 }
 
-impl Drop for Pending<'_> {
+impl Drop for Pending {
     fn drop(&mut self) {
         self.inner.lock().pending.remove(&self.id);
     }
 }
 
-/// Serves one client connection until it closes or a fault drops it.
-async fn serve(inner: Arc<Inner>, client: TcpStream) {
-    let mut client = Wire::new(client);
-    let mut upstream: Option<Wire> = None;
-    // Ends when the client closed the connection, or sent something unreadable.
-    while let Ok(Some(request)) = read_request(&mut client).await {
-        if !exchange(&inner, &mut client, &mut upstream, &request).await {
-            return;
-        }
-    }
+/// One client connection: its upstream connection, opened on the first request.
+struct Connection {
+    inner: Arc<Inner>,
+    upstream: tokio::sync::Mutex<Option<Upstream>>,
 }
 
-/// Handles one request: decides its fault, forwards it and hands the answer on. False when
-/// the client connection ends with it (dropping both connections).
-async fn exchange(
-    inner: &Inner,
-    client: &mut Wire,
-    upstream: &mut Option<Wire>,
-    request: &Request,
-) -> bool {
-    let request_id = inner.requests.fetch_add(1, Ordering::Relaxed);
-    let target = request
-        .head
-        .header("x-amz-target")
-        .unwrap_or("(none)")
-        .to_owned();
-    let client_closes = request.head.closes();
-    let _pending = Pending::new(inner, request_id, &target);
-    let fault = inner.decide(&target);
-    if let Some(answer) = fault.as_ref().and_then(|f| f.answer(&target, request_id)) {
-        return client.stream.write_all(&answer).await.is_ok() && !client_closes;
-    }
-    match fault {
-        Some(Fault::Drop) => return false,
-        Some(Fault::Latency(wait)) => tokio::time::sleep(wait).await,
-        _ => {}
-    }
-    let stream = target == STREAMED_TARGET;
-    let response = match forward(&inner.upstream, upstream, request, stream).await {
-        Ok(response) => response,
-        Err(e) => {
-            bad_gateway(inner, client, &e).await;
-            return false;
+/// Serves one client connection until it closes or a fault drops it. Each request is handled
+/// by a task of its own, so that it is forwarded even when the client gives up on it.
+async fn serve(inner: Arc<Inner>, client: TcpStream) {
+    let connection = Arc::new(Connection {
+        inner,
+        upstream: tokio::sync::Mutex::new(None),
+    });
+    let service = hyper::service::service_fn(move |request| {
+        let (connection, tasks) = (connection.clone(), &connection.inner.tasks);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .spawn(async move {
+                let _ = tx.send(connection.exchange(request).await.map_err(io::Error::other));
+            });
+        async move {
+            rx.await
+                .unwrap_or_else(|_| Err(io::Error::other("the fault proxy stopped")))
         }
-    };
-    if fault == Some(Fault::DropAfterForward) || !hand_on(client, upstream, &response, fault).await
-    {
-        return false;
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(client), service)
+        .await;
+}
+
+impl Connection {
+    /// Handles one request: decides its fault, forwards it and makes the answer. An error
+    /// closes the client connection without an answer.
+    async fn exchange(&self, request: Request<Incoming>) -> Result<Response<Relay>, BoxError> {
+        let (head, body) = request.into_parts();
+        let body = body.collect().await?.to_bytes();
+        let inner = &self.inner;
+        let request_id = inner.requests.fetch_add(1, Ordering::Relaxed);
+        let target = head
+            .headers
+            .get("x-amz-target")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("(none)")
+            .to_owned();
+        let pending = Pending::new(inner, request_id, &target);
+        let fault = inner.decide(&target);
+        if let Some(answer) = fault.as_ref().and_then(|f| f.answer(&target, request_id)) {
+            return Ok(answer.map(|body| Relay::whole(body, pending)));
+        }
+        let cut_after = match fault {
+            Some(Fault::Drop) => return Err("dropped by the fault proxy".into()),
+            Some(Fault::Latency(wait)) => {
+                tokio::time::sleep(wait).await;
+                None
+            }
+            Some(Fault::CutStreamAfter(n)) => Some(n),
+            _ => None,
+        };
+        let answer = match self.forward(&head, body, cut_after).await {
+            Ok((response, cut)) => read(response, target == STREAMED_TARGET)
+                .await
+                .map(|answer| (answer, cut)),
+            Err(e) => Err(e),
+        };
+        let (answer, cut) = match answer {
+            Ok(answer) => answer,
+            Err(e) => return Ok(bad_gateway(inner, &e, pending)),
+        };
+        if fault == Some(Fault::DropAfterForward) {
+            return Err("answer dropped by the fault proxy".into());
+        }
+        Ok(answer.map(|source| Relay::new(source, cut, pending)))
     }
-    if response.closes || client_closes {
-        let _ = client.stream.shutdown().await;
-        return false;
+
+    /// Sends the request upstream and returns the answer's head, its body to come. A request
+    /// to cut goes on a connection of its own (returned in the [`Cut`]); the others on the
+    /// client connection's, re-opened when the emulator closed it while idle.
+    async fn forward(
+        &self,
+        head: &http::request::Parts,
+        body: Bytes,
+        cut_after: Option<u64>,
+    ) -> Result<(Response<Incoming>, Option<Cut>), BoxError> {
+        let request = || {
+            let mut request = Request::new(Full::new(body.clone()));
+            *request.method_mut() = head.method.clone();
+            *request.uri_mut() = head.uri.clone();
+            *request.version_mut() = head.version;
+            *request.headers_mut() = head.headers.clone();
+            request
+        };
+        if let Some(after) = cut_after {
+            let mut upstream = Upstream::connect(&self.inner.upstream, true).await?;
+            let response = upstream.sender.send_request(request()).await?;
+            return Ok((response, Some(Cut::new(after, upstream))));
+        }
+        let mut slot = self.upstream.lock().await;
+        for attempt in 0..2 {
+            if slot.as_ref().is_some_and(|u| u.sender.is_closed()) {
+                *slot = None;
+            }
+            let reused = slot.is_some();
+            let upstream = match &mut *slot {
+                Some(upstream) => upstream,
+                None => slot.insert(Upstream::connect(&self.inner.upstream, false).await?),
+            };
+            let sent = match upstream.sender.ready().await {
+                Ok(()) => upstream.sender.send_request(request()).await,
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(response) => return Ok((response, None)),
+                // A kept-alive connection the emulator closed just as the request went out:
+                // the request was not processed; send it once more on a new connection.
+                Err(e)
+                    if reused
+                        && attempt == 0
+                        && (e.is_canceled() || e.is_closed() || e.is_incomplete_message()) =>
+                {
+                    *slot = None;
+                }
+                Err(e) => {
+                    *slot = None;
+                    return Err(e.into());
+                }
+            }
+        }
+        unreachable!("the second attempt always returns")
     }
-    true
 }
 
 /// Answers 502 for a forward that failed for a reason of the proxy's own, and counts it.
-async fn bad_gateway(inner: &Inner, client: &mut Wire, e: &io::Error) {
+fn bad_gateway(inner: &Inner, e: &BoxError, pending: Pending) -> Response<Relay> {
     inner.upstream_errors.fetch_add(1, Ordering::Relaxed);
     let body = format!(
         "{{\"__type\":\"FaultProxyUpstreamError\",\"message\":\"{}\"}}",
@@ -1090,180 +821,176 @@ async fn bad_gateway(inner: &Inner, client: &mut Wire, e: &io::Error) {
             "fault proxy: forwarding to the emulator failed: {e}"
         ))
     );
-    let answer = format!(
-        "HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    let mut response = Response::new(Relay::whole(Bytes::from(body), pending));
+    *response.status_mut() = StatusCode::BAD_GATEWAY;
+    let headers = response.headers_mut();
+    headers.insert(
+        "content-type",
+        "application/json".parse().expect("a header"),
     );
-    let _ = client.stream.write_all(answer.as_bytes()).await;
+    headers.insert("connection", "close".parse().expect("a header"));
+    response
 }
 
-/// Writes `response` to the client, relaying its streamed body (cut when `fault` says so).
-/// False when the connections are to be dropped: a write failed, the stream broke or was cut.
-async fn hand_on(
-    client: &mut Wire,
-    upstream: &mut Option<Wire>,
-    response: &Response,
-    fault: Option<Fault>,
-) -> bool {
-    if client.stream.write_all(&response.bytes).await.is_err() {
-        return false;
-    }
-    let (Some(framing), Some(upstream)) = (response.streamed, upstream.as_mut()) else {
-        return response.streamed.is_none();
-    };
-    let cut_after = match fault {
-        Some(Fault::CutStreamAfter(n)) => Some(n),
-        _ => None,
-    };
-    let mut relay = Relay {
-        upstream,
-        client,
-        events: EventCounter::default(),
-        cut_after,
-        inside: 0,
-    };
-    let relayed = relay.body(framing).await;
-    if matches!(relayed, Ok(false)) {
-        relay.reset_upstream();
-    }
-    matches!(relayed, Ok(true))
+/// The answer handed to the client: read whole, or (a successful streamed answer) relayed as
+/// it arrives, perhaps cut. The request stays in flight until it is dropped.
+struct Relay {
+    source: Source,
+    cut: Option<Cut>,
+    pending: Pending,
 }
 
-/// Copies a streamed body from upstream to the client as its bytes arrive, chunked framing
-/// included, and cuts it inside an event-stream message when asked.
-struct Relay<'a> {
-    upstream: &'a mut Wire,
-    client: &'a mut Wire,
-    /// The event-stream messages of the body relayed whole so far.
+enum Source {
+    Whole(Option<Bytes>),
+    Streamed(Incoming),
+}
+
+impl Relay {
+    fn whole(body: Bytes, pending: Pending) -> Self {
+        Self::new(Source::Whole(Some(body)), None, pending)
+    }
+
+    /// A streamed source keeps its cut; a whole one has nothing to cut.
+    fn new(source: Source, cut: Option<Cut>, pending: Pending) -> Self {
+        let cut = cut.filter(|_| matches!(source, Source::Streamed(_)));
+        Self {
+            source,
+            cut,
+            pending,
+        }
+    }
+}
+
+/// Reads the answer's body whole, or leaves it to be relayed as a stream when `streamed` and
+/// the answer is successful.
+async fn read(response: Response<Incoming>, streamed: bool) -> Result<Response<Source>, BoxError> {
+    let (mut head, body) = response.into_parts();
+    if streamed && head.status.is_success() {
+        return Ok(Response::from_parts(head, Source::Streamed(body)));
+    }
+    let body = body.collect().await?.to_bytes();
+    head.headers.remove("transfer-encoding");
+    head.headers.remove("content-length");
+    Ok(Response::from_parts(head, Source::Whole(Some(body))))
+}
+
+/// Cuts a streamed body inside an event-stream message: after `after` whole messages and
+/// [`CUT_INSIDE`] bytes of the next, the bytes relayed are left to go out, then the client
+/// connection fails and the upstream one is reset.
+struct Cut {
+    after: u64,
     events: EventCounter,
-    /// Cut the body inside the message after this many.
-    cut_after: Option<u64>,
     /// The bytes relayed of the message the cut falls in.
     inside: usize,
+    stage: Stage,
+    /// The request's own upstream connection, which closes with a reset.
+    upstream: Option<Upstream>,
 }
 
-impl Relay<'_> {
-    /// Relays the body: `Ok(true)` when it ended, `Ok(false)` when it was cut.
-    async fn body(&mut self, framing: Framing) -> io::Result<bool> {
-        match framing {
-            Framing::Chunked => self.chunked().await,
-            Framing::Length(n) => self.data(Some(n)).await,
-            Framing::ToEnd => self.data(None).await,
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Relaying,
+    /// The last bytes before the cut were handed on: the client connection writes them out
+    /// before it polls the body again.
+    Flushing,
+    Cut,
+}
+
+impl Cut {
+    fn new(after: u64, upstream: Upstream) -> Self {
+        Self {
+            after,
+            events: EventCounter::default(),
+            inside: 0,
+            stage: Stage::Relaying,
+            upstream: Some(upstream),
         }
     }
 
-    /// A chunked body: size lines, CRLFs and trailers relayed as they are, chunk data through
-    /// [`data`](Self::data).
-    async fn chunked(&mut self) -> io::Result<bool> {
-        loop {
-            let size = chunk_size(&self.line().await?)?;
-            if size == 0 {
-                // Trailers, through the blank line.
-                while self.line().await? != b"\r\n" {}
-                return Ok(true);
-            }
-            if !self.data(Some(size)).await? {
-                return Ok(false);
-            }
-            if self.line().await? != b"\r\n" {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "chunk data not followed by CRLF",
-                ));
-            }
-        }
-    }
-
-    /// Relays `n` body bytes (`None`: up to upstream's end) as they arrive; `Ok(false)` when
-    /// the cut falls among them (the bytes after it are not relayed).
-    async fn data(&mut self, mut left: Option<usize>) -> io::Result<bool> {
-        loop {
-            if self.is_cut() {
-                return Ok(false);
-            }
-            if left == Some(0) {
-                return Ok(true);
-            }
-            if self.upstream.buf.is_empty() {
-                if !self.more().await? {
-                    return left.map_or(Ok(true), |_| Err(io::ErrorKind::UnexpectedEof.into()));
-                }
-                continue;
-            }
-            let ready = left.map_or(self.upstream.buf.len(), |n| n.min(self.upstream.buf.len()));
-            let take = self.take(ready);
-            self.client
-                .stream
-                .write_all(&self.upstream.buf[..take])
-                .await?;
-            self.upstream.buf.drain(..take);
-            left = left.map(|n| n - take);
-        }
-    }
-
-    /// How many of the first `ready` buffered bytes go through before the cut: the whole
-    /// messages up to `cut_after`, then [`CUT_INSIDE`] bytes of the next one.
-    fn take(&mut self, ready: usize) -> usize {
-        let whole = self
-            .events
-            .take(&self.upstream.buf[..ready], self.cut_after);
-        if self.cut_after.is_none_or(|n| self.events.complete < n) {
+    /// How many of `data`'s bytes go through before the cut: the whole messages up to
+    /// `after`, then [`CUT_INSIDE`] bytes of the next one.
+    fn take(&mut self, data: &[u8]) -> usize {
+        let whole = self.events.take(data, Some(self.after));
+        if self.events.complete < self.after {
             return whole;
         }
-        let inside = (ready - whole).min(CUT_INSIDE - self.inside);
+        let inside = (data.len() - whole).min(CUT_INSIDE - self.inside);
         self.inside += inside;
+        if self.inside >= CUT_INSIDE {
+            self.stage = Stage::Flushing;
+        }
         whole + inside
     }
 
-    fn is_cut(&self) -> bool {
-        self.cut_after
-            .is_some_and(|n| self.events.complete >= n && self.inside >= CUT_INSIDE)
+    /// Resets the upstream connection: its task is stopped, its socket closed with a zero
+    /// linger.
+    fn reset_upstream(&mut self) {
+        if let Some(upstream) = self.upstream.take() {
+            upstream.driver.abort();
+        }
     }
+}
 
-    /// Makes the upstream connection close with a reset (RST) rather than a FIN, so the
-    /// emulator sees its stream fail at once (kinesis-local then ends the subscription within
-    /// about one event interval, instead of two after a FIN).
-    fn reset_upstream(&self) {
-        // A zero linger never blocks on drop (the deprecation is about the others);
-        // `set_zero_linger` needs a newer tokio than the manifest asks for.
-        #[allow(deprecated)]
-        let _ = self.upstream.stream.set_linger(Some(Duration::ZERO));
-    }
+impl Body for Relay {
+    type Data = Bytes;
+    type Error = io::Error;
 
-    /// One line through its CRLF, relayed.
-    async fn line(&mut self) -> io::Result<Vec<u8>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        let incoming = match &mut this.source {
+            Source::Whole(body) => return Poll::Ready(body.take().map(|b| Ok(Frame::data(b)))),
+            Source::Streamed(incoming) => incoming,
+        };
+        match this.cut.as_mut().map(|cut| cut.stage) {
+            Some(Stage::Flushing) => {
+                // hyper flushes what it was handed before polling the body again.
+                this.cut.as_mut().expect("a cut").stage = Stage::Cut;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Some(Stage::Cut) => {
+                this.cut.as_mut().expect("a cut").reset_upstream();
+                let cut = io::Error::other("stream cut by the fault proxy");
+                return Poll::Ready(Some(Err(cut)));
+            }
+            Some(Stage::Relaying) | None => {}
+        }
         loop {
-            if let Some(at) = find(&self.upstream.buf, b"\r\n") {
-                let line: Vec<u8> = self.upstream.buf.drain(..at + 2).collect();
-                self.client.stream.write_all(&line).await?;
-                return Ok(line);
-            }
-            if self.upstream.buf.len() > MAX_HEAD {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "line too long"));
-            }
-            if !self.more().await? {
-                return Err(io::ErrorKind::UnexpectedEof.into());
+            let frame = match ready!(Pin::new(&mut *incoming).poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                Some(Err(e)) => return Poll::Ready(Some(Err(io::Error::other(e)))),
+                None => return Poll::Ready(None),
+            };
+            let Some(cut) = this.cut.as_mut() else {
+                return Poll::Ready(Some(Ok(frame)));
+            };
+            let data = match frame.into_data() {
+                Ok(data) => data,
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
+            };
+            let take = cut.take(&data);
+            if take > 0 {
+                return Poll::Ready(Some(Ok(Frame::data(data.slice(..take)))));
             }
         }
     }
 
-    /// Waits for more bytes from upstream (false at its end), watching the client meanwhile:
-    /// a client that closed the connection (gave up on the stream) ends the relay with an
-    /// error; bytes it sends stay buffered.
-    async fn more(&mut self) -> io::Result<bool> {
-        loop {
-            tokio::select! {
-                more = self.upstream.fill() => return more,
-                read = self.client.fill() => {
-                    if !read? {
-                        return Err(io::Error::new(
-                            io::ErrorKind::ConnectionAborted,
-                            "the client closed the connection during the stream",
-                        ));
-                    }
-                }
+    fn is_end_stream(&self) -> bool {
+        match &self.source {
+            Source::Whole(body) => body.is_none(),
+            Source::Streamed(incoming) => self.cut.is_none() && incoming.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.source {
+            Source::Whole(body) => {
+                SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
             }
+            Source::Streamed(_) => SizeHint::default(),
         }
     }
 }
@@ -1321,20 +1048,6 @@ impl EventCounter {
     }
 }
 
-/// An error saying the peer closed the connection before answering anything.
-fn is_closed_under_us(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-    )
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
 fn json_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -1349,18 +1062,4 @@ fn json_escape(text: &str) -> String {
         }
     }
     out
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        400 => "Bad Request",
-        403 => "Forbidden",
-        404 => "Not Found",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Error",
-    }
 }
