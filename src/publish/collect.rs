@@ -252,7 +252,7 @@ impl Batch {
 /// The collecting task: batches the queue's publishes and sends them, until every publisher
 /// handle is gone (batches on their way still finish).
 async fn collect(
-    mut queue: mpsc::UnboundedReceiver<Request>,
+    queue: mpsc::UnboundedReceiver<Request>,
     publisher: Publisher,
     settings: Collect,
     aggregation: Option<(Aggregate, Arc<SharedMap>)>,
@@ -270,59 +270,90 @@ async fn collect(
                 bytes: call.bytes,
             }
         } else {
-            batch_limits(
-                call,
-                outstanding.load(Ordering::Relaxed),
-                settings.calls_in_flight,
-            )
+            let outstanding = outstanding.load(Ordering::Relaxed);
+            batch_limits(call, outstanding, settings.calls_in_flight)
         }
     };
     let slots = Arc::new(Semaphore::new(settings.calls_in_flight));
-    let mut held: Option<Request> = None;
-    let mut open = true;
-    loop {
-        let first = match held.take() {
-            Some(request) => request,
-            None if !open => break,
-            None => match queue.recv().await {
-                Some(request) => request,
-                None => break,
-            },
-        };
+    let mut queue = Queue {
+        rx: queue,
+        held: None,
+        open: true,
+    };
+    while let Some(first) = queue.first().await {
         let mut batch = Batch::new(first);
-        let linger = tokio::time::sleep(settings.linger);
+        queue.fill(&mut batch, settings.linger, &limits).await;
+        // The semaphore is never closed.
+        let Ok(slot) = queue.slot(&mut batch, &slots, &limits).await else {
+            break;
+        };
+        tokio::spawn(send(publisher.clone(), batch, aggregation.clone(), slot));
+    }
+}
+
+/// The queue as the collecting task reads it: a publish held back for the next batch (it did
+/// not fit), and whether any publisher handle is left.
+struct Queue {
+    rx: mpsc::UnboundedReceiver<Request>,
+    held: Option<Request>,
+    open: bool,
+}
+
+impl Queue {
+    /// The first publish of the next batch; `None` once every handle is gone and the queue
+    /// is empty.
+    async fn first(&mut self) -> Option<Request> {
+        match self.held.take() {
+            Some(request) => Some(request),
+            None if !self.open => None,
+            None => self.rx.recv().await,
+        }
+    }
+
+    /// Adds what arrives to `batch` until it is full or `linger` is over.
+    async fn fill(
+        &mut self,
+        batch: &mut Batch,
+        linger: Duration,
+        limits: &(dyn Fn() -> CallLimits + Sync),
+    ) {
+        let linger = tokio::time::sleep(linger);
         tokio::pin!(linger);
-        // Fill until full or the linger is over.
-        while open && held.is_none() && !batch.full(limits()) {
+        while self.open && self.held.is_none() && !batch.full(limits()) {
             tokio::select! {
                 biased;
-                next = queue.recv() => match next {
-                    Some(request) => held = batch.add(request, limits()).err(),
+                next = self.rx.recv() => match next {
+                    Some(request) => self.held = batch.add(request, limits()).err(),
                     None => {
-                        open = false;
+                        self.open = false;
                         break;
                     }
                 },
                 () = &mut linger => break,
             }
         }
-        // Wait for a call slot, filling meanwhile.
-        let slot = loop {
-            if held.is_some() || batch.full(limits()) || !open {
-                break slots.clone().acquire_owned().await;
+    }
+
+    /// Waits for a call slot, adding what arrives to `batch` meanwhile.
+    async fn slot(
+        &mut self,
+        batch: &mut Batch,
+        slots: &Arc<Semaphore>,
+        limits: &(dyn Fn() -> CallLimits + Sync),
+    ) -> Result<OwnedSemaphorePermit, tokio::sync::AcquireError> {
+        loop {
+            if self.held.is_some() || batch.full(limits()) || !self.open {
+                return slots.clone().acquire_owned().await;
             }
             tokio::select! {
                 biased;
-                slot = slots.clone().acquire_owned() => break slot,
-                next = queue.recv() => match next {
-                    Some(request) => held = batch.add(request, limits()).err(),
-                    None => open = false,
+                slot = slots.clone().acquire_owned() => return slot,
+                next = self.rx.recv() => match next {
+                    Some(request) => self.held = batch.add(request, limits()).err(),
+                    None => self.open = false,
                 },
             }
-        };
-        // The semaphore is never closed.
-        let Ok(slot) = slot else { break };
-        tokio::spawn(send(publisher.clone(), batch, aggregation.clone(), slot));
+        }
     }
 }
 
