@@ -389,7 +389,7 @@ impl<T> Delivery<T> {
 
 impl Delivery<Record> {
     /// Decodes the record's data with `decode` (`serde_json::from_slice`, a protobuf
-    /// decoder, ...). A failure is [`KinesisError::Decode`](crate::KinesisError::Decode): one
+    /// decoder, ...). A failure is [`KinesisError::Decode`](crate::error::KinesisError::Decode): one
     /// error naming the stream, the shard, the sequence number and the partition key, with the
     /// decoder's error as its source. The delivery is left as it was, unsettled: the caller
     /// decides, usually [`skip`](Self::skip) for a record that will never decode (the shard goes
@@ -441,15 +441,15 @@ impl Delivery<Record> {
     ///
     /// # Errors
     ///
-    /// [`KinesisError::Decode`](crate::KinesisError::Decode) when `decode` fails.
+    /// [`KinesisError::Decode`](crate::error::KinesisError::Decode) when `decode` fails.
     pub fn decode<'a, T, E>(
         &'a self,
         decode: impl FnOnce(&'a [u8]) -> Result<T, E>,
-    ) -> Result<T, crate::KinesisError>
+    ) -> Result<T, crate::error::KinesisError>
     where
         E: std::error::Error + Send + Sync + 'static,
     {
-        decode(self.value.data()).map_err(|e| crate::KinesisError::Decode {
+        decode(self.value.data()).map_err(|e| crate::error::KinesisError::Decode {
             stream: self.token.acks.stream().to_string(),
             shard: self.value.shard_id().to_owned(),
             sequence_number: self.value.sequence_number().to_owned(),
@@ -464,12 +464,12 @@ impl Delivery<Record> {
     ///
     /// # Errors
     ///
-    /// [`KinesisError::Decode`](crate::KinesisError::Decode), with the delivery.
+    /// [`KinesisError::Decode`](crate::error::KinesisError::Decode), with the delivery.
     #[allow(clippy::result_large_err)]
     pub fn decode_into<U, E>(
         self,
         decode: impl FnOnce(&[u8]) -> Result<U, E>,
-    ) -> Result<Delivery<U>, (crate::KinesisError, Self)>
+    ) -> Result<Delivery<U>, (crate::error::KinesisError, Self)>
     where
         E: std::error::Error + Send + Sync + 'static,
     {

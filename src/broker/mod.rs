@@ -148,5 +148,7 @@ pub mod prelude {
         MillisBehindLatest, PartitionKey, Position, SeekHandle, SequenceNumber, ShardId,
         StreamName,
     };
-    pub use crate::{KinesisError, KinesisPosition, MemoryKinesis};
+    pub use crate::api::MemoryKinesis;
+    pub use crate::error::KinesisError;
+    pub use crate::position::KinesisPosition;
 }
