@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use kinesis_dataflow::api::{PutRecordsEntry, SharedKinesis};
+use kinesis_dataflow::api::{KinesisAdmin, PutRecordsEntry, SharedKinesis};
 use kinesis_dataflow::lease::SharedLeaseStore;
 use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
@@ -179,7 +179,8 @@ fn assert_per_key_order(log: &[Seen]) {
 async fn two_instances_share_two_streams_through_a_split_and_a_crash() {
     support::init_tracing();
     let client = support::kinesis_client();
-    let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
+    let aws = Arc::new(AwsKinesis::new(client.clone()));
+    let api: SharedKinesis = aws.clone();
     let orders = support::unique_name("multi-orders");
     let payments = support::unique_name("multi-payments");
     support::create_stream(&client, &orders, 2).await;
@@ -259,7 +260,7 @@ async fn two_instances_share_two_streams_through_a_split_and_a_crash() {
     let (split_rounds, crash_rounds) = (rounds..rounds + 5, rounds + 5..rounds + 10);
 
     // A split in one stream while the other flows.
-    api.split_shard(
+    aws.split_shard(
         &orders,
         "shardId-000000000000",
         &(u128::MAX / 4).to_string(),

@@ -79,7 +79,7 @@ async fn cell(kind: Write, answer: Answer) {
     // Records flow from here on, each noted with when it was written.
     let written: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
     let producer = {
-        let (memory, api, written) = (memory.clone(), api.clone(), written.clone());
+        let (memory, written) = (memory.clone(), written.clone());
         tokio::spawn(async move {
             for i in 0..RECORDS {
                 let payload = format!("p{i:04}");
@@ -92,7 +92,8 @@ async fn cell(kind: Write, answer: Answer) {
                     .unwrap();
                 if i == RECORDS / 3 {
                     let middle = (u128::MAX / 4).to_string();
-                    api.split_shard(STREAM, "shardId-000000000000", &middle)
+                    memory
+                        .split_shard(STREAM, "shardId-000000000000", &middle)
                         .await
                         .unwrap();
                 }

@@ -1,8 +1,8 @@
 //! An in-memory Kinesis Data Streams: the demo, in-process tests, deterministic fault
 //! injection.
 //!
-//! [`MemoryKinesis`] implements [`KinesisApi`] with the service's rules on everything a reader
-//! or a producer relies on:
+//! [`MemoryKinesis`] implements [`KinesisApi`] and [`KinesisAdmin`] with the service's rules on
+//! everything a reader or a producer relies on:
 //!
 //! - **Streams and shards.** A stream of N shards splits the 128-bit hash key space evenly, as
 //!   the service does; shard ids are `shardId-000000000000`, counting up for the children of
@@ -82,8 +82,8 @@ use self::ops::{entry_hash, invalid, refused};
 use self::stream::{StreamState, check_stream_name};
 use self::token::IteratorToken;
 use super::{
-    ApiFuture, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordsEntry, PutRecordsOutput,
-    ShardEvents, StreamConsumer, StreamSummary,
+    ApiFuture, GetRecordsOutput, KinesisAdmin, KinesisApi, ListShardsPage, PutRecordsEntry,
+    PutRecordsOutput, ShardEvents, StreamConsumer, StreamSummary,
 };
 use crate::error::{KinesisError, Operation};
 use crate::position::StartingPoint;
@@ -155,7 +155,7 @@ struct State {
 /// Told of every record stored: the stream's name and the record.
 pub type PutObserver = Arc<dyn Fn(&str, &Record) + Send + Sync>;
 
-/// An in-memory Kinesis Data Streams behind [`KinesisApi`].
+/// An in-memory Kinesis Data Streams behind [`KinesisApi`] and [`KinesisAdmin`].
 ///
 /// Clones share one store: hand one clone to the code under test and keep another to add
 /// streams, publish, reshard, inject faults and read the call log. The builder methods
@@ -256,8 +256,9 @@ impl MemoryKinesis {
         }
     }
 
-    /// Creates stream `name` with `shard_count` open shards, like CreateStream but without
-    /// going through the call log or fault injection.
+    /// Creates stream `name` with `shard_count` open shards at once, like CreateStream
+    /// ([`create_stream`](Self::create_stream)) but without awaiting, and without going through
+    /// the call log or fault injection.
     ///
     /// # Errors
     ///
@@ -396,6 +397,72 @@ impl MemoryKinesis {
     /// Forgets the logged calls and resets the counts.
     pub fn clear_calls(&self) {
         self.lock().log.clear();
+    }
+
+    /// CreateStream, as [`KinesisAdmin::create_stream`] (which calls this): creates stream
+    /// `stream` with `shard_count` open shards. Unlike [`add_stream`](Self::add_stream), it
+    /// goes through the call log and fault injection.
+    ///
+    /// # Errors
+    ///
+    /// As [`add_stream`](Self::add_stream), and an injected fault's error.
+    pub fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            self.gate(self.call(Operation::CreateStream, stream), &[])
+                .await?;
+            self.create(Operation::CreateStream, stream, shard_count)
+        })
+    }
+
+    /// SplitShard, as [`KinesisAdmin::split_shard`] (which calls this): closes open shard
+    /// `shard` of `stream` and opens two children, the second one taking the hash keys from
+    /// `new_starting_hash_key` (a decimal 128-bit hash key) on.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::StreamNotFound`] or [`KinesisError::ShardNotFound`];
+    /// [`KinesisError::InvalidArgument`] for a malformed name or hash key, a closed shard, or
+    /// a hash key the shard cannot split at (it must be above the shard's first hash key and
+    /// at most its last); an injected fault's error.
+    pub fn split_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        new_starting_hash_key: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            let call = Call {
+                shard: Some(shard.to_owned()),
+                ..self.call(Operation::SplitShard, stream)
+            };
+            self.gate(call, &[shard]).await?;
+            self.split(stream, shard, new_starting_hash_key)
+        })
+    }
+
+    /// MergeShards, as [`KinesisAdmin::merge_shards`] (which calls this): closes open shards
+    /// `shard` and `adjacent` of `stream`, whose hash key ranges must touch, and opens one
+    /// child taking both ranges.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::StreamNotFound`] or [`KinesisError::ShardNotFound`];
+    /// [`KinesisError::InvalidArgument`] for a malformed name, a closed shard, a shard merged
+    /// with itself, or shards that are not adjacent; an injected fault's error.
+    pub fn merge_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        adjacent: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            let call = Call {
+                shard: Some(shard.to_owned()),
+                ..self.call(Operation::MergeShards, stream)
+            };
+            self.gate(call, &[shard, adjacent]).await?;
+            self.merge(stream, shard, adjacent)
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -545,51 +612,11 @@ impl KinesisApi for MemoryKinesis {
         })
     }
 
-    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
-        Box::pin(async move {
-            self.gate(self.call(Operation::CreateStream, stream), &[])
-                .await?;
-            self.create(Operation::CreateStream, stream, shard_count)
-        })
-    }
-
     fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
         Box::pin(async move {
             self.gate(self.call(Operation::DescribeStreamSummary, stream), &[])
                 .await?;
             self.summary(stream)
-        })
-    }
-
-    fn split_shard<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        new_starting_hash_key: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        Box::pin(async move {
-            let call = Call {
-                shard: Some(shard.to_owned()),
-                ..self.call(Operation::SplitShard, stream)
-            };
-            self.gate(call, &[shard]).await?;
-            self.split(stream, shard, new_starting_hash_key)
-        })
-    }
-
-    fn merge_shards<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        adjacent: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        Box::pin(async move {
-            let call = Call {
-                shard: Some(shard.to_owned()),
-                ..self.call(Operation::MergeShards, stream)
-            };
-            self.gate(call, &[shard, adjacent]).await?;
-            self.merge(stream, shard, adjacent)
         })
     }
 
@@ -625,5 +652,31 @@ impl KinesisApi for MemoryKinesis {
         start: &'a StartingPoint,
     ) -> ApiFuture<'a, ShardEvents> {
         Box::pin(self.subscribe(stream, consumer_arn, shard, start))
+    }
+}
+
+/// Calls the inherent methods of the same names, so code holding a [`MemoryKinesis`] needs no
+/// import to create and reshard streams.
+impl KinesisAdmin for MemoryKinesis {
+    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
+        MemoryKinesis::create_stream(self, stream, shard_count)
+    }
+
+    fn split_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        new_starting_hash_key: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        MemoryKinesis::split_shard(self, stream, shard, new_starting_hash_key)
+    }
+
+    fn merge_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        adjacent: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        MemoryKinesis::merge_shards(self, stream, shard, adjacent)
     }
 }
