@@ -6,7 +6,7 @@
 //! | [`KinesisApi`] | the calls: ListShards, GetShardIterator, GetRecords, PutRecords, DescribeStreamSummary; for enhanced fan-out RegisterStreamConsumer, DescribeStreamConsumer, DeregisterStreamConsumer, SubscribeToShard |
 //! | [`KinesisAdmin`] | the calls that create and reshard streams (CreateStream, SplitShard, MergeShards), for tests, demos and tooling |
 //! | [`AwsKinesis`] | the AWS SDK client behind both traits (AWS, LocalStack, emulators) |
-//! | [`MemoryKinesis`] | an in-memory Kinesis: the demo, in-process tests, deterministic fault injection |
+//! | [`MemoryKinesis`] | an in-memory Kinesis: the demo, in-process tests, deterministic fault injection (feature `test-util`) |
 //! | [`layer`] | one way to wrap every call of the seam (counting, recording, faults) |
 //! | [`ShardDescription`], [`GetRecordsOutput`], [`ChildShard`], [`PutRecordsEntry`], [`PutRecordsOutput`], [`StreamSummary`], [`StreamConsumer`], [`ShardEvent`] | what the calls take and return |
 //!
