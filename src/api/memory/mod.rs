@@ -169,9 +169,8 @@ pub type PutObserver = Arc<dyn Fn(&str, &Record) + Send + Sync>;
 ///
 /// Clones share one store: hand one clone to the code under test and keep another to add
 /// streams, publish, reshard, and (with the `test-util` feature) inject faults and read the
-/// call log. The builder methods
-/// (`with_*`) are meant for construction; the settings they change other than the region are
-/// shared by every clone.
+/// call log. The builder methods (`with_*`) are meant for construction; the settings they
+/// change other than the region are shared by every clone.
 ///
 /// See the [module docs](self) for what it models and an example.
 #[derive(Clone)]
