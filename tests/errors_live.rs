@@ -7,7 +7,7 @@ use std::error::Error as _;
 
 use kinesis_dataflow::{AwsKinesis, KinesisError, StartingPoint};
 
-use kinesis_dataflow::api::KinesisApi;
+use kinesis_dataflow::api::{KinesisAdmin, KinesisApi};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_of_real_calls_keep_their_cause() {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::api::memory::Fault;
+use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
 use kinesis_dataflow::error::Operation;
 use kinesis_dataflow::{
     AwsKinesis, KinesisError, MemoryKinesis, ReadSettings, ShardStream, StartingPoint,
@@ -169,7 +169,8 @@ async fn a_closed_shard_ends_with_the_children_its_last_event_names() {
     let api: SharedKinesis = Arc::new(memory.clone());
     let mut stream = fan_out(api.clone(), "s", SHARD, StartingPoint::TrimHorizon);
     assert_eq!(read(&mut stream, 1).await.0, ["a"]);
-    api.split_shard("s", SHARD, "170141183460469231731687303715884105728")
+    memory
+        .split_shard("s", SHARD, "170141183460469231731687303715884105728")
         .await
         .unwrap();
     let end = tokio::time::timeout(Duration::from_secs(60), stream.next())
@@ -190,7 +191,8 @@ async fn a_closed_shard_ends_with_the_children_its_last_event_names() {
 async fn kinesis_local_pushes_records_and_a_split_shard_ends() {
     let stream_name = support::unique_name("fan-out-reader");
     support::create_stream(&support::kinesis_client(), &stream_name, 1).await;
-    let api: SharedKinesis = Arc::new(AwsKinesis::new(support::kinesis_client()));
+    let aws = Arc::new(AwsKinesis::new(support::kinesis_client()));
+    let api: SharedKinesis = aws.clone();
     let publish = |payload: &'static str| {
         let (api, stream_name) = (api.clone(), stream_name.clone());
         async move {
@@ -209,7 +211,7 @@ async fn kinesis_local_pushes_records_and_a_split_shard_ends() {
     publish("b").await;
     publish("c").await;
     assert_eq!(read(&mut stream, 2).await.0, ["b", "c"]);
-    api.split_shard(
+    aws.split_shard(
         &stream_name,
         SHARD,
         "170141183460469231731687303715884105728",

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kinesis_dataflow::api::{ConsumerStatus, ShardEvent, SharedKinesis, StreamStatus};
+use kinesis_dataflow::api::{
+    ConsumerStatus, KinesisAdmin, ShardEvent, SharedKinesis, StreamStatus,
+};
 use kinesis_dataflow::{AwsKinesis, KinesisError, MemoryKinesis, StartingPoint};
 
 const SHARD: &str = "shardId-000000000000";
@@ -118,8 +120,12 @@ fn payloads(events: &[ShardEvent]) -> Vec<String> {
 }
 
 /// The outcome, the events of the closed parent, and what subscribing again at once said.
-async fn scenario(api: SharedKinesis, stream: &str) -> (Outcome, Vec<ShardEvent>, &'static str) {
-    api.create_stream(stream, 1).await.unwrap();
+async fn scenario(
+    admin: Arc<dyn KinesisAdmin>,
+    stream: &str,
+) -> (Outcome, Vec<ShardEvent>, &'static str) {
+    let api: SharedKinesis = admin.clone();
+    admin.create_stream(stream, 1).await.unwrap();
     wait_active(&api, stream).await;
     api.register_stream_consumer(stream, "app").await.unwrap();
     let registered_again = kind(&api.register_stream_consumer(stream, "app").await);
@@ -178,7 +184,8 @@ async fn scenario(api: SharedKinesis, stream: &str) -> (Outcome, Vec<ShardEvent>
     )
     .await;
 
-    api.split_shard(stream, SHARD, "170141183460469231731687303715884105728")
+    admin
+        .split_shard(stream, SHARD, "170141183460469231731687303715884105728")
         .await
         .unwrap();
     wait_active(&api, stream).await;

@@ -258,13 +258,15 @@ impl Sim {
         let before = self.fleet.shards().await;
         let (split, merged) = reshard_targets(&before);
         let mark = self.mark();
-        let api = &self.fleet.api;
+        let memory = &self.fleet.memory;
         let (start, end) = (hash(&split.starting_hash_key), hash(&split.ending_hash_key));
         let middle = start + (end - start) / 2 + 1;
-        api.split_shard(STREAM, &split.shard_id, &middle.to_string())
+        memory
+            .split_shard(STREAM, &split.shard_id, &middle.to_string())
             .await
             .expect("the split");
-        api.merge_shards(STREAM, &merged.0.shard_id, &merged.1.shard_id)
+        memory
+            .merge_shards(STREAM, &merged.0.shard_id, &merged.1.shard_id)
             .await
             .expect("the merge");
         let children: Vec<String> = (self.fleet.shards().await.into_iter())

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use kinesis_dataflow::api::{PutRecordsEntry, SharedKinesis};
+use kinesis_dataflow::api::{KinesisAdmin, PutRecordsEntry, SharedKinesis};
 use kinesis_dataflow::lease::SharedLeaseStore;
 use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
@@ -307,7 +307,8 @@ async fn split_one_stream_while_the_other_flows(
     rounds: std::ops::Range<usize>,
 ) {
     let api = &world.api;
-    api.split_shard(orders, "shardId-000000000000", &(u128::MAX / 4).to_string())
+    AwsKinesis::new(world.client.clone())
+        .split_shard(orders, "shardId-000000000000", &(u128::MAX / 4).to_string())
         .await
         .unwrap();
     for round in rounds.clone() {

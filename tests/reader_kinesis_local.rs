@@ -8,7 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
 use kinesis_dataflow::api::{PutRecordResult, PutRecordsEntry};
 use kinesis_dataflow::{
     AwsKinesis, KinesisError, ReadSettings, Record, ShardStream, StartingPoint,
@@ -185,7 +185,8 @@ async fn a_split_parent_read_to_its_end_reports_both_children() {
     support::create_stream(&client, &name, 1).await;
     let payloads: Vec<String> = (0..3).map(|i| format!("before-split-{i}")).collect();
     put(&api, &name, &payloads).await;
-    api.split_shard(&name, SHARD0, &(u128::MAX / 2).to_string())
+    AwsKinesis::new(client.clone())
+        .split_shard(&name, SHARD0, &(u128::MAX / 2).to_string())
         .await
         .expect("SplitShard");
     support::wait_active(&client, &name).await;

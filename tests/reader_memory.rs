@@ -455,7 +455,8 @@ async fn no_read_is_issued_while_the_stream_is_not_polled() {
 #[tokio::test(start_paused = true)]
 async fn a_closed_shard_ends_with_its_children() {
     let (memory, api) = kinesis_with(3);
-    api.split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
+    memory
+        .split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
         .await
         .unwrap();
     memory.put(STREAM, "key", "child").unwrap();

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kinesis_dataflow::api::PutRecordsEntry;
-use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
 use kinesis_dataflow::lease::SharedLeaseStore;
 use kinesis_dataflow::{
     AwsKinesis, DynamoLeaseStore, KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription,
@@ -47,6 +47,8 @@ enum Start {
 /// Where a scenario runs: the in-memory transport, or the emulators.
 struct Place {
     api: SharedKinesis,
+    /// The same transport, to reshard.
+    admin: Arc<dyn KinesisAdmin>,
     store: SharedLeaseStore,
     stream: String,
     /// The emulator's client, to wait for the stream to be ACTIVE after a reshard.
@@ -55,10 +57,11 @@ struct Place {
 
 impl Place {
     fn memory() -> Self {
-        let memory = MemoryKinesis::new();
+        let memory = Arc::new(MemoryKinesis::new());
         memory.add_stream("chains", 2).unwrap();
         Self {
-            api: Arc::new(memory),
+            api: memory.clone(),
+            admin: memory,
             store: Arc::new(MemoryLeaseStore::new()),
             stream: "chains".to_owned(),
             client: None,
@@ -70,8 +73,10 @@ impl Place {
         let stream = support::unique_name("chains");
         support::create_stream(&client, &stream, 2).await;
         let table = support::unique_name("chains-leases");
+        let aws = Arc::new(AwsKinesis::new(client.clone()));
         Self {
-            api: Arc::new(AwsKinesis::new(client.clone())),
+            api: aws.clone(),
+            admin: aws,
             store: Arc::new(DynamoLeaseStore::new(support::dynamodb_client(), table).unwrap()),
             stream,
             client: Some(client),
@@ -149,19 +154,20 @@ fn now_ms() -> u64 {
 }
 
 async fn reshard(place: &Place, how: Reshard) {
-    let (api, stream) = (&place.api, place.stream.as_str());
+    let (admin, stream) = (&place.admin, place.stream.as_str());
     let half = u128::MAX / 2;
     // Shard 0 holds the low half of the key space; 2 its low quarter, 3 the next.
-    api.split_shard(stream, "shardId-000000000000", &(half / 2).to_string())
+    admin
+        .split_shard(stream, "shardId-000000000000", &(half / 2).to_string())
         .await
         .unwrap();
     place.settled().await;
     match how {
-        Reshard::SplitTwice => api
+        Reshard::SplitTwice => admin
             .split_shard(stream, "shardId-000000000002", &(half / 4).to_string())
             .await
             .unwrap(),
-        Reshard::SplitThenMerge => api
+        Reshard::SplitThenMerge => admin
             .merge_shards(stream, "shardId-000000000002", "shardId-000000000003")
             .await
             .unwrap(),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use aws_config::BehaviorVersion;
 use aws_sdk_kinesis::config::{Credentials, SharedCredentialsProvider};
 use futures::StreamExt;
-use kinesis_dataflow::api::KinesisApi;
+use kinesis_dataflow::api::{KinesisAdmin, KinesisApi};
 use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
 use kinesis_dataflow::{AwsKinesis, DynamoLeaseStore, KinesisPosition, Publisher, Subscription};
 use ruststream::{Broker, ConnectedBroker, OutgoingMessage, Publisher as _, Subscribe};

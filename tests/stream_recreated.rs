@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kinesis_dataflow::api::PutRecordsEntry;
-use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
 use kinesis_dataflow::lease::SharedLeaseStore;
 use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{
@@ -51,7 +51,8 @@ async fn read_all(sub: &mut Subscription, expected: &BTreeSet<String>, what: &st
 async fn a_stream_created_again_under_the_same_name_is_read_from_its_own_start() {
     support::init_tracing();
     let client = support::kinesis_client();
-    let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
+    let aws = Arc::new(AwsKinesis::new(client.clone()));
+    let api: SharedKinesis = aws.clone();
     let stream = support::unique_name("again");
     let store: SharedLeaseStore = Arc::new(
         DynamoLeaseStore::new(
@@ -64,7 +65,7 @@ async fn a_stream_created_again_under_the_same_name_is_read_from_its_own_start()
     // parent's row says SHARD_END).
     support::create_stream(&client, &stream, 1).await;
     let mut first = publish(&api, &stream, "first").await;
-    api.split_shard(
+    aws.split_shard(
         &stream,
         "shardId-000000000000",
         &(u128::MAX / 2).to_string(),

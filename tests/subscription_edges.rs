@@ -92,11 +92,13 @@ async fn a_first_start_at_the_tip_of_a_resharded_stream_reads_no_closed_shard() 
     let store = MemoryLeaseStore::new();
     let half = u128::MAX / 2;
     let mut before = write(&memory, "old", 24);
-    api.split_shard(STREAM, "shardId-000000000000", &(half / 2).to_string())
+    memory
+        .split_shard(STREAM, "shardId-000000000000", &(half / 2).to_string())
         .await
         .unwrap();
     before.extend(write(&memory, "older", 24));
-    api.split_shard(STREAM, "shardId-000000000002", &(half / 4).to_string())
+    memory
+        .split_shard(STREAM, "shardId-000000000002", &(half / 4).to_string())
         .await
         .unwrap();
     before.extend(write(&memory, "oldest", 24));

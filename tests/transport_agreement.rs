@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
 use kinesis_dataflow::api::{PutRecordResult, PutRecordsEntry, StreamStatus};
 use kinesis_dataflow::{
     AwsKinesis, KinesisError, MemoryKinesis, ReadSettings, Record, ShardStream, StartingPoint,
@@ -188,8 +188,9 @@ async fn put(
         .collect()
 }
 
-async fn scenario(api: SharedKinesis, stream: &str) -> Outcome {
-    api.create_stream(stream, 3).await.unwrap();
+async fn scenario(admin: Arc<dyn KinesisAdmin>, stream: &str) -> Outcome {
+    let api: SharedKinesis = admin.clone();
+    admin.create_stream(stream, 3).await.unwrap();
     wait_active(&api, stream).await;
     let stored = put(&api, stream, 0..40).await;
 
@@ -254,12 +255,14 @@ async fn scenario(api: SharedKinesis, stream: &str) -> Outcome {
 
     // Split shard 0 in the middle of its range, then merge the two children back.
     let mid = (u128::MAX / 4).to_string();
-    api.split_shard(stream, "shardId-000000000000", &mid)
+    admin
+        .split_shard(stream, "shardId-000000000000", &mid)
         .await
         .unwrap();
     wait_active(&api, stream).await;
     let (_, split_children) = read_to_end(&api, stream, "shardId-000000000000").await;
-    api.merge_shards(stream, "shardId-000000000003", "shardId-000000000004")
+    admin
+        .merge_shards(stream, "shardId-000000000003", "shardId-000000000004")
         .await
         .unwrap();
     wait_active(&api, stream).await;

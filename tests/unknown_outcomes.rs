@@ -119,7 +119,7 @@ impl Cell {
     /// Records flow from here on, each noted with when it was written; the stream is split a
     /// third of the way through.
     fn start_producer(&self, written: Written) -> JoinHandle<()> {
-        let (memory, api) = (self.memory.clone(), self.api.clone());
+        let memory = self.memory.clone();
         tokio::spawn(async move {
             for i in 0..RECORDS {
                 let payload = format!("p{i:04}");
@@ -132,7 +132,8 @@ impl Cell {
                     .unwrap();
                 if i == RECORDS / 3 {
                     let middle = (u128::MAX / 4).to_string();
-                    api.split_shard(STREAM, "shardId-000000000000", &middle)
+                    memory
+                        .split_shard(STREAM, "shardId-000000000000", &middle)
                         .await
                         .unwrap();
                 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_kinesis::primitives::Blob;
-use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
 use kinesis_dataflow::lease::{Lease, SharedLeaseStore};
 use kinesis_dataflow::{
     AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription, SubscriptionBuilder,
@@ -541,7 +541,7 @@ async fn a_reset_to_the_horizon_reads_a_split_stream_again_parents_first() {
 /// `child-*`: every payload.
 async fn split_and_put(app: &App) -> BTreeSet<String> {
     let before_split = app.put("parent", 5).await;
-    app.api
+    AwsKinesis::new(app.client.clone())
         .split_shard(
             &app.stream,
             "shardId-000000000000",

@@ -1,4 +1,4 @@
-//! The AWS SDK client behind [`KinesisApi`].
+//! The AWS SDK client behind [`KinesisApi`] and [`KinesisAdmin`].
 
 mod fan_out;
 
@@ -14,9 +14,9 @@ use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
 use bytes::Bytes;
 
 use super::{
-    ApiFuture, ChildShard, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordResult,
-    PutRecordsEntry, PutRecordsOutput, ShardDescription, ShardEvents, StreamConsumer, StreamStatus,
-    StreamSummary,
+    ApiFuture, ChildShard, GetRecordsOutput, KinesisAdmin, KinesisApi, ListShardsPage,
+    PutRecordResult, PutRecordsEntry, PutRecordsOutput, ShardDescription, ShardEvents,
+    StreamConsumer, StreamStatus, StreamSummary,
 };
 use crate::error::{ErrorSource, KinesisError, Operation};
 use crate::position::StartingPoint;
@@ -442,19 +442,6 @@ impl KinesisApi for AwsKinesis {
         })
     }
 
-    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
-        Box::pin(async move {
-            self.client
-                .create_stream()
-                .stream_name(stream)
-                .shard_count(i32::try_from(shard_count).unwrap_or(i32::MAX))
-                .send()
-                .await
-                .map_err(|e| self.error(Operation::CreateStream, stream, None, e))?;
-            Ok(())
-        })
-    }
-
     fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
         Box::pin(async move {
             let out = self
@@ -485,6 +472,55 @@ impl KinesisApi for AwsKinesis {
                 open_shard_count: u32::try_from(summary.open_shard_count).unwrap_or(0),
                 retention_period_hours: u32::try_from(summary.retention_period_hours).unwrap_or(0),
             })
+        })
+    }
+
+    fn register_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer> {
+        Box::pin(self.register(stream, consumer))
+    }
+
+    fn describe_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer> {
+        Box::pin(self.describe(stream, consumer))
+    }
+
+    fn deregister_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        Box::pin(self.deregister(stream, consumer))
+    }
+
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a Arc<str>,
+        start: &'a StartingPoint,
+    ) -> ApiFuture<'a, ShardEvents> {
+        Box::pin(self.subscribe(stream, consumer_arn, shard, start))
+    }
+}
+
+impl KinesisAdmin for AwsKinesis {
+    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            self.client
+                .create_stream()
+                .stream_name(stream)
+                .shard_count(i32::try_from(shard_count).unwrap_or(i32::MAX))
+                .send()
+                .await
+                .map_err(|e| self.error(Operation::CreateStream, stream, None, e))?;
+            Ok(())
         })
     }
 
@@ -524,40 +560,6 @@ impl KinesisApi for AwsKinesis {
                 .map_err(|e| self.error(Operation::MergeShards, stream, Some(shard), e))?;
             Ok(())
         })
-    }
-
-    fn register_stream_consumer<'a>(
-        &'a self,
-        stream: &'a str,
-        consumer: &'a str,
-    ) -> ApiFuture<'a, StreamConsumer> {
-        Box::pin(self.register(stream, consumer))
-    }
-
-    fn describe_stream_consumer<'a>(
-        &'a self,
-        stream: &'a str,
-        consumer: &'a str,
-    ) -> ApiFuture<'a, StreamConsumer> {
-        Box::pin(self.describe(stream, consumer))
-    }
-
-    fn deregister_stream_consumer<'a>(
-        &'a self,
-        stream: &'a str,
-        consumer: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        Box::pin(self.deregister(stream, consumer))
-    }
-
-    fn subscribe_to_shard<'a>(
-        &'a self,
-        stream: &'a str,
-        consumer_arn: &'a str,
-        shard: &'a Arc<str>,
-        start: &'a StartingPoint,
-    ) -> ApiFuture<'a, ShardEvents> {
-        Box::pin(self.subscribe(stream, consumer_arn, shard, start))
     }
 }
 

@@ -1,7 +1,8 @@
 //! Layers: one way to wrap every call of the seam, in tower's spirit. A [`KinesisLayer`] sees
 //! each call ([`ApiCall`]) and the wrapped API's answer before anyone awaits it, so it can
 //! count, time, delay, refuse or record calls; [`Layered`] puts one in front of any
-//! [`KinesisApi`]. The same shape wraps the lease store ([`crate::lease::layer`]).
+//! [`KinesisApi`], and of the [`KinesisAdmin`] calls too when the wrapped API has them. The
+//! same shape wraps the lease store ([`crate::lease::layer`]).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -35,8 +36,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{
-    ApiFuture, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordsEntry, PutRecordsOutput,
-    ShardEvents, SharedKinesis, StreamConsumer, StreamSummary,
+    ApiFuture, GetRecordsOutput, KinesisAdmin, KinesisApi, ListShardsPage, PutRecordsEntry,
+    PutRecordsOutput, ShardEvents, SharedKinesis, StreamConsumer, StreamSummary,
 };
 use crate::error::Operation;
 use crate::position::StartingPoint;
@@ -75,7 +76,7 @@ pub enum ApiCall<'a> {
         /// How many entries the call carries.
         records: usize,
     },
-    /// `CreateStream`.
+    /// `CreateStream` (a [`KinesisAdmin`] call).
     CreateStream {
         /// The stream.
         stream: &'a str,
@@ -87,14 +88,14 @@ pub enum ApiCall<'a> {
         /// The stream.
         stream: &'a str,
     },
-    /// `SplitShard`.
+    /// `SplitShard` (a [`KinesisAdmin`] call).
     SplitShard {
         /// The stream.
         stream: &'a str,
         /// The shard split.
         shard: &'a str,
     },
-    /// `MergeShards`.
+    /// `MergeShards` (a [`KinesisAdmin`] call).
     MergeShards {
         /// The stream.
         stream: &'a str,
@@ -209,13 +210,18 @@ impl<L: KinesisLayer> KinesisLayer for Arc<L> {
     }
 }
 
-/// A [`KinesisApi`] whose every call goes through a [`KinesisLayer`].
-pub struct Layered<L> {
-    inner: SharedKinesis,
+/// A [`KinesisApi`] whose every call goes through a [`KinesisLayer`]: `inner` behind `layer`.
+///
+/// `K` is the wrapped API: a [`SharedKinesis`] ([`new`](Self::new)), or any implementation of
+/// [`KinesisApi`] kept as it is ([`over`](Self::over): a [`MemoryKinesis`](super::MemoryKinesis),
+/// an `Arc<AwsKinesis>`). When `K` is also a [`KinesisAdmin`], so is the layered API, and its
+/// admin calls go through the layer too.
+pub struct Layered<L, K = SharedKinesis> {
+    inner: K,
     layer: L,
 }
 
-impl<L> fmt::Debug for Layered<L> {
+impl<L, K: KinesisApi> fmt::Debug for Layered<L, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Layered")
             .field("region", &self.inner.region())
@@ -228,6 +234,54 @@ impl<L: KinesisLayer> Layered<L> {
     pub fn new(inner: SharedKinesis, layer: L) -> Self {
         Self { inner, layer }
     }
+}
+
+impl<L: KinesisLayer, K: KinesisApi> Layered<L, K> {
+    /// `inner` behind `layer`, keeping `inner`'s type: over a [`KinesisAdmin`] (an
+    /// `Arc<AwsKinesis>`, a [`MemoryKinesis`](super::MemoryKinesis)), the layered API is one
+    /// too.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_dataflow::KinesisError> {
+    /// use kinesis_dataflow::MemoryKinesis;
+    /// use kinesis_dataflow::api::KinesisAdmin;
+    /// use kinesis_dataflow::api::layer::{ApiCall, KinesisLayer, Layered};
+    /// use kinesis_dataflow::api::ApiFuture;
+    /// use kinesis_dataflow::error::Operation;
+    ///
+    /// /// Refuses to reshard.
+    /// struct NoResharding;
+    ///
+    /// impl KinesisLayer for NoResharding {
+    ///     fn around<'a, T: Send + 'a>(&'a self, call: ApiCall<'a>, next: ApiFuture<'a, T>) -> ApiFuture<'a, T> {
+    ///         match call {
+    ///             ApiCall::SplitShard { stream, .. } | ApiCall::MergeShards { stream, .. } => {
+    ///                 let refused = kinesis_dataflow::KinesisError::InvalidArgument {
+    ///                     operation: call.operation(),
+    ///                     stream: stream.to_owned(),
+    ///                     message: "no resharding here".into(),
+    ///                     source: None,
+    ///                 };
+    ///                 Box::pin(async move { Err(refused) })
+    ///             }
+    ///             _ => next,
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// let guarded = Layered::over(MemoryKinesis::new(), NoResharding);
+    /// guarded.create_stream("orders", 2).await?;
+    /// let refused = guarded
+    ///     .merge_shards("orders", "shardId-000000000000", "shardId-000000000001")
+    ///     .await
+    ///     .unwrap_err();
+    /// assert!(matches!(refused, kinesis_dataflow::KinesisError::InvalidArgument { operation: Operation::MergeShards, .. }));
+    /// # Ok(()) }
+    /// ```
+    pub fn over(inner: K, layer: L) -> Self {
+        Self { inner, layer }
+    }
 
     /// The layer.
     pub fn layer(&self) -> &L {
@@ -235,7 +289,7 @@ impl<L: KinesisLayer> Layered<L> {
     }
 
     /// The API behind the layer.
-    pub fn inner(&self) -> &SharedKinesis {
+    pub fn inner(&self) -> &K {
         &self.inner
     }
 
@@ -245,7 +299,7 @@ impl<L: KinesisLayer> Layered<L> {
     }
 }
 
-impl<L: KinesisLayer> KinesisApi for Layered<L> {
+impl<L: KinesisLayer, K: KinesisApi> KinesisApi for Layered<L, K> {
     fn region(&self) -> &str {
         self.inner.region()
     }
@@ -296,48 +350,13 @@ impl<L: KinesisLayer> KinesisApi for Layered<L> {
         stream: &'a str,
         entries: Vec<PutRecordsEntry>,
     ) -> ApiFuture<'a, PutRecordsOutput> {
-        self.layer.put_records(stream, entries, self.inner.as_ref())
-    }
-
-    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
-        let call = ApiCall::CreateStream {
-            stream,
-            shard_count,
-        };
-        self.layer
-            .around(call, self.inner.create_stream(stream, shard_count))
+        self.layer.put_records(stream, entries, &self.inner)
     }
 
     fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
         let call = ApiCall::DescribeStreamSummary { stream };
         self.layer
             .around(call, self.inner.describe_stream_summary(stream))
-    }
-
-    fn split_shard<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        new_starting_hash_key: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        let call = ApiCall::SplitShard { stream, shard };
-        let next = self.inner.split_shard(stream, shard, new_starting_hash_key);
-        self.layer.around(call, next)
-    }
-
-    fn merge_shards<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        adjacent: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        let call = ApiCall::MergeShards {
-            stream,
-            shard,
-            adjacent,
-        };
-        self.layer
-            .around(call, self.inner.merge_shards(stream, shard, adjacent))
     }
 
     fn register_stream_consumer<'a>(
@@ -398,5 +417,42 @@ impl<L: KinesisLayer> KinesisApi for Layered<L> {
             .inner
             .subscribe_to_shard(stream, consumer_arn, shard, start);
         self.layer.around(call, next)
+    }
+}
+
+impl<L: KinesisLayer, K: KinesisAdmin> KinesisAdmin for Layered<L, K> {
+    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
+        let call = ApiCall::CreateStream {
+            stream,
+            shard_count,
+        };
+        self.layer
+            .around(call, self.inner.create_stream(stream, shard_count))
+    }
+
+    fn split_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        new_starting_hash_key: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        let call = ApiCall::SplitShard { stream, shard };
+        let next = self.inner.split_shard(stream, shard, new_starting_hash_key);
+        self.layer.around(call, next)
+    }
+
+    fn merge_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        adjacent: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        let call = ApiCall::MergeShards {
+            stream,
+            shard,
+            adjacent,
+        };
+        self.layer
+            .around(call, self.inner.merge_shards(stream, shard, adjacent))
     }
 }

@@ -1,16 +1,19 @@
-//! The seam: every Kinesis call the library makes, as one trait with two implementations.
+//! The seam: every Kinesis call the library makes, as one trait with two implementations,
+//! and the calls that manage streams, as a second trait.
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`KinesisApi`] | the calls: ListShards, GetShardIterator, GetRecords, PutRecords, CreateStream, DescribeStreamSummary, SplitShard, MergeShards; for enhanced fan-out RegisterStreamConsumer, DescribeStreamConsumer, DeregisterStreamConsumer, SubscribeToShard |
-//! | [`AwsKinesis`] | the AWS SDK client behind the trait (AWS, LocalStack, emulators) |
-//! | [`MemoryKinesis`] | an in-memory Kinesis: the demo, in-process tests, deterministic fault injection |
+//! | [`KinesisApi`] | the calls: ListShards, GetShardIterator, GetRecords, PutRecords, DescribeStreamSummary; for enhanced fan-out RegisterStreamConsumer, DescribeStreamConsumer, DeregisterStreamConsumer, SubscribeToShard |
+//! | [`KinesisAdmin`] | the calls that create and reshard streams (CreateStream, SplitShard, MergeShards), for tests, demos and tooling |
+//! | [`AwsKinesis`] | the AWS SDK client behind both traits (AWS, LocalStack, emulators) |
+//! | [`MemoryKinesis`] | an in-memory Kinesis: the demo, in-process tests, deterministic fault injection (feature `test-util`) |
 //! | [`layer`] | one way to wrap every call of the seam (counting, recording, faults) |
 //! | [`ShardDescription`], [`GetRecordsOutput`], [`ChildShard`], [`PutRecordsEntry`], [`PutRecordsOutput`], [`StreamSummary`], [`StreamConsumer`], [`ShardEvent`] | what the calls take and return |
 //!
 //! Everything above the seam (the shard reader, subscriptions, the broker) is written against
 //! [`KinesisApi`] only, so the in-memory transport exercises exactly the code that runs on AWS.
 
+mod admin;
 pub(crate) mod aws;
 pub mod layer;
 pub mod memory;
@@ -21,6 +24,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
+pub use admin::KinesisAdmin;
 pub use aws::AwsKinesis;
 pub use memory::MemoryKinesis;
 
@@ -34,7 +38,8 @@ pub type ApiFuture<'a, T> = BoxFuture<'a, Result<T, KinesisError>>;
 /// The most records one GetRecords call may ask for.
 pub const MAX_GET_RECORDS_LIMIT: u32 = 10_000;
 
-/// The Kinesis calls the library makes.
+/// The Kinesis calls the library makes to read and publish. The calls that create and reshard
+/// streams are [`KinesisAdmin`]'s.
 ///
 /// Implementations map the service's failures onto [`KinesisError`]: throttling to
 /// [`KinesisError::Throttled`], an expired iterator to [`KinesisError::ExpiredIterator`], a
@@ -79,28 +84,8 @@ pub trait KinesisApi: Send + Sync + 'static {
         entries: Vec<PutRecordsEntry>,
     ) -> ApiFuture<'a, PutRecordsOutput>;
 
-    /// CreateStream with `shard_count` shards (provisioned mode).
-    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()>;
-
     /// DescribeStreamSummary.
     fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary>;
-
-    /// SplitShard: closes `shard` and opens two children split at `new_starting_hash_key`
-    /// (a decimal 128-bit hash key).
-    fn split_shard<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        new_starting_hash_key: &'a str,
-    ) -> ApiFuture<'a, ()>;
-
-    /// MergeShards: closes `shard` and its hash-adjacent `adjacent` and opens one child.
-    fn merge_shards<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        adjacent: &'a str,
-    ) -> ApiFuture<'a, ()>;
 
     /// RegisterStreamConsumer: registers the enhanced fan-out consumer `consumer` of `stream`.
     /// It is usually CREATING at first. A consumer of that name that exists already is
@@ -140,6 +125,86 @@ pub trait KinesisApi: Send + Sync + 'static {
         shard: &'a Arc<str>,
         start: &'a StartingPoint,
     ) -> ApiFuture<'a, ShardEvents>;
+}
+
+/// A shared API is an API: `Arc<MemoryKinesis>`, [`SharedKinesis`].
+impl<T: KinesisApi + ?Sized> KinesisApi for Arc<T> {
+    fn region(&self) -> &str {
+        T::region(self)
+    }
+
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        next_token: Option<String>,
+    ) -> ApiFuture<'a, ListShardsPage> {
+        T::list_shards(self, stream, next_token)
+    }
+
+    fn get_shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        start: &'a StartingPoint,
+    ) -> ApiFuture<'a, String> {
+        T::get_shard_iterator(self, stream, shard, start)
+    }
+
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a Arc<str>,
+        iterator: String,
+        limit: u32,
+    ) -> ApiFuture<'a, GetRecordsOutput> {
+        T::get_records(self, stream, shard, iterator, limit)
+    }
+
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: Vec<PutRecordsEntry>,
+    ) -> ApiFuture<'a, PutRecordsOutput> {
+        T::put_records(self, stream, entries)
+    }
+
+    fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
+        T::describe_stream_summary(self, stream)
+    }
+
+    fn register_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer> {
+        T::register_stream_consumer(self, stream, consumer)
+    }
+
+    fn describe_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, StreamConsumer> {
+        T::describe_stream_consumer(self, stream, consumer)
+    }
+
+    fn deregister_stream_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        T::deregister_stream_consumer(self, stream, consumer)
+    }
+
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a Arc<str>,
+        start: &'a StartingPoint,
+    ) -> ApiFuture<'a, ShardEvents> {
+        T::subscribe_to_shard(self, stream, consumer_arn, shard, start)
+    }
 }
 
 /// The events of one SubscribeToShard subscription, in shard order (see

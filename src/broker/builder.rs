@@ -8,7 +8,7 @@ use ruststream::{Broker, ConnectedBroker};
 
 use super::connection::{ConnectedKinesis, Connection};
 use super::in_process::Harness;
-use crate::api::{AwsKinesis, MemoryKinesis, SharedKinesis};
+use crate::api::{AwsKinesis, KinesisAdmin, MemoryKinesis};
 use crate::error::KinesisError;
 use crate::lease::{DynamoLeaseStore, MemoryLeaseStore, SharedLeaseStore};
 
@@ -302,14 +302,14 @@ impl KinesisBroker {
             Transport::Memory(kinesis) => Some(kinesis.clone()),
             Transport::Aws(_) => None,
         };
-        let (api, dynamo): (SharedKinesis, Option<aws_sdk_dynamodb::Client>) = match &self.transport
-        {
-            Transport::Memory(kinesis) => (Arc::new(kinesis.clone()), None),
-            Transport::Aws(aws) => {
-                let (kinesis, dynamo) = aws.clients().await?;
-                (Arc::new(AwsKinesis::new(kinesis)), Some(dynamo))
-            }
-        };
+        let (api, dynamo): (Arc<dyn KinesisAdmin>, Option<aws_sdk_dynamodb::Client>) =
+            match &self.transport {
+                Transport::Memory(kinesis) => (Arc::new(kinesis.clone()), None),
+                Transport::Aws(aws) => {
+                    let (kinesis, dynamo) = aws.clients().await?;
+                    (Arc::new(AwsKinesis::new(kinesis)), Some(dynamo))
+                }
+            };
         let store = self.leases_to_use(dynamo, &application)?;
         let mut connection = Connection::new(
             api,

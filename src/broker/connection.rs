@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle as RuntimeHandle;
 
 use super::in_process::Harness;
-use crate::api::{SharedKinesis, StreamStatus};
+use crate::api::{KinesisAdmin, SharedKinesis, StreamStatus};
 use crate::error::{KinesisError, Operation};
 use crate::lease::SharedLeaseStore;
 use crate::subscription::ShutdownHandle;
@@ -23,6 +23,9 @@ const ACTIVE_TIMEOUT: Duration = Duration::from_secs(300);
 /// The shared state of a connection.
 pub(crate) struct Connection {
     pub(crate) api: SharedKinesis,
+    /// The same transport, for the one admin call the broker makes: creating a missing stream
+    /// (`create_if_missing`, `create_missing_streams`).
+    admin: Arc<dyn KinesisAdmin>,
     pub(crate) store: SharedLeaseStore,
     /// The runtime `connect` ran on: subscriptions and SDK calls run there.
     pub(crate) runtime: RuntimeHandle,
@@ -45,9 +48,10 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// A connection over `api` and `store`, opened on the current runtime.
+    /// A connection over `admin` (which reads and publishes too) and `store`, opened on the
+    /// current runtime.
     pub(crate) fn new(
-        api: SharedKinesis,
+        admin: Arc<dyn KinesisAdmin>,
         store: SharedLeaseStore,
         harness: Harness,
         owner: Option<String>,
@@ -55,7 +59,8 @@ impl Connection {
         shutdown_grace: Duration,
     ) -> Self {
         Self {
-            api,
+            api: admin.clone(),
+            admin,
             store,
             runtime: RuntimeHandle::current(),
             closed: AtomicBool::new(false),
@@ -188,7 +193,7 @@ impl Connection {
                 },
                 Err(KinesisError::StreamNotFound { .. }) if !created => {
                     tracing::info!(stream, shards, "creating missing stream");
-                    match self.api.create_stream(stream, shards).await {
+                    match self.admin.create_stream(stream, shards).await {
                         Ok(()) => {}
                         // Another instance created it meanwhile: wait for it like for ours.
                         Err(KinesisError::ResourceInUse { .. }) => {}

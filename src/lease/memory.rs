@@ -1,8 +1,10 @@
 //! The in-process lease table.
 
 use std::collections::{BTreeMap, HashMap};
+#[cfg(feature = "test-util")]
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+#[cfg(feature = "test-util")]
 use std::time::Duration;
 
 use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
@@ -38,11 +40,10 @@ fn call_of(operation: &str) -> Operation {
 /// saw, exactly like [`DynamoLeaseStore`](super::DynamoLeaseStore), so a stale view fails with
 /// [`LeaseError::Lost`].
 ///
-/// Test knobs let other layers exercise their failure paths:
-/// [`set_unavailable`](Self::set_unavailable) makes every call fail with
-/// [`LeaseError::Unavailable`], [`set_latency`](Self::set_latency) makes every call answer
-/// late, and [`writes`](Self::writes) /
-/// [`checkpoint_writes`](Self::checkpoint_writes) count successful writes.
+/// [`writes`](Self::writes) and [`checkpoint_writes`](Self::checkpoint_writes) count
+/// successful writes. With the `test-util` feature, fault settings let other layers exercise
+/// their failure paths: `set_unavailable` makes every call fail with
+/// [`LeaseError::Unavailable`], and `set_latency` makes every call answer late.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -70,8 +71,11 @@ fn call_of(operation: &str) -> Operation {
 #[derive(Debug, Clone, Default)]
 pub struct MemoryLeaseStore {
     state: Arc<Mutex<State>>,
+    /// Set: every call fails (`set_unavailable`).
+    #[cfg(feature = "test-util")]
     unavailable: Arc<AtomicBool>,
-    /// Nanoseconds every call waits before it is carried out.
+    /// Nanoseconds every call waits before it is carried out (`set_latency`).
+    #[cfg(feature = "test-util")]
     latency: Arc<AtomicU64>,
 }
 
@@ -93,22 +97,32 @@ impl MemoryLeaseStore {
     /// Makes every call fail with [`LeaseError::Unavailable`] while `unavailable` is true, as
     /// if the table could not be reached. The rows are kept and are served again once it is
     /// set back to false.
+    ///
+    /// A test hook: only with the `test-util` feature.
+    #[cfg(feature = "test-util")]
     pub fn set_unavailable(&self, unavailable: bool) {
         self.unavailable.store(unavailable, Ordering::SeqCst);
     }
 
     /// Makes every call wait `latency` (on the tokio clock, so paused time applies) before it
     /// is carried out, as a slow or distant table would. `Duration::ZERO` turns it off.
+    ///
+    /// A test hook: only with the `test-util` feature.
+    #[cfg(feature = "test-util")]
     pub fn set_latency(&self, latency: Duration) {
         let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
         self.latency.store(nanos, Ordering::SeqCst);
     }
 
-    /// Waits the configured latency, if any.
+    /// Waits the latency `set_latency` configured, if any (nothing without the `test-util`
+    /// feature).
     async fn delay(&self) {
-        let nanos = self.latency.load(Ordering::SeqCst);
-        if nanos > 0 {
-            tokio::time::sleep(Duration::from_nanos(nanos)).await;
+        #[cfg(feature = "test-util")]
+        {
+            let nanos = self.latency.load(Ordering::SeqCst);
+            if nanos > 0 {
+                tokio::time::sleep(Duration::from_nanos(nanos)).await;
+            }
         }
     }
 
@@ -135,7 +149,11 @@ impl MemoryLeaseStore {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Fails `operation` while `set_unavailable(true)` holds (never without the `test-util`
+    /// feature).
+    #[cfg_attr(not(feature = "test-util"), allow(unused_variables))]
     fn check_available(&self, operation: &'static str) -> Result<(), LeaseError> {
+        #[cfg(feature = "test-util")]
         if self.unavailable.load(Ordering::SeqCst) {
             return Err(LeaseError::Unavailable {
                 table: TABLE.to_owned(),

@@ -315,7 +315,7 @@ mod tests {
     use futures::StreamExt;
 
     use crate::api::layer::{ApiCall, KinesisLayer, Layered};
-    use crate::api::{ApiFuture, KinesisApi, list_all_shards};
+    use crate::api::{ApiFuture, list_all_shards};
     use crate::error::Operation;
     use crate::publish::{Aggregate, Collect, OutgoingRecord, Published, Publisher};
     use crate::{MemoryKinesis, ReadSettings, Record, ShardStream, StartingPoint};

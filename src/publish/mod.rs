@@ -246,6 +246,7 @@ const FATAL_ENTRY_CODES: &[&str] = &[
 ///     .key_order(KeyOrder::Strict);
 ///
 /// // The shard throttles the first call; the publisher waits and sends the records again.
+/// // (`inject` and `call_count` are test hooks of the `test-util` feature.)
 /// kinesis.inject(Fault::throttle(Operation::PutRecords).on_shard("shardId-000000000000"));
 /// let records = (0..3).map(|i| OutgoingRecord::new(format!("account-{i}"), "debit")).collect();
 /// let published = publisher.publish_batch(records).await?;

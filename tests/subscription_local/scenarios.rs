@@ -10,7 +10,7 @@ use support::cutoff::CutOff;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
 use kinesis_dataflow::api::{PutRecordResult, PutRecordsEntry};
 use kinesis_dataflow::lease::SharedLeaseStore;
 use kinesis_dataflow::position::Checkpoint;
@@ -392,6 +392,7 @@ async fn resharding_keeps_every_key_in_order_and_children_wait_for_parents() {
     let api = kinesis();
     let store = lease_store().await;
     let client = support::kinesis_client();
+    let admin = AwsKinesis::new(client.clone());
     let stream = support::unique_name("reshard");
     support::create_stream(&client, &stream, 2).await;
     let a = Consumer::start(&api, &store, &stream, "instance-a").await;
@@ -436,7 +437,8 @@ async fn resharding_keeps_every_key_in_order_and_children_wait_for_parents() {
     };
 
     let mut published = publish(&api, &stream, 12, 0..150).await;
-    api.split_shard(
+    admin
+        .split_shard(
         &stream,
         "shardId-000000000000",
         &(u128::MAX / 4).to_string(),
@@ -445,7 +447,8 @@ async fn resharding_keeps_every_key_in_order_and_children_wait_for_parents() {
     .unwrap();
     support::wait_active(&client, &stream).await;
     published += publish(&api, &stream, 12, 150..300).await;
-    api.merge_shards(&stream, "shardId-000000000002", "shardId-000000000003")
+    admin
+        .merge_shards(&stream, "shardId-000000000002", "shardId-000000000003")
         .await
         .unwrap();
     support::wait_active(&client, &stream).await;

@@ -68,8 +68,9 @@ fn mode(settings: ReadSettings) -> ReadSettings {
 }
 
 /// Splits shard 0 in the middle of the key space: shards 1 and 2 are its children.
-async fn split_shard0(api: &SharedKinesis) {
-    api.split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
+async fn split_shard0(memory: &MemoryKinesis) {
+    memory
+        .split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
         .await
         .unwrap();
 }
@@ -494,7 +495,7 @@ async fn start_fails_with_a_clear_error_for_a_stream_that_does_not_exist() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_of_a_closed_shards_last_record_is_served_before_its_children_start() {
     let (memory, api, store) = setup(1, 3);
-    split_shard0(&api).await;
+    split_shard0(&memory).await;
     memory.put(STREAM, "key-child", "child").unwrap();
     let mut sub = builder(&api, &store, "a").start().await.unwrap();
     let parent = take(&mut sub, 3).await;
@@ -690,7 +691,7 @@ async fn rows(store: &MemoryLeaseStore) -> Vec<String> {
 async fn a_shard_past_the_retention_period_loses_its_row_and_its_children_go_on() {
     support::init_tracing();
     let (memory, api, store) = setup(1, 5);
-    split_shard0(&api).await;
+    split_shard0(&memory).await;
     let mut sub = builder(&api, &store, "a").start().await.unwrap();
     take(&mut sub, 5)
         .await
@@ -758,7 +759,7 @@ async fn a_shard_past_the_retention_period_loses_its_row_and_its_children_go_on(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listed_shard_whose_row_vanished_after_its_children_read_past_it_is_not_read_again() {
     let (memory, api, store) = setup(1, 5);
-    split_shard0(&api).await;
+    split_shard0(&memory).await;
     memory.put(STREAM, "key-child", "child").unwrap();
     let mut sub = builder(&api, &store, "a").start().await.unwrap();
     take(&mut sub, 5)

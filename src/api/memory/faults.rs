@@ -1,7 +1,8 @@
-//! Deterministic fault injection and the call log.
+//! Deterministic fault injection and the call log: the test hooks of the `test-util` feature.
 //!
 //! A [`Fault`] names an operation, optionally a shard, what goes wrong ([`FaultKind`]) and how
-//! many calls it hits. Every call of the [`KinesisApi`](crate::api::KinesisApi) seam consumes
+//! many calls it hits. Every call of the [`KinesisApi`](crate::api::KinesisApi) and
+//! [`KinesisAdmin`](crate::api::KinesisAdmin) traits consumes
 //! at most one matching fault, the earliest injected one, so a test scripts exactly which call
 //! fails and how. Every call, failed or not, is also written to the call log as a [`Call`].
 
@@ -10,15 +11,20 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::api::PutRecordResult;
 use crate::error::{KinesisError, Operation};
 use crate::position::StartingPoint;
 
 /// How many calls [`MemoryKinesis::calls`](super::MemoryKinesis::calls) keeps: the oldest are
 /// dropped past this (the counts of
 /// [`MemoryKinesis::call_count`](super::MemoryKinesis::call_count) stay exact).
+///
+/// Only with the `test-util` feature.
 pub const CALL_LOG_CAPACITY: usize = 100_000;
 
 /// What an injected fault does to the call it hits.
+///
+/// Only with the `test-util` feature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultKind {
     /// The call is throttled: [`KinesisError::Throttled`]. On PutRecords with a shard set
@@ -34,7 +40,10 @@ pub enum FaultKind {
     Latency(Duration),
 }
 
-/// One injected fault: which calls it hits, what it does, and how many times.
+/// One injected fault: which calls it hits, what it does, and how many times
+/// (see [`MemoryKinesis::inject`](super::MemoryKinesis::inject)).
+///
+/// Only with the `test-util` feature.
 ///
 /// ```
 /// use kinesis_dataflow::api::memory::{Fault, FaultKind};
@@ -155,6 +164,24 @@ impl Fault {
         }
     }
 
+    /// The result of a PutRecords entry routed to `shard` of `stream` when this per-entry
+    /// fault fails it (entries routed elsewhere are stored: `None`).
+    pub(crate) fn entry_failure(&self, stream: &str, shard: &str) -> Option<PutRecordResult> {
+        if self.shard.as_deref() != Some(shard) {
+            return None;
+        }
+        Some(match &self.kind {
+            FaultKind::Fail(message) => PutRecordResult::Failed {
+                code: "InternalFailure".to_owned(),
+                message: message.clone(),
+            },
+            _ => PutRecordResult::Failed {
+                code: "ProvisionedThroughputExceededException".to_owned(),
+                message: format!("Rate exceeded for shard {shard} in stream {stream}."),
+            },
+        })
+    }
+
     /// Whether the fault fails single PutRecords entries instead of the whole call.
     pub(crate) fn is_per_entry(&self) -> bool {
         self.operation == Operation::PutRecords
@@ -206,8 +233,11 @@ impl FaultQueue {
     }
 }
 
-/// One call made through the [`KinesisApi`](crate::api::KinesisApi) seam, as the call log
-/// keeps it.
+/// One call made through the [`KinesisApi`](crate::api::KinesisApi) or
+/// [`KinesisAdmin`](crate::api::KinesisAdmin) traits, as the call log keeps it (see
+/// [`MemoryKinesis::calls`](super::MemoryKinesis::calls)).
+///
+/// Only with the `test-util` feature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     /// The operation.

@@ -1,8 +1,8 @@
 //! An in-memory Kinesis Data Streams: the demo, in-process tests, deterministic fault
 //! injection.
 //!
-//! [`MemoryKinesis`] implements [`KinesisApi`] with the service's rules on everything a reader
-//! or a producer relies on:
+//! [`MemoryKinesis`] implements [`KinesisApi`] and [`KinesisAdmin`] with the service's rules on
+//! everything a reader or a producer relies on:
 //!
 //! - **Streams and shards.** A stream of N shards splits the 128-bit hash key space evenly, as
 //!   the service does; shard ids are `shardId-000000000000`, counting up for the children of
@@ -25,9 +25,12 @@
 //!   each shard's records as they arrive, with the service's rules on consumer states, the
 //!   five-second resubscription limit, subscription lifetimes and the event that ends a closed
 //!   shard (see [`MemoryKinesis::with_subscription_lifetime`]).
-//! - **Faults.** [`MemoryKinesis::inject`] scripts throttles, failures, expired iterators and
-//!   latency, consumed one per call in injection order; [`MemoryKinesis::set_latency`] slows
-//!   every call. [`MemoryKinesis::calls`] logs every call made through the trait.
+//! - **Faults** (with the `test-util` feature). `MemoryKinesis::inject` scripts throttles,
+//!   failures, expired iterators and latency, consumed one per call in injection order;
+//!   `MemoryKinesis::set_latency` slows every call; `MemoryKinesis::calls` and
+//!   `MemoryKinesis::call_count` read the log of the calls made through the traits. Without
+//!   the feature none of this exists: no call is logged and nothing stands between a call and
+//!   its answer.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -55,6 +58,7 @@
 //! ```
 
 mod fan_out;
+#[cfg(feature = "test-util")]
 mod faults;
 mod hash;
 mod ops;
@@ -75,15 +79,17 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 pub use fan_out::DEFAULT_SUBSCRIPTION_LIFETIME;
+#[cfg(feature = "test-util")]
 pub use faults::{CALL_LOG_CAPACITY, Call, Fault, FaultKind};
 
+#[cfg(feature = "test-util")]
 use self::faults::{CallLog, FaultQueue};
 use self::ops::{entry_hash, invalid, refused};
 use self::stream::{StreamState, check_stream_name};
 use self::token::IteratorToken;
 use super::{
-    ApiFuture, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordsEntry, PutRecordsOutput,
-    ShardEvents, StreamConsumer, StreamSummary,
+    ApiFuture, GetRecordsOutput, KinesisAdmin, KinesisApi, ListShardsPage, PutRecordsEntry,
+    PutRecordsOutput, ShardEvents, StreamConsumer, StreamSummary,
 };
 use crate::error::{KinesisError, Operation};
 use crate::position::StartingPoint;
@@ -143,8 +149,12 @@ static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 struct State {
     streams: HashMap<String, StreamState>,
     next_stream_number: u64,
+    /// The test hooks: injected faults, the call log, the latency of every call.
+    #[cfg(feature = "test-util")]
     faults: FaultQueue,
+    #[cfg(feature = "test-util")]
     log: CallLog,
+    #[cfg(feature = "test-util")]
     latency: Duration,
     iterator_ttl: Duration,
     list_page_size: usize,
@@ -155,12 +165,12 @@ struct State {
 /// Told of every record stored: the stream's name and the record.
 pub type PutObserver = Arc<dyn Fn(&str, &Record) + Send + Sync>;
 
-/// An in-memory Kinesis Data Streams behind [`KinesisApi`].
+/// An in-memory Kinesis Data Streams behind [`KinesisApi`] and [`KinesisAdmin`].
 ///
 /// Clones share one store: hand one clone to the code under test and keep another to add
-/// streams, publish, reshard, inject faults and read the call log. The builder methods
-/// (`with_*`) are meant for construction; the settings they change other than the region are
-/// shared by every clone.
+/// streams, publish, reshard, and (with the `test-util` feature) inject faults and read the
+/// call log. The builder methods (`with_*`) are meant for construction; the settings they
+/// change other than the region are shared by every clone.
 ///
 /// See the [module docs](self) for what it models and an example.
 #[derive(Clone)]
@@ -188,10 +198,11 @@ impl fmt::Debug for MemoryKinesis {
                 .map(|(name, s)| (name.as_str(), s.open_shard_count()))
                 .collect();
             streams.sort_unstable();
-            out.field("open_shards_by_stream", &streams)
-                .field("pending_faults", &state.faults.pending().len())
-                .field("latency", &state.latency)
-                .field("iterator_ttl", &state.iterator_ttl);
+            out.field("open_shards_by_stream", &streams);
+            #[cfg(feature = "test-util")]
+            out.field("pending_faults", &state.faults.pending().len())
+                .field("latency", &state.latency);
+            out.field("iterator_ttl", &state.iterator_ttl);
         }
         out.finish_non_exhaustive()
     }
@@ -205,8 +216,11 @@ impl MemoryKinesis {
             state: Arc::new(Mutex::new(State {
                 streams: HashMap::new(),
                 next_stream_number: 1,
+                #[cfg(feature = "test-util")]
                 faults: FaultQueue::default(),
+                #[cfg(feature = "test-util")]
                 log: CallLog::default(),
+                #[cfg(feature = "test-util")]
                 latency: Duration::ZERO,
                 iterator_ttl: DEFAULT_ITERATOR_TTL,
                 list_page_size: DEFAULT_LIST_SHARDS_PAGE_SIZE,
@@ -256,8 +270,9 @@ impl MemoryKinesis {
         }
     }
 
-    /// Creates stream `name` with `shard_count` open shards, like CreateStream but without
-    /// going through the call log or fault injection.
+    /// Creates stream `name` with `shard_count` open shards at once, like CreateStream
+    /// ([`create_stream`](Self::create_stream)) but without awaiting, and without going through
+    /// the call log or fault injection of the `test-util` feature.
     ///
     /// # Errors
     ///
@@ -269,7 +284,8 @@ impl MemoryKinesis {
     }
 
     /// Publishes one record, like PutRecords with one entry but without going through the
-    /// call log or fault injection. Returns the shard id and the sequence number.
+    /// call log or fault injection of the `test-util` feature. Returns the shard id and the
+    /// sequence number.
     ///
     /// # Errors
     ///
@@ -328,7 +344,7 @@ impl MemoryKinesis {
     }
 
     /// The records `shard` of `stream` still holds, oldest first, without going through the
-    /// call log or fault injection (for assertions).
+    /// call log or fault injection of the `test-util` feature (for assertions).
     ///
     /// # Errors
     ///
@@ -355,47 +371,143 @@ impl MemoryKinesis {
             .collect())
     }
 
-    /// Queues `fault` behind the faults injected before it. Each call of the trait consumes
+    /// Queues `fault` behind the faults injected before it. Each call of the traits consumes
     /// at most one matching fault: the earliest one.
+    ///
+    /// A test hook: only with the `test-util` feature.
+    #[cfg(feature = "test-util")]
     pub fn inject(&self, fault: Fault) {
         self.lock().faults.push(fault);
     }
 
     /// The injected faults that are not used up yet, in injection order.
+    ///
+    /// A test hook: only with the `test-util` feature.
+    #[cfg(feature = "test-util")]
     #[must_use]
     pub fn pending_faults(&self) -> Vec<Fault> {
         self.lock().faults.pending()
     }
 
     /// Drops every injected fault that is not used up yet.
+    ///
+    /// A test hook: only with the `test-util` feature.
+    #[cfg(feature = "test-util")]
     pub fn clear_faults(&self) {
         self.lock().faults.clear();
     }
 
-    /// Delays every answer of the trait by `latency` (a `tokio::time::sleep`), on top of any
+    /// Delays every answer of the traits by `latency` (a `tokio::time::sleep`), on top of any
     /// [`FaultKind::Latency`]. `Duration::ZERO` turns it off.
+    ///
+    /// A test hook: only with the `test-util` feature.
+    #[cfg(feature = "test-util")]
     pub fn set_latency(&self, latency: Duration) {
         self.lock().latency = latency;
     }
 
-    /// The calls made through the trait, oldest first (at most the last
+    /// The calls made through the traits, oldest first (at most the last
     /// [`CALL_LOG_CAPACITY`]), failed and faulted ones included. The sync helpers
     /// ([`add_stream`](Self::add_stream), [`put`](Self::put), ...) are not logged.
+    ///
+    /// A test hook: only with the `test-util` feature.
+    #[cfg(feature = "test-util")]
     #[must_use]
     pub fn calls(&self) -> Vec<Call> {
         self.lock().log.calls()
     }
 
-    /// How many calls of `operation` were made through the trait (exact, however long the
+    /// How many calls of `operation` were made through the traits (exact, however long the
     /// log grew).
+    ///
+    /// A test hook: only with the `test-util` feature.
+    #[cfg(feature = "test-util")]
     #[must_use]
     pub fn call_count(&self, operation: Operation) -> usize {
         self.lock().log.count(operation)
     }
 
     /// Forgets the logged calls and resets the counts.
+    ///
+    /// A test hook: only with the `test-util` feature.
+    #[cfg(feature = "test-util")]
     pub fn clear_calls(&self) {
         self.lock().log.clear();
+    }
+
+    /// CreateStream, as [`KinesisAdmin::create_stream`] (which calls this): creates stream
+    /// `stream` with `shard_count` open shards. Unlike [`add_stream`](Self::add_stream), it
+    /// goes through the call log and fault injection of the `test-util` feature.
+    ///
+    /// # Errors
+    ///
+    /// As [`add_stream`](Self::add_stream); with the `test-util` feature, an injected fault's
+    /// error.
+    pub fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            #[cfg(feature = "test-util")]
+            self.gate(self.call(Operation::CreateStream, stream), &[])
+                .await?;
+            self.create(Operation::CreateStream, stream, shard_count)
+        })
+    }
+
+    /// SplitShard, as [`KinesisAdmin::split_shard`] (which calls this): closes open shard
+    /// `shard` of `stream` and opens two children, the second one taking the hash keys from
+    /// `new_starting_hash_key` (a decimal 128-bit hash key) on.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::StreamNotFound`] or [`KinesisError::ShardNotFound`];
+    /// [`KinesisError::InvalidArgument`] for a malformed name or hash key, a closed shard, or
+    /// a hash key the shard cannot split at (it must be above the shard's first hash key and
+    /// at most its last); with the `test-util` feature, an injected fault's error.
+    pub fn split_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        new_starting_hash_key: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            #[cfg(feature = "test-util")]
+            {
+                let call = Call {
+                    shard: Some(shard.to_owned()),
+                    ..self.call(Operation::SplitShard, stream)
+                };
+                self.gate(call, &[shard]).await?;
+            }
+            self.split(stream, shard, new_starting_hash_key)
+        })
+    }
+
+    /// MergeShards, as [`KinesisAdmin::merge_shards`] (which calls this): closes open shards
+    /// `shard` and `adjacent` of `stream`, whose hash key ranges must touch, and opens one
+    /// child taking both ranges.
+    ///
+    /// # Errors
+    ///
+    /// [`KinesisError::StreamNotFound`] or [`KinesisError::ShardNotFound`];
+    /// [`KinesisError::InvalidArgument`] for a malformed name, a closed shard, a shard merged
+    /// with itself, or shards that are not adjacent; with the `test-util` feature, an injected
+    /// fault's error.
+    pub fn merge_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        adjacent: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        Box::pin(async move {
+            #[cfg(feature = "test-util")]
+            {
+                let call = Call {
+                    shard: Some(shard.to_owned()),
+                    ..self.call(Operation::MergeShards, stream)
+                };
+                self.gate(call, &[shard, adjacent]).await?;
+            }
+            self.merge(stream, shard, adjacent)
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -437,6 +549,7 @@ impl MemoryKinesis {
         .encode()
     }
 
+    #[cfg(feature = "test-util")]
     fn call(&self, operation: Operation, stream: &str) -> Call {
         Call {
             operation,
@@ -451,6 +564,7 @@ impl MemoryKinesis {
 
     /// Logs the call, consumes a matching fault, and waits the latency. Returns the fault
     /// when it fails single PutRecords entries, and the fault's error when it fails the call.
+    #[cfg(feature = "test-util")]
     async fn gate(&self, call: Call, shards: &[&str]) -> Result<Option<Fault>, KinesisError> {
         let operation = call.operation;
         let stream = call.stream.clone();
@@ -488,6 +602,7 @@ impl KinesisApi for MemoryKinesis {
         next_token: Option<String>,
     ) -> ApiFuture<'a, ListShardsPage> {
         Box::pin(async move {
+            #[cfg(feature = "test-util")]
             self.gate(self.call(Operation::ListShards, stream), &[])
                 .await?;
             self.list_page(stream, next_token.as_deref())
@@ -501,12 +616,15 @@ impl KinesisApi for MemoryKinesis {
         start: &'a StartingPoint,
     ) -> ApiFuture<'a, String> {
         Box::pin(async move {
-            let call = Call {
-                shard: Some(shard.to_owned()),
-                starting_point: Some(start.clone()),
-                ..self.call(Operation::GetShardIterator, stream)
-            };
-            self.gate(call, &[shard]).await?;
+            #[cfg(feature = "test-util")]
+            {
+                let call = Call {
+                    shard: Some(shard.to_owned()),
+                    starting_point: Some(start.clone()),
+                    ..self.call(Operation::GetShardIterator, stream)
+                };
+                self.gate(call, &[shard]).await?;
+            }
             self.shard_iterator(stream, shard, start)
         })
     }
@@ -519,13 +637,16 @@ impl KinesisApi for MemoryKinesis {
         limit: u32,
     ) -> ApiFuture<'a, GetRecordsOutput> {
         Box::pin(async move {
-            let call = Call {
-                shard: Some(shard.to_string()),
-                limit: Some(limit),
-                iterator: Some(iterator.clone()),
-                ..self.call(Operation::GetRecords, stream)
-            };
-            self.gate(call, &[&**shard]).await?;
+            #[cfg(feature = "test-util")]
+            {
+                let call = Call {
+                    shard: Some(shard.to_string()),
+                    limit: Some(limit),
+                    iterator: Some(iterator.clone()),
+                    ..self.call(Operation::GetRecords, stream)
+                };
+                self.gate(call, &[&**shard]).await?;
+            }
             self.read(stream, shard, &iterator, limit)
         })
     }
@@ -536,60 +657,28 @@ impl KinesisApi for MemoryKinesis {
         entries: Vec<PutRecordsEntry>,
     ) -> ApiFuture<'a, PutRecordsOutput> {
         Box::pin(async move {
-            let routed = self.routed_shards(stream, &entries);
-            let routed: Vec<&str> = routed.iter().map(String::as_str).collect();
-            let fault = self
-                .gate(self.call(Operation::PutRecords, stream), &routed)
-                .await?;
-            self.put_entries(stream, entries, fault.as_ref())
-        })
-    }
-
-    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
-        Box::pin(async move {
-            self.gate(self.call(Operation::CreateStream, stream), &[])
-                .await?;
-            self.create(Operation::CreateStream, stream, shard_count)
+            #[cfg(feature = "test-util")]
+            {
+                let routed = self.routed_shards(stream, &entries);
+                let routed: Vec<&str> = routed.iter().map(String::as_str).collect();
+                let fault = self
+                    .gate(self.call(Operation::PutRecords, stream), &routed)
+                    .await?;
+                self.put_entries(stream, entries, |shard| {
+                    fault.as_ref().and_then(|f| f.entry_failure(stream, shard))
+                })
+            }
+            #[cfg(not(feature = "test-util"))]
+            self.put_entries(stream, entries, |_| None)
         })
     }
 
     fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
         Box::pin(async move {
+            #[cfg(feature = "test-util")]
             self.gate(self.call(Operation::DescribeStreamSummary, stream), &[])
                 .await?;
             self.summary(stream)
-        })
-    }
-
-    fn split_shard<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        new_starting_hash_key: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        Box::pin(async move {
-            let call = Call {
-                shard: Some(shard.to_owned()),
-                ..self.call(Operation::SplitShard, stream)
-            };
-            self.gate(call, &[shard]).await?;
-            self.split(stream, shard, new_starting_hash_key)
-        })
-    }
-
-    fn merge_shards<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        adjacent: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        Box::pin(async move {
-            let call = Call {
-                shard: Some(shard.to_owned()),
-                ..self.call(Operation::MergeShards, stream)
-            };
-            self.gate(call, &[shard, adjacent]).await?;
-            self.merge(stream, shard, adjacent)
         })
     }
 
@@ -625,5 +714,31 @@ impl KinesisApi for MemoryKinesis {
         start: &'a StartingPoint,
     ) -> ApiFuture<'a, ShardEvents> {
         Box::pin(self.subscribe(stream, consumer_arn, shard, start))
+    }
+}
+
+/// Calls the inherent methods of the same names, so code holding a [`MemoryKinesis`] needs no
+/// import to create and reshard streams.
+impl KinesisAdmin for MemoryKinesis {
+    fn create_stream<'a>(&'a self, stream: &'a str, shard_count: u32) -> ApiFuture<'a, ()> {
+        MemoryKinesis::create_stream(self, stream, shard_count)
+    }
+
+    fn split_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        new_starting_hash_key: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        MemoryKinesis::split_shard(self, stream, shard, new_starting_hash_key)
+    }
+
+    fn merge_shards<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        adjacent: &'a str,
+    ) -> ApiFuture<'a, ()> {
+        MemoryKinesis::merge_shards(self, stream, shard, adjacent)
     }
 }

@@ -1,7 +1,8 @@
 //! The calls themselves, answered from the store under its lock.
 //!
-//! Each method here runs after [`MemoryKinesis::gate`] logged the call, consumed its fault and
-//! waited its latency, takes the lock once, and never awaits.
+//! Each method here runs after the call passed the test hooks (with the `test-util` feature:
+//! `MemoryKinesis::gate` logged it, consumed its fault and waited its latency), takes the lock
+//! once, and never awaits.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -11,8 +12,8 @@ use super::sequence;
 use super::stream::{Refusal, StreamState, check_stream_name};
 use super::token::{IteratorToken, PageToken};
 use super::{
-    Fault, FaultKind, MAX_PARTITION_KEY_CHARS, MAX_PUT_RECORDS_BYTES, MAX_PUT_RECORDS_ENTRIES,
-    MAX_RECORD_BYTES, MAX_SHARDS_PER_STREAM, MemoryKinesis, RETENTION_PERIOD_HOURS,
+    MAX_PARTITION_KEY_CHARS, MAX_PUT_RECORDS_BYTES, MAX_PUT_RECORDS_ENTRIES, MAX_RECORD_BYTES,
+    MAX_SHARDS_PER_STREAM, MemoryKinesis, RETENTION_PERIOD_HOURS,
 };
 use crate::api::{
     GetRecordsOutput, ListShardsPage, MAX_GET_RECORDS_LIMIT, PutRecordResult, PutRecordsEntry,
@@ -228,6 +229,7 @@ impl MemoryKinesis {
     }
 
     /// The ids of the shards `entries` route to (best effort, for matching faults).
+    #[cfg(feature = "test-util")]
     pub(super) fn routed_shards(&self, stream: &str, entries: &[PutRecordsEntry]) -> Vec<String> {
         let state = self.lock();
         let Some(stream_state) = state.streams.get(stream) else {
@@ -244,12 +246,13 @@ impl MemoryKinesis {
     }
 
     /// PutRecords: checks the request like the service, then stores each entry on the open
-    /// shard its hash key routes to (failing those a per-entry fault names).
+    /// shard its hash key routes to, unless `failed` gives the entry's result for that shard
+    /// (a per-entry fault of the `test-util` feature).
     pub(super) fn put_entries(
         &self,
         stream: &str,
         entries: Vec<PutRecordsEntry>,
-        per_entry_fault: Option<&Fault>,
+        failed: impl Fn(&str) -> Option<PutRecordResult>,
     ) -> Result<PutRecordsOutput, KinesisError> {
         let op = Operation::PutRecords;
         let hashes = check_put(op, stream, &entries)?;
@@ -264,10 +267,8 @@ impl MemoryKinesis {
             .map(|(entry, hash)| {
                 let index = stream_state.route(hash);
                 let shard_id = stream_state.shard_id(index);
-                if let Some(fault) = per_entry_fault
-                    && fault.shard.as_deref() == Some(&*shard_id)
-                {
-                    return entry_failure(fault, stream, &shard_id);
+                if let Some(failure) = failed(&shard_id) {
+                    return failure;
                 }
                 let sequence_number = if observer.is_some() {
                     let sequence_number = stream_state.append(
@@ -380,7 +381,8 @@ pub(super) fn refused(operation: Operation, stream: &str, refusal: Refusal) -> K
 }
 
 /// The hash key an entry routes by, if it is well-formed.
-pub(super) fn entry_route_hash(entry: &PutRecordsEntry) -> Option<u128> {
+#[cfg(feature = "test-util")]
+fn entry_route_hash(entry: &PutRecordsEntry) -> Option<u128> {
     match &entry.explicit_hash_key {
         Some(key) => hash::parse_hash_key(key),
         None => Some(hash::hash_of(&entry.partition_key)),
@@ -435,20 +437,6 @@ pub(super) fn entry_hash(
                 ),
             )
         }),
-    }
-}
-
-/// The result of an entry failed by a per-entry fault.
-fn entry_failure(fault: &Fault, stream: &str, shard: &str) -> PutRecordResult {
-    match &fault.kind {
-        FaultKind::Fail(message) => PutRecordResult::Failed {
-            code: "InternalFailure".to_owned(),
-            message: message.clone(),
-        },
-        _ => PutRecordResult::Failed {
-            code: "ProvisionedThroughputExceededException".to_owned(),
-            message: format!("Rate exceeded for shard {shard} in stream {stream}."),
-        },
     }
 }
 
