@@ -58,7 +58,11 @@ async fn a_record_that_does_not_decode_is_one_error_naming_it_and_skipping_it_mo
         .unwrap_err()
         .to_string();
     assert!(matches!(&error, KinesisError::Decode { .. }), "{error:?}");
+    // The message names the record; the decoder's error is the source, said once in the
+    // error's report (its message and causes on one line).
     let text = error.to_string();
+    assert!(!text.contains(&decoder_error), "the cause twice: {text}");
+    let text = error.report();
     println!("{text}");
     for part in [
         stream.as_str(),
@@ -69,6 +73,7 @@ async fn a_record_that_does_not_decode_is_one_error_naming_it_and_skipping_it_mo
     ] {
         assert!(text.contains(part), "`{part}` is not named in: {text}");
     }
+    assert_eq!(text.matches(&decoder_error).count(), 1, "{text}");
     assert!(
         std::error::Error::source(&error).is_some_and(|s| s.to_string() == decoder_error),
         "the decoder's error is the source"
