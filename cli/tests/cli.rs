@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_kinesis::primitives::Blob;
+use common::{Run, cli};
 use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
 use kinesis_dataflow::lease::{Lease, SharedLeaseStore};
 use kinesis_dataflow::{
@@ -18,50 +19,7 @@ use kinesis_dataflow::{
 use kinesis_dataflow_test_support as support;
 use serde_json::Value;
 
-/// What one run of the tool gave.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {self:#?}"))
-    }
-
-    fn ok(self) -> Self {
-        assert_eq!(self.code, 0, "{self:#?}");
-        self
-    }
-}
-
-/// Runs the tool with the standard AWS environment pointed at the emulators.
-async fn cli(args: &[&str]) -> Run {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kinesis-dataflow"))
-        .args(args)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("AWS_ENDPOINT_URL_KINESIS", support::kinesis_endpoint())
-        .env("AWS_ENDPOINT_URL_DYNAMODB", support::dynamodb_endpoint())
-        .env_remove("AWS_PROFILE")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(30), out)
-        .await
-        .expect("the tool finishes within 30 s")
-        .expect("the tool runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+mod common;
 
 struct App {
     api: SharedKinesis,

@@ -1,0 +1,58 @@
+//! Running the built `kinesis-dataflow` binary against the emulators, shared by the CLI's
+//! test binaries.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use kinesis_dataflow_test_support as support;
+use serde_json::Value;
+
+/// What one run of the tool gave.
+#[derive(Debug)]
+pub struct Run {
+    /// The exit status.
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Run {
+    /// Standard output as one JSON document.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {self:#?}"))
+    }
+
+    /// Asserts exit status 0.
+    pub fn ok(self) -> Self {
+        assert_eq!(self.code, 0, "{self:#?}");
+        self
+    }
+}
+
+/// Runs the tool with the standard AWS environment pointed at the emulators.
+pub async fn cli(args: &[&str]) -> Run {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kinesis-dataflow"))
+        .args(args)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ENDPOINT_URL_KINESIS", support::kinesis_endpoint())
+        .env("AWS_ENDPOINT_URL_DYNAMODB", support::dynamodb_endpoint())
+        .env_remove("AWS_PROFILE")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .expect("the tool finishes within 30 s")
+        .expect("the tool runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
