@@ -51,6 +51,7 @@ pub mod broker;
 pub mod error;
 pub mod guide;
 mod jitter;
+pub mod kcl;
 pub mod kpl;
 pub mod lease;
 pub mod position;

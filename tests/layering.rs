@@ -20,7 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("seams", &["api", "lease"]),
     ("reading and settling", &["shard", "ack"]),
-    ("composing", &["subscription", "publish"]),
+    ("composing", &["subscription", "publish", "kcl"]),
     ("faces", &["broker", "guide"]),
 ];
 

@@ -9,10 +9,12 @@
 //! error of its publishers, subscribers and seekers alike, and the spec names `KinesisError`
 //! as that error: one type keeps `?` working across the core and the face.
 
+mod kcl;
 mod lease;
 mod operation;
 mod publish_failure;
 
+pub use kcl::{KclError, KclErrorKind};
 pub use lease::LeaseError;
 pub(crate) use operation::brief;
 pub use operation::{ErrorSource, Operation};

@@ -55,6 +55,10 @@ pub type LeaseFuture<'a, T> = BoxFuture<'a, Result<T, LeaseError>>;
 /// A shared handle to any lease store.
 pub type SharedLeaseStore = Arc<dyn LeaseStore>;
 
+/// The key prefix of an instance's worker row (`worker:<owner>`); the row `worker:` alone is
+/// the roster row. Neither is a shard's row.
+pub(crate) const WORKER_ROW_PREFIX: &str = "worker:";
+
 /// The owner prefix the `kinesis-dataflow reset` tool writes leases as while it moves their
 /// checkpoints: a holder that finds its lease taken by such an owner says that a reset took it.
 pub const RESET_OWNER_PREFIX: &str = "kinesis-dataflow-reset-";

@@ -19,7 +19,7 @@ impl DynamoLeaseStore {
         }
     }
 
-    pub(super) fn error<E>(&self, call: Operation, err: SdkError<E, HttpResponse>) -> LeaseError
+    pub(crate) fn error<E>(&self, call: Operation, err: SdkError<E, HttpResponse>) -> LeaseError
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {

@@ -11,7 +11,7 @@ use crate::api::ShardDescription;
 use crate::lease::{Lease, WorkerLimits};
 
 /// The prefix of the lease rows that record live instances (one per owner).
-pub(crate) const WORKER_PREFIX: &str = "worker:";
+pub(crate) const WORKER_PREFIX: &str = crate::lease::WORKER_ROW_PREFIX;
 
 /// The row whose counter moves whenever the set of instances changes (one joined, left, or
 /// was declared gone), so the others list again at once. Its id is the worker prefix alone,
