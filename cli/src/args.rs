@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use kinesis_dataflow::DynamoLeaseStore;
 
 use crate::Failure;
+use crate::kcl_args::{self, KclArgs, KclCommand};
 use crate::time;
 
 /// The tool's help, after the list of commands.
@@ -20,7 +21,8 @@ Every command takes the lease table and the stream:
 
 Configured by the standard AWS environment: AWS_REGION, credentials (AWS_ACCESS_KEY_ID,
 AWS_PROFILE, ...), AWS_ENDPOINT_URL_KINESIS / AWS_ENDPOINT_URL_DYNAMODB. The lease table is
-never created: a missing table is an error.
+never created, except by `kcl import` (as the library would create it); `kcl export --create`
+creates the KCL table.
 
 Exit status: 0 done, 1 a call failed, 2 bad input (nothing written), 3 refused (live
 instances hold the leases; nothing written).
@@ -100,6 +102,9 @@ enum CommandFlags {
     /// move the checkpoints of every shard (or of named shards) to a new position
     #[command(after_help = RESET_AFTER_HELP)]
     Reset(ResetFlags),
+    /// import a KCL application's checkpoints, or export this application's to a KCL table
+    #[command(subcommand)]
+    Kcl(KclCommand),
 }
 
 /// The lease table, by name or by application: one of the two.
@@ -116,7 +121,7 @@ struct TableFlags {
 
 /// The lease table and the stream, which every command takes.
 #[derive(Debug, Args)]
-struct TargetFlags {
+pub struct TargetFlags {
     /// The lease table.
     #[command(flatten)]
     table: TableFlags,
@@ -264,6 +269,8 @@ pub enum Command {
     Workers(WorkersArgs),
     /// `reset`.
     Reset(ResetArgs),
+    /// `kcl import` or `kcl export`.
+    Kcl(KclArgs),
 }
 
 /// The default of `--records-cap`.
@@ -289,7 +296,7 @@ where
     let cli = Cli::try_parse_from(argv).map_err(ParseError::Clap)?;
     let Some(command) = cli.command else {
         return Err(ParseError::Invalid(Failure::usage(
-            "no command given (status, workers or reset)".to_owned(),
+            "no command given (status, workers, reset or kcl)".to_owned(),
         )));
     };
     Ok(match command {
@@ -306,6 +313,9 @@ where
         }),
         CommandFlags::Reset(flags) => {
             Command::Reset(reset(flags, now_ms).map_err(ParseError::Invalid)?)
+        }
+        CommandFlags::Kcl(command) => {
+            Command::Kcl(kcl_args::kcl(command, now_ms).map_err(ParseError::Invalid)?)
         }
     })
 }
@@ -335,7 +345,7 @@ fn watch_interval(text: &str) -> Result<Duration, String> {
 }
 
 /// `--lease-duration`: seconds from 0.1 to 3600, in milliseconds.
-fn lease_duration_ms(text: &str) -> Result<u64, String> {
+pub fn lease_duration_ms(text: &str) -> Result<u64, String> {
     text.parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 3_600.0)

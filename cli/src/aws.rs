@@ -63,7 +63,7 @@ pub async fn connect(target: &Target) -> Result<Aws, Failure> {
 /// Fails with exit status 2 when no credentials can be found, before any call: the SDK would
 /// otherwise try every source (the instance metadata service last) and print its own
 /// complaints about each.
-async fn check_credentials(config: &aws_config::SdkConfig) -> Result<(), Failure> {
+pub async fn check_credentials(config: &aws_config::SdkConfig) -> Result<(), Failure> {
     use aws_sdk_dynamodb::config::ProvideCredentials;
     let none = |why: String| {
         Failure::usage(format!(

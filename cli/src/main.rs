@@ -1,14 +1,17 @@
 //! The `kinesis-dataflow` command-line tool: `status`, `workers` and `reset` for an
-//! application's lease table and a stream. `kinesis-dataflow --help` for the commands.
+//! application's lease table and a stream, and `kcl import` / `kcl export` between it and a
+//! KCL application's lease table. `kinesis-dataflow --help` for the commands.
 //!
 //! Configured only by the standard AWS environment (region, credentials, endpoint overrides
 //! such as `AWS_ENDPOINT_URL_KINESIS` / `AWS_ENDPOINT_URL_DYNAMODB`). Exit status: 0 done, 1 a
-//! call failed, 2 bad input (nothing written), 3 refused because live instances hold the
-//! leases (nothing written).
+//! call failed, 2 bad input (nothing written), 3 refused because live instances (or KCL
+//! workers) hold the leases (nothing written).
 #![forbid(unsafe_code)]
 
 mod args;
 mod aws;
+mod kcl;
+mod kcl_args;
 mod output;
 mod reset;
 mod status;
@@ -49,6 +52,7 @@ async fn run(command: args::Command) -> Result<(), Failure> {
         args::Command::Status(a) => status::run(&a).await,
         args::Command::Workers(a) => workers::run(&a).await,
         args::Command::Reset(a) => reset::run(&a).await,
+        args::Command::Kcl(a) => kcl::run(&a).await,
     }
 }
 
