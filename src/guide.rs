@@ -15,7 +15,8 @@
 //! | [`fan_out`] | enhanced fan-out (SubscribeToShard), HTTP/2 |
 //! | [`several_streams`] | several streams in one subscription |
 //! | [`metrics_and_tracing`] | the metrics, the spans, and what is logged at each level |
-//! | [`cli`] | the `kinesis-dataflow` command-line tool: `status`, `workers`, `reset` |
+//! | [`cli`] | the `kinesis-dataflow` command-line tool: `status`, `workers`, `reset`, `kcl` |
+//! | [`kcl_migration`] | moving from the KCL and back: `kcl import` / `kcl export`, and [`Migration`](crate::kcl::Migration) |
 #![cfg_attr(
     feature = "broker",
     doc = "| [`broker_face`] | the RustStream broker face (the `broker` feature) |"
@@ -53,6 +54,9 @@ pub mod metrics_and_tracing {}
 
 #[doc = include_str!("../docs/guide/cli.md")]
 pub mod cli {}
+
+#[doc = include_str!("../docs/guide/kcl_migration.md")]
+pub mod kcl_migration {}
 
 #[cfg(feature = "broker")]
 #[doc = include_str!("../docs/guide/broker_face.md")]
