@@ -454,3 +454,43 @@ async fn when_publishing_fails_the_checkpoint_stays_before_what_was_not_stored()
         "what was stored was acked"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_close_returns_once_written_checkpoints_cover_every_delivery() {
+    let (memory, api, store) = pipeline_setup();
+    let publisher = Publisher::new(api.clone(), B).max_records_per_call(50);
+    // No checkpoint is written on the interval during the test: only the close's own.
+    let mut sub = support::reading::fast(&api, Arc::new(store.clone()), A, "copier")
+        .checkpoint_interval(Duration::from_secs(3_600))
+        .start_at(KinesisPosition::horizon())
+        .start()
+        .await
+        .unwrap();
+    let handle = sub.shutdown_handle();
+    // The subscription runs on after the pipeline: nothing else writes its checkpoints.
+    let deliveries = (&mut sub)
+        .take(RECORDS)
+        .map(|item| item.map(|d| d.map(to_outgoing)));
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        deliveries.forward(publisher.delivery_sink()),
+    )
+    .await
+    .expect("the pipeline finishes")
+    .expect("forward");
+
+    // Right after the close, before any stop: A's checkpoints pass every record, all in B.
+    let leases = store.list(A).await.unwrap();
+    for lease in leases.iter().filter(|l| !l.shard_id.starts_with("worker:")) {
+        let last = memory.records(A, &lease.shard_id).unwrap().pop().unwrap();
+        assert_eq!(
+            lease.checkpoint,
+            Some(Checkpoint::Sequence(last.sequence_number().to_owned())),
+            "the close waited for {}'s checkpoint",
+            lease.shard_id
+        );
+    }
+    assert_eq!(stored(&memory, B).concat().len(), RECORDS);
+    handle.shutdown().await;
+    drop(sub);
+}

@@ -42,8 +42,28 @@ impl Receipts {
         }
     }
 
+    /// Notes the delivery of `token`, about to be acked.
+    pub(crate) fn note_token(&mut self, token: &super::AckToken) {
+        self.note(token.receipt());
+    }
+
     fn is_empty(&self) -> bool {
         self.shards.is_empty()
+    }
+
+    /// Waits until a written checkpoint covers every delivery noted (asking each shard for a
+    /// write now). Fails as soon as one shard's cannot be: its lease was lost, the table could
+    /// not be written, a seek moved it, or its subscription stopped first.
+    pub(crate) fn covered(self) -> BoxFuture<'static, Result<(), KinesisError>> {
+        Box::pin(async move {
+            try_join_all(
+                self.shards
+                    .iter()
+                    .map(|(acks, index)| acks.durability().covered(*index)),
+            )
+            .await
+            .map(drop)
+        })
     }
 }
 
@@ -177,16 +197,7 @@ impl AckSink {
             if self.receipts.is_empty() {
                 return Poll::Ready(Ok(()));
             }
-            let shards = std::mem::take(&mut self.receipts).shards;
-            self.waiting = Some(Box::pin(async move {
-                try_join_all(
-                    shards
-                        .iter()
-                        .map(|(acks, index)| acks.durability().covered(*index)),
-                )
-                .await
-                .map(drop)
-            }));
+            self.waiting = Some(std::mem::take(&mut self.receipts).covered());
         }
         let waiting = self.waiting.as_mut().expect("set above");
         let result = futures::ready!(waiting.as_mut().poll(cx));

@@ -15,9 +15,11 @@ use std::task::{Context, Poll, ready};
 
 use futures::Sink;
 
+use futures::future::BoxFuture;
+
 use super::plan::CallLimits;
 use super::{Publisher, check};
-use crate::ack::{AckToken, Delivery};
+use crate::ack::{AckToken, Delivery, Receipts};
 use crate::error::FailedRecord;
 use crate::error::KinesisError;
 use crate::record::{OutgoingRecord, Published};
@@ -75,8 +77,9 @@ impl Publisher {
     }
 
     /// A `Sink` of deliveries mapped to [`OutgoingRecord`]s, which acks each delivery once its
-    /// record is stored: a stream-to-stream pipeline whose checkpoint never passes a record
-    /// that was not published. See [`PublishSink`].
+    /// record is stored, and whose close returns once written checkpoints cover them all: a
+    /// stream-to-stream pipeline whose checkpoint never passes a record that was not
+    /// published, durable end to end. See [`PublishSink`].
     pub fn delivery_sink(&self) -> PublishSink<Delivery<OutgoingRecord>> {
         PublishSink::new(self.clone())
     }
@@ -132,8 +135,17 @@ enum Until {
 /// one fills meanwhile: `poll_ready` waits for the batch in flight only when the buffer is
 /// full, which is the sink's back-pressure. Batches go out in the order the records came, so
 /// each key keeps the order `publish_batch` guarantees within a batch across the whole stream.
-/// `poll_flush` (and `poll_close`, which is the same) sends the partial buffer and returns once
-/// everything sent into the sink is stored; until then, nothing is known to be stored.
+/// `poll_flush` sends the partial buffer and returns once everything sent into the sink is
+/// stored; until then, nothing is known to be stored.
+///
+/// **Durable to the end.** `poll_close` (so `forward(..)` completing) flushes, then waits, as
+/// [`AckSink`](crate::AckSink)'s close does, until checkpoints written to the lease table
+/// cover every delivery the sink acked, asking each of their shards to write now. When it
+/// returns `Ok`, every record read is stored on the destination and the source's checkpoint
+/// says so: a restart reads none of them again. A close fails when that cannot be reached
+/// (the lease was lost, the table could not be written, the subscription stopped first);
+/// the deliveries stay acked and the shard's next reader delivers again those the checkpoint
+/// does not cover. A sink of plain records has nothing to wait for.
 ///
 /// **Acks.** A delivery is acked once PutRecords stored its record, never before. When a
 /// batch fails for good, its stored records are acked and the tokens of all others (the
@@ -179,6 +191,10 @@ pub struct PublishSink<T = OutgoingRecord> {
     refused: Option<KinesisError>,
     /// The failure that stopped the sink.
     failed: Option<KinesisError>,
+    /// The deliveries acked: what the close waits to see covered by written checkpoints.
+    receipts: Receipts,
+    /// The close's wait for those checkpoints.
+    durable: Option<BoxFuture<'static, Result<(), KinesisError>>>,
     _items: PhantomData<fn(T)>,
 }
 
@@ -207,6 +223,8 @@ impl<T: Publishable> PublishSink<T> {
             taken: 0,
             refused: None,
             failed,
+            receipts: Receipts::default(),
+            durable: None,
             _items: PhantomData,
         }
     }
@@ -270,7 +288,10 @@ impl<T: Publishable> PublishSink<T> {
         self.in_flight = None;
         match result {
             Ok(_) => {
-                tokens.into_iter().flatten().for_each(AckToken::ack);
+                for token in tokens.into_iter().flatten() {
+                    self.receipts.note_token(&token);
+                    token.ack();
+                }
                 Poll::Ready(true)
             }
             Err(error) => {
@@ -366,8 +387,21 @@ impl<T: Publishable> Sink<T> for PublishSink<T> {
         Poll::Ready(this.outcome())
     }
 
+    /// Flushes, then waits until written checkpoints cover every delivery the sink acked
+    /// (asking their shards to write now), as [`AckSink`](crate::AckSink)'s close does.
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), KinesisError>> {
-        self.poll_flush(cx)
+        let this = self.get_mut();
+        if this.durable.is_none() {
+            if this.failed.is_none() {
+                ready!(this.poll_drain(cx, Until::Empty));
+            }
+            this.outcome()?;
+            this.durable = Some(mem::take(&mut this.receipts).covered());
+        }
+        let durable = this.durable.as_mut().expect("set above");
+        let result = ready!(durable.as_mut().poll(cx));
+        this.durable = None;
+        Poll::Ready(result)
     }
 }
 
