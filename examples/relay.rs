@@ -1,6 +1,8 @@
-// Stream A to stream B: every record of A is transformed and published to B, and acknowledged
-// on A only once B stored its copy. Killed at any moment and started again, it loses nothing:
-// every record of A is in B (some perhaps twice), each key's records in A's order.
+// Stream A to stream B: every record of A is transformed, re-keyed and published to B, and
+// acknowledged on A only once B stored its copy; a graceful stop returns once A's checkpoints
+// cover everything stored. Killed at any moment and started again, it loses nothing: every
+// record of A is in B (those stored but not yet checkpointed when it died, twice), each key's
+// records in A's order.
 //
 // Configured by the standard AWS environment:
 //
@@ -63,17 +65,26 @@ async fn run() -> Result<(), KinesisError> {
 
     let result = subscription
         .errors_to(|error| eprintln!("read error (retried): {}", error.report()))
-        // The transformation: B gets `relayed:<A's data>` under A's partition key, so each
-        // key keeps its order.
+        // The transformation: B gets `relayed:<A's data>`, re-keyed by the data's first field
+        // (say, a customer id: the text before the first `:`; A's key when there is none).
+        // Each B key keeps A's order as long as its records come from one A key.
         .map(|delivery| {
             delivery.map(|record| {
+                let key = match record.data().iter().position(|b| *b == b':') {
+                    Some(end) => format!(
+                        "customer-{}",
+                        String::from_utf8_lossy(&record.data()[..end])
+                    ),
+                    None => record.partition_key().to_owned(),
+                };
                 let mut data = b"relayed:".to_vec();
                 data.extend_from_slice(record.data());
-                OutgoingRecord::new(record.partition_key(), data)
+                OutgoingRecord::new(key, data)
             })
         })
         .map(Ok)
-        // Batches into PutRecords; acks each delivery on A once B stored its copy.
+        // Batches PutRecords across records and shards; acks each delivery on A once B
+        // stored its copy; its close (the end of `forward`) waits for A's checkpoints.
         .forward(publisher.delivery_sink())
         .await;
     if result.is_ok() {
