@@ -187,7 +187,73 @@ pub enum Checkpoint {
     ShardEnd,
 }
 
+/// How far a checkpoint says a shard is settled, for comparing two of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled<'a> {
+    /// Nothing settled: a start position, or no checkpoint.
+    Nothing,
+    /// Through the KPL aggregate at this sequence number's user record (`Some`), or the whole
+    /// record (`None`).
+    Through(&'a str, Option<u64>),
+    /// The shard is finished.
+    End,
+}
+
+impl Settled<'_> {
+    fn cmp(self, other: Self) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        match (self, other) {
+            (Self::Nothing, Self::Nothing) | (Self::End, Self::End) => Ordering::Equal,
+            (Self::Nothing, _) | (_, Self::End) => Ordering::Less,
+            (_, Self::Nothing) | (Self::End, _) => Ordering::Greater,
+            (Self::Through(a, a_sub), Self::Through(b, b_sub)) => {
+                // A whole record is past any of its user records.
+                let rank = |sub: Option<u64>| sub.map_or((1, 0), |k| (0, k));
+                cmp_sequence(a, b).then(rank(a_sub).cmp(&rank(b_sub)))
+            }
+        }
+    }
+}
+
 impl Checkpoint {
+    /// How far it says the shard is settled.
+    fn settled(&self) -> Settled<'_> {
+        match self {
+            Self::Sequence(seq)
+            | Self::Start(StartingPoint::AfterSequence(seq))
+            | Self::Initial(StartingPoint::AfterSequence(seq)) => Settled::Through(seq, None),
+            Self::SubSequence(seq, sub)
+            | Self::Start(StartingPoint::AfterSubSequence(seq, sub))
+            | Self::Initial(StartingPoint::AfterSubSequence(seq, sub)) => {
+                Settled::Through(seq, Some(*sub))
+            }
+            Self::ShardEnd => Settled::End,
+            Self::Start(_) | Self::Initial(_) => Settled::Nothing,
+        }
+    }
+
+    /// Whether this checkpoint settles more of the shard than `other` (nothing settled when
+    /// `None`). Sequence numbers compare as numbers; within one KPL aggregate a higher
+    /// sub-sequence number is further, and the whole record further than any of its user
+    /// records; a finished shard is furthest; a start position (nothing settled yet) is
+    /// behind every settled record.
+    ///
+    /// ```
+    /// use kinesis_dataflow::position::Checkpoint;
+    ///
+    /// let whole = Checkpoint::Sequence("100".into());
+    /// let part = Checkpoint::SubSequence("100".into(), 3);
+    /// assert!(whole.is_ahead_of(Some(&part)));
+    /// assert!(part.is_ahead_of(Some(&Checkpoint::Sequence("99".into()))));
+    /// assert!(part.is_ahead_of(None));
+    /// assert!(!part.is_ahead_of(Some(&part)));
+    /// ```
+    #[must_use]
+    pub fn is_ahead_of(&self, other: Option<&Checkpoint>) -> bool {
+        let other = other.map_or(Settled::Nothing, Checkpoint::settled);
+        self.settled().cmp(other).is_gt()
+    }
+
     /// The text form a lease store keeps: a sequence number, `<sequence>:<sub-sequence>`,
     /// `SHARD_END`, `TRIM_HORIZON`,
     /// `AT_TIMESTAMP:<ms>`, `AT_SEQUENCE_NUMBER:<seq>` or `AFTER_SEQUENCE_NUMBER:<seq>`, and

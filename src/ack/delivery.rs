@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::tracker::{SendBack, Settlement, ShardAcks};
+use crate::position::Checkpoint;
 use crate::record::Record;
 
 /// The right (and duty) to settle one delivered record.
@@ -115,6 +116,19 @@ impl AckToken {
     /// The ledger and index this token settles (for the ack sink's durability wait).
     pub(crate) fn receipt(&self) -> (&Arc<ShardAcks>, u64) {
         (&self.acks, self.index)
+    }
+
+    /// The position of this record in its shard, as a checkpoint settled through it: the
+    /// record's sequence number, and inside a KPL aggregate its sub-sequence number. `None`
+    /// only for a token made outside a subscription, without its record.
+    #[must_use]
+    pub fn position(&self) -> Option<Checkpoint> {
+        let record = self.record.as_ref()?;
+        let seq = record.sequence_number().to_owned();
+        Some(match record.sub_sequence_number() {
+            Some(sub) => Checkpoint::SubSequence(seq, sub),
+            None => Checkpoint::Sequence(seq),
+        })
     }
 
     /// Requeues the record; a token without one (never the case for the subscription's)
@@ -363,6 +377,15 @@ impl<T> Delivery<T> {
     /// The ledger and index that settle this delivery.
     pub(crate) fn receipt(&self) -> (&Arc<ShardAcks>, u64) {
         self.token.receipt()
+    }
+
+    /// The record's position in its shard (see [`AckToken::position`]): what a sink that
+    /// stores its effects in a database stores with them, in the same transaction, and what
+    /// its [`PositionSource`](crate::subscription::PositionSource) gives back when a shard
+    /// is taken, so the shard opens right after the last effect committed.
+    #[must_use]
+    pub fn position(&self) -> Option<Checkpoint> {
+        self.token.position()
     }
 
     /// Which delivery of the record this is (see [`AckToken::attempt`]).

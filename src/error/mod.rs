@@ -363,6 +363,23 @@ pub enum KinesisError {
         /// The stream.
         stream: String,
     },
+
+    /// The application's [`PositionSource`](crate::subscription::PositionSource) failed when
+    /// the shard was taken: the lease was released, and the shard is taken again at a later
+    /// listing. Retryable.
+    #[error(
+        "the position source failed for shard `{shard}` of stream `{stream}`; the lease was \
+         released and the shard is taken again at a later listing"
+    )]
+    PositionSource {
+        /// The stream.
+        stream: String,
+        /// The shard.
+        shard: String,
+        /// The source's error.
+        #[source]
+        source: ErrorSource,
+    },
 }
 
 impl KinesisError {
@@ -425,7 +442,10 @@ impl KinesisError {
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Throttled { .. } | Self::ExpiredIterator { .. } | Self::Service { .. } => true,
+            Self::Throttled { .. }
+            | Self::ExpiredIterator { .. }
+            | Self::Service { .. }
+            | Self::PositionSource { .. } => true,
             Self::LeaseStore(e) => e.is_retryable(),
             _ => false,
         }

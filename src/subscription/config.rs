@@ -46,6 +46,8 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) max_attempts: Option<u32>,
     pub(crate) settle_within: Option<Duration>,
     pub(crate) dead_letters: Option<Arc<dyn crate::ack::DeadLetters>>,
+    /// Asked for a shard's position when it is taken.
+    pub(crate) position_source: Option<Arc<dyn super::PositionSource>>,
     pub(crate) clock: Arc<dyn Clock>,
     /// With [`ReadSettings::fan_out`]: the consumer's ARN, registered at `start`.
     pub(crate) consumer_arn: Option<String>,
@@ -76,6 +78,7 @@ impl SubscriptionConfig {
             max_attempts: None,
             settle_within: None,
             dead_letters: None,
+            position_source: None,
             clock: Arc::new(TokioClock),
             consumer_arn: None,
             limits: WorkerLimits::default(),

@@ -36,6 +36,7 @@ mod config;
 mod coordinator;
 mod gate;
 mod multi;
+mod position_source;
 mod pump;
 mod seeker;
 mod signal;
@@ -61,6 +62,9 @@ pub use config::{
     MAX_DURATION,
 };
 pub use multi::{MultiSubscription, MultiSubscriptionBuilder, StreamSet};
+pub use position_source::{
+    PositionSource, PositionSourceError, PositionSourceFn, position_source_fn,
+};
 pub use seeker::SubscriptionSeeker;
 pub use signal::{StopSignal, shutdown_signal};
 
@@ -284,6 +288,16 @@ impl SubscriptionBuilder {
     /// [`dead_letters_fn`](crate::ack::dead_letters_fn).
     pub fn dead_letters(mut self, destination: impl crate::ack::DeadLetters + 'static) -> Self {
         self.config.dead_letters = Some(Arc::new(destination));
+        self
+    }
+
+    /// The application's own record of where each shard stands, asked when a shard is
+    /// taken: a shard opens right after the source's position when that is ahead of the
+    /// lease table's checkpoint. For sinks that store each record's effect and its
+    /// [`position`](crate::Delivery::position) in one transaction: see [`PositionSource`]
+    /// for the contract.
+    pub fn position_source(mut self, source: impl PositionSource + 'static) -> Self {
+        self.config.position_source = Some(Arc::new(source));
         self
     }
 

@@ -56,7 +56,14 @@ pub(crate) async fn take(shared: Arc<Shared>, lease: Lease, opening: Opening) ->
         }
         Err(e) => return TakeOutcome::Failed(e),
     };
-    let (acks, mut reader) = match open(&shared, &taken, &opening) {
+    let (opening, ledger_from) = match consult(&shared, &taken, opening).await {
+        Ok(consulted) => consulted,
+        Err(e) => {
+            let _ = shared.store.release(&taken).await;
+            return TakeOutcome::Unopenable(e);
+        }
+    };
+    let (acks, mut reader) = match open(&shared, &taken.shard_id, ledger_from.as_ref(), &opening) {
         Ok(opened) => opened,
         Err(e) => {
             let _ = shared.store.release(&taken).await;
@@ -102,15 +109,72 @@ pub(crate) async fn take(shared: Arc<Shared>, lease: Lease, opening: Opening) ->
     }))
 }
 
-/// The taken shard's ledger and reader, opened where `opening` says. The ledger starts from
-/// the row's sequence number unless `start_at` goes ahead of it.
-fn open(
+/// Asks the application's position source, when there is one, where the taken shard stands.
+/// When that is ahead of the row's checkpoint, the shard opens right after it and its ledger
+/// starts there; otherwise (and under `start_at` at startup) the opening stands. Returns the
+/// opening and the checkpoint the ledger starts from.
+async fn consult(
     shared: &Shared,
     taken: &Lease,
+    opening: Opening,
+) -> Result<(Opening, Option<Checkpoint>), KinesisError> {
+    let row = taken.checkpoint.clone();
+    let Some(source) = &shared.config.position_source else {
+        return Ok((opening, row));
+    };
+    if opening.overridden {
+        return Ok((opening, row));
+    }
+    let shard = taken.shard_id.as_str();
+    let failed = |source: crate::error::ErrorSource| KinesisError::PositionSource {
+        stream: shared.stream.to_string(),
+        shard: shard.to_owned(),
+        source,
+    };
+    let asked = source.position(&shared.stream, shard);
+    let stored = match tokio::time::timeout(shared.config.call_timeout(), asked).await {
+        Ok(Ok(stored)) => stored,
+        Ok(Err(e)) => return Err(failed(Arc::from(e))),
+        Err(_) => {
+            let e = std::io::Error::other("no answer within the call timeout");
+            return Err(failed(Arc::new(e)));
+        }
+    };
+    let start = match &stored {
+        Some(Checkpoint::Sequence(seq)) => StartingPoint::AfterSequence(seq.clone()),
+        Some(Checkpoint::SubSequence(seq, sub)) => {
+            StartingPoint::AfterSubSequence(seq.clone(), *sub)
+        }
+        _ => return Ok((opening, row)),
+    };
+    if !stored.as_ref().is_some_and(|p| p.is_ahead_of(row.as_ref())) {
+        return Ok((opening, row));
+    }
+    tracing::info!(
+        shard,
+        stored = %stored.as_ref().map(Checkpoint::encode).unwrap_or_default(),
+        lease_table = %row.as_ref().map(Checkpoint::encode).unwrap_or_default(),
+        "opening right after the position source's position, ahead of the lease table's checkpoint"
+    );
+    let opening = Opening {
+        start,
+        record: false,
+        tip: None,
+        ..opening
+    };
+    Ok((opening, stored))
+}
+
+/// The taken shard's ledger and reader, opened where `opening` says. The ledger starts from
+/// `ledger_from` (the row's checkpoint, or the position source's) unless `start_at` goes
+/// ahead of it.
+fn open(
+    shared: &Shared,
+    shard: &str,
+    ledger_from: Option<&Checkpoint>,
     opening: &Opening,
 ) -> Result<(Arc<ShardAcks>, ShardStream), KinesisError> {
-    let shard = taken.shard_id.as_str();
-    let checkpoint_seq = match &taken.checkpoint {
+    let checkpoint_seq = match ledger_from {
         Some(cp @ (Checkpoint::Sequence(_) | Checkpoint::SubSequence(..)))
             if !opening.overridden =>
         {
