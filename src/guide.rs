@@ -9,7 +9,7 @@
 //! |---|---|
 //! | [`reading`] | one shard as a `Stream`, and the reader's rules |
 //! | [`subscriptions`] | every shard, shared between instances; leases, sharing, failover, stopping; where each shard opens |
-//! | [`settling`] | settling deliveries, poison records, and the at-least-once contract |
+//! | [`settling`] | settling deliveries, poison records, the at-least-once contract, and exactly-once effects |
 //! | [`publishing`] | `Publisher`, pipelines that publish, collecting and aggregating |
 //! | [`kpl`] | KPL-aggregated records, read and written |
 //! | [`fan_out`] | enhanced fan-out (SubscribeToShard), HTTP/2 |
