@@ -824,34 +824,46 @@ async fn bad_settings_are_refused_before_any_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_tasks_publish_through_clones_at_once() {
     fn shareable<T: Clone + Send + Sync + 'static>(_: &T) {}
-    let (memory, recording) = memory_stream("orders");
-    let publisher = Publisher::new(recording.clone(), "orders");
-    shareable(&publisher);
+    // Collected by default: the tasks' publishes share calls. Without: one call each.
+    for collect in [true, false] {
+        let (memory, recording) = memory_stream("orders");
+        // Each call takes a while, as over the network: publishes arrive meanwhile.
+        memory.set_latency(Duration::from_millis(2));
+        let mut publisher = Publisher::new(recording.clone(), "orders");
+        if !collect {
+            publisher = publisher.without_collect();
+        }
+        shareable(&publisher);
 
-    let tasks: Vec<_> = (0..32)
-        .map(|t| {
-            let publisher = publisher.clone();
-            tokio::spawn(async move {
-                let key = format!("task-{t}");
-                for n in 0..10 {
-                    publisher
-                        .publish(key.clone(), format!("{key}#{n}"))
-                        .await
-                        .expect("publish");
-                }
+        let tasks: Vec<_> = (0..32)
+            .map(|t| {
+                let publisher = publisher.clone();
+                tokio::spawn(async move {
+                    let key = format!("task-{t}");
+                    for n in 0..10 {
+                        publisher
+                            .publish(key.clone(), format!("{key}#{n}"))
+                            .await
+                            .expect("publish");
+                    }
+                })
             })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let calls = recording.layer().put_sizes().len();
+        if collect {
+            assert!(
+                calls < 320,
+                "publishes share calls by default: {calls} calls"
+            );
+        } else {
+            assert_eq!(calls, 320, "one call per publish without collection");
+        }
+        let mut all = stored(&memory, "orders", SHARD0);
+        all.extend(stored(&memory, "orders", SHARD1));
+        assert_eq!(all.len(), 320);
+        assert_in_order_per_key(&all);
     }
-    assert_eq!(
-        recording.layer().put_sizes().len(),
-        320,
-        "one call per publish"
-    );
-    let mut all = stored(&memory, "orders", SHARD0);
-    all.extend(stored(&memory, "orders", SHARD1));
-    assert_eq!(all.len(), 320);
-    assert_in_order_per_key(&all);
 }

@@ -67,6 +67,7 @@ impl KinesisOptions {
 pub struct KinesisPublish {
     partition_key: Option<String>,
     collect: Option<Collect>,
+    without_collect: bool,
     aggregate: Option<Aggregate>,
 }
 
@@ -77,10 +78,20 @@ impl KinesisPublish {
         self
     }
 
-    /// Collects the publishes of this publisher (from every handler and task using it) into
-    /// shared PutRecords calls: see [`Publisher::collect`](crate::Publisher::collect).
+    /// How the publishes of this publisher (from every handler and task using it) are
+    /// collected into shared PutRecords calls (on by default, with [`Collect::default`]):
+    /// see [`Publisher::collect`](crate::Publisher::collect).
     pub fn collect(mut self, settings: Collect) -> Self {
         self.collect = Some(settings);
+        self.without_collect = false;
+        self
+    }
+
+    /// Each publish makes its own PutRecords calls: see
+    /// [`Publisher::without_collect`](crate::Publisher::without_collect).
+    pub fn without_collect(mut self) -> Self {
+        self.collect = None;
+        self.without_collect = true;
         self
     }
 
@@ -95,6 +106,9 @@ impl KinesisPublish {
     /// The core publisher of `stream` under this policy.
     fn core(&self, api: crate::api::SharedKinesis, stream: &str) -> CorePublisher {
         let mut publisher = CorePublisher::new(api, stream);
+        if self.without_collect {
+            publisher = publisher.without_collect();
+        }
         if let Some(collect) = self.collect {
             publisher = publisher.collect(collect);
         }

@@ -416,6 +416,51 @@ mod tests {
     use crate::error::Operation;
     use crate::publish::RetryPolicy;
 
+    #[test]
+    fn collection_is_on_by_default_and_aggregation_lingers_unless_told() {
+        use crate::publish::Aggregate;
+        let kinesis = MemoryKinesis::new();
+        let settings = |p: &Publisher| p.collector.as_ref().map(|c| c.settings());
+        let default = Publisher::new(Arc::new(kinesis), "orders");
+        assert_eq!(settings(&default), Some(Collect::default()));
+        assert_eq!(settings(&default.clone().without_collect()), None);
+        let aggregated = default.clone().aggregate(Aggregate::default());
+        assert_eq!(
+            settings(&aggregated),
+            Some(Collect::default().linger(DEFAULT_AGGREGATION_LINGER))
+        );
+        let told = default
+            .collect(Collect::default().max_calls_in_flight(2))
+            .aggregate(Aggregate::default());
+        assert_eq!(
+            settings(&told),
+            Some(Collect::default().max_calls_in_flight(2))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_fills_a_call_goes_out_from_its_own_task() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = Publisher::new(Arc::new(kinesis.clone()), "orders").max_records_per_call(2);
+        let started = |p: &Publisher| {
+            let collector = p.collector.as_ref().expect("collecting");
+            collector.queue.lock().unwrap().is_some()
+        };
+        let two = || vec![OutgoingRecord::new("a", "1"), OutgoingRecord::new("b", "2")];
+        publisher.publish_batch(two()).await.unwrap();
+        assert!(!started(&publisher), "a full call's worth is not collected");
+        publisher.publish("c", "3").await.unwrap();
+        assert!(started(&publisher), "a lone record is");
+        assert_eq!(
+            kinesis
+                .records("orders", "shardId-000000000000")
+                .unwrap()
+                .len(),
+            3
+        );
+    }
+
     fn publisher(kinesis: &MemoryKinesis) -> Publisher {
         Publisher::new(Arc::new(kinesis.clone()), "orders")
             .retry(

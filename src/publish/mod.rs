@@ -124,9 +124,8 @@
 //!
 //! # Collection and aggregation
 //!
-//! Off by default, each publish makes its own calls: a handler that publishes one record per
-//! message makes one PutRecords call per record. [`Publisher::collect`] hands every publish of
-//! the publisher (and its clones) to one background task that batches whole publishes, in
+//! On by default, as the KPL collects by default: every publish of the publisher (and its
+//! clones) goes to one background task that batches whole publishes, in
 //! arrival order, until a call's worth is collected or [`Collect::linger`] (default 0) has
 //! passed since the batch's first one, and sends each batch as one publish, several at once
 //! ([`Collect::max_calls_in_flight`], 4): with no linger, the publishes that arrive while
@@ -136,7 +135,13 @@
 //! ordering guarantee is unchanged: one publish's records stay together and in order in one
 //! batch, a task awaiting one publish after another still orders them, and publishes running
 //! concurrently had no order between them to keep. A publish whose future is dropped after
-//! it was handed over is still sent.
+//! it was handed over is still sent. A publish that fills a PutRecords call by itself (500
+//! records or 5 MiB, or the publisher's own bounds) gains nothing from sharing one: it goes
+//! out from its own task, as without collection (unless it is to be aggregated), so batch
+//! publishers keep as many calls in flight as they run.
+//! [`Publisher::without_collect`] turns it off: each
+//! publish then makes its own calls from its own task, so a handler that publishes one record
+//! per message makes one PutRecords call per record.
 //!
 //! [`Publisher::aggregate`] also packs the user records of each batch into KPL aggregates
 //! (the format the KPL writes and the KCL, AWS's `aws-kinesis-agg` libraries and
@@ -262,6 +267,8 @@ pub struct Publisher {
     retry: RetryPolicy,
     key_order: KeyOrder,
     collector: Option<Arc<Collector>>,
+    /// [`collect`](Self::collect) was called: its settings stand under `aggregate` too.
+    collect_set: bool,
     metrics: PublishMetrics,
 }
 
@@ -297,7 +304,8 @@ impl Publisher {
             },
             retry: RetryPolicy::default(),
             key_order: KeyOrder::default(),
-            collector: None,
+            collector: Some(Arc::new(Collector::new(Collect::default(), None))),
+            collect_set: false,
         }
     }
 
@@ -331,17 +339,30 @@ impl Publisher {
         self.own_collector()
     }
 
-    /// Collects the publishes of this publisher and its clones, from any number of tasks,
-    /// into shared PutRecords calls: see [`Collect`] for how, and the [module docs](self)
-    /// for what it keeps of the ordering guarantee. Off by default (each publish makes its
-    /// own calls). Clones made after this call share one collecting task, started on the
-    /// tokio runtime of the first publish; clones made before it do not collect. A clone
-    /// given other sending settings afterwards ([`retry`](Self::retry),
-    /// [`key_order`](Self::key_order), the per-call bounds) collects on its own.
+    /// How the publishes of this publisher and its clones, from any number of tasks, are
+    /// collected into shared PutRecords calls: see [`Collect`] for how, and the
+    /// [module docs](self) for what it keeps of the ordering guarantee. **On by default**,
+    /// with [`Collect::default`] (no linger: a lone publish goes at once).
+    /// [`without_collect`](Self::without_collect) turns it off. Clones share one collecting
+    /// task, started on the tokio runtime of the first publish; a clone given other sending
+    /// settings afterwards ([`retry`](Self::retry), [`key_order`](Self::key_order), the
+    /// per-call bounds, `collect`) collects on its own.
     #[must_use]
     pub fn collect(mut self, settings: Collect) -> Self {
         let aggregate = self.collector.as_ref().and_then(|c| c.aggregate());
         self.collector = Some(Arc::new(Collector::new(settings, aggregate)));
+        self.collect_set = true;
+        self
+    }
+
+    /// Each publish makes its own PutRecords calls, from the task that awaits it, with no
+    /// background task: the publisher as it was before collection was on by default. For a
+    /// program that publishes only whole batches from one task, or that must not start
+    /// tasks of its own. (An [`aggregate`](Self::aggregate) set after this collects again.)
+    #[must_use]
+    pub fn without_collect(mut self) -> Self {
+        self.collector = None;
+        self.collect_set = false;
         self
     }
 
@@ -360,10 +381,10 @@ impl Publisher {
     /// [`ReadSettings::deaggregate`]: crate::ReadSettings::deaggregate
     #[must_use]
     pub fn aggregate(mut self, settings: Aggregate) -> Self {
-        let collect = self.collector.as_ref().map_or_else(
-            || Collect::default().linger(DEFAULT_AGGREGATION_LINGER),
-            |c| c.settings(),
-        );
+        let collect = match &self.collector {
+            Some(collector) if self.collect_set => collector.settings(),
+            _ => Collect::default().linger(DEFAULT_AGGREGATION_LINGER),
+        };
         self.collector = Some(Arc::new(Collector::new(collect, Some(settings))));
         self
     }
@@ -504,15 +525,23 @@ impl Publisher {
             return Ok(Vec::new());
         }
         match &self.collector {
-            Some(collector) => {
+            // A batch that fills a call by itself gains nothing from sharing one: it goes out
+            // from its own task, as without collection (unless its records are to be packed
+            // into aggregates, which the collector does).
+            Some(collector) if collector.aggregate().is_some() || !self.fills_a_call(&sizes) => {
                 let direct = Self {
                     collector: None,
                     ..self.clone()
                 };
                 collector.publish(&direct, records, sizes).await
             }
-            None => self.send_checked(records, sizes).await,
+            _ => self.send_checked(records, sizes).await,
         }
+    }
+
+    /// Whether records of these sizes fill one PutRecords call by themselves.
+    fn fills_a_call(&self, sizes: &[usize]) -> bool {
+        sizes.len() >= self.limits.records || sizes.iter().sum::<usize>() >= self.limits.bytes
     }
 
     /// Sends checked `records` (of these `sizes`; not empty) in calls of its own.

@@ -1,7 +1,7 @@
 //! Publishing benchmark: kinesis-dataflow's `Publisher` over the AWS SDK against ferrokinesis.
 //!
 //! ```text
-//! cargo run --release --manifest-path benches/e2e/Cargo.toml --bin publish -- [--quick] [--records N] [--limited-records M] [--rounds R] [--linger-ms L] [--tasks T] [--ways abcdefg]
+//! cargo run --release --manifest-path benches/e2e/Cargo.toml --bin publish -- [--quick] [--records N] [--limited-records M] [--rounds R] [--linger-ms L] [--tasks T] [--lone L] [--ways abcdefgh]
 //! ```
 //!
 //! The binary starts ferrokinesis (embedded, in a child process of its own, as the drain
@@ -12,10 +12,15 @@
 //! * (a) baseline: the raw SDK, PutRecords calls of 500 entries, 4 calls in flight (a task
 //!   each), refused entries sent again after 100 ms;
 //! * (b) `Publisher::publish_batch` of 500 records, 4 in flight;
-//! * (c) `Publisher::publish`, one record per call, from 64 tasks (`--tasks`), each awaiting its publish
-//!   before the next (the shape of a handler that publishes what it handles);
-//! * (d) the same through a collecting publisher (`Publisher::collect`, its defaults unless
+//! * (c) `Publisher::publish`, one record per call, from 64 tasks (`--tasks`), each awaiting its
+//!   publish before the next (the shape of a handler that publishes what it handles), with
+//!   collection off (`Publisher::without_collect`): one PutRecords call per record;
+//! * (d) the same with the default publisher, which collects (`Collect` defaults unless
 //!   `--linger-ms` is given): the 64 tasks' publishes share PutRecords calls.
+//!
+//! And (h), a lone publisher's latency: one task publishing one record at a time, awaiting
+//! each (L publishes each, default 2,000), the default publisher against one without
+//! collection, interleaved in blocks of 50; it prints each one's p50 and p99 and their ratio.
 //!
 //! Then against a second emulator with the service's per-shard write limits (ferrokinesis's
 //! `--enforce-limits`: 1,000 records and 1 MiB a second per shard), 16 batches in flight, M
@@ -62,8 +67,11 @@ const DEFAULT_ROUNDS: usize = 3;
 const QUICK_RECORDS: usize = 10_000;
 const QUICK_LIMITED_RECORDS: usize = 2_000;
 
+const DEFAULT_LONE: usize = 2_000;
+const QUICK_LONE: usize = 200;
+
 const USAGE: &str = "usage: publish [--quick] [--records N] [--limited-records M] [--rounds R] \
-                     [--linger-ms L] [--tasks T] [--ways abcdefg]";
+                     [--linger-ms L] [--tasks T] [--lone L] [--ways abcdefgh]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Way {
@@ -98,8 +106,8 @@ impl Way {
         match self {
             Way::Raw => "(a) raw SDK PutRecords, 500 a call, 4 in flight",
             Way::Batch => "(b) publish_batch of 500, 4 in flight",
-            Way::Single => "(c) publish, one record each, T tasks",
-            Way::Collected => "(d) publish, one record each, T tasks, collected",
+            Way::Single => "(c) publish, one record each, T tasks, without_collect",
+            Way::Collected => "(d) publish, one record each, T tasks, collected (default)",
             Way::RawLimited => "(e) limits: raw SDK PutRecords, 500 a call, 16 in flight",
             Way::BatchLimited => "(f) limits: publish_batch of 500, 16 in flight",
             Way::AggregatedLimited => "(g) limits: publish_batch of 500, 16 in flight, aggregated",
@@ -126,6 +134,8 @@ struct Options {
     call_records: Option<usize>,
     /// The letters of the ways to run (each group's baseline, (a) or (e), runs with its group).
     ways: String,
+    /// Publishes of each publisher in (h).
+    lone: usize,
 }
 
 impl Options {
@@ -137,7 +147,8 @@ impl Options {
             linger: None,
             tasks: DEFAULT_TASKS,
             call_records: None,
-            ways: "abcdefg".into(),
+            ways: "abcdefgh".into(),
+            lone: DEFAULT_LONE,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -151,7 +162,9 @@ impl Options {
                     options.records = QUICK_RECORDS;
                     options.limited_records = QUICK_LIMITED_RECORDS;
                     options.rounds = 1;
+                    options.lone = QUICK_LONE;
                 }
+                "--lone" => options.lone = number("--lone")?.max(50),
                 "--records" => options.records = number("--records")?.max(1),
                 "--limited-records" => {
                     options.limited_records = number("--limited-records")?.max(1);
@@ -237,6 +250,65 @@ async fn run(options: Options) -> Result<()> {
         let samples = run_group(&emulator, &ways, &options).await?;
         report(&ways, &samples, options.rounds, &options);
     }
+    if options.ways.contains('h') {
+        lone(&Emulator::start()?, options.lone).await?;
+    }
+    Ok(())
+}
+
+/// (h): one task publishing one record at a time, `count` publishes with the default
+/// (collecting) publisher and `count` without collection, interleaved in blocks of 50 after
+/// a warm-up; prints each one's p50 and p99 and the ratio of the p50s.
+async fn lone(emulator: &Emulator, count: usize) -> Result<()> {
+    let client = Client::new(&sdk_config_at(&emulator.endpoint()));
+    let stream = "e2e-publish-lone";
+    create_stream_shards(&client, stream, SHARDS).await?;
+    let api: kinesis_dataflow::api::SharedKinesis = Arc::new(AwsKinesis::new(client));
+    let publishers = [
+        Publisher::new(api.clone(), stream),
+        Publisher::new(api, stream).without_collect(),
+    ];
+    for publisher in &publishers {
+        for i in 0..50 {
+            publisher.publish(key(i), payload(i)).await?;
+        }
+    }
+    let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut i = 0;
+    while times[0].len() < count {
+        for (which, publisher) in publishers.iter().enumerate() {
+            for _ in 0..50 {
+                let started = Instant::now();
+                publisher.publish(key(i), payload(i)).await?;
+                times[which].push(started.elapsed().as_secs_f64() * 1e6);
+                i += 1;
+            }
+        }
+    }
+    let quantile = |values: &[f64], q: f64| {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+    };
+    println!(
+        "\n| (h) a lone publish, {} each | p50 µs | p99 µs |",
+        times[0].len()
+    );
+    println!("|---|---:|---:|");
+    for (name, values) in [
+        ("default (collected)", &times[0]),
+        ("without_collect", &times[1]),
+    ] {
+        println!(
+            "| {name} | {:.0} | {:.0} |",
+            quantile(values, 0.5),
+            quantile(values, 0.99)
+        );
+    }
+    println!(
+        "p50 ratio, collected / without_collect: {:.2}",
+        quantile(&times[0], 0.5) / quantile(&times[1], 0.5)
+    );
     Ok(())
 }
 
@@ -351,16 +423,16 @@ async fn publish(
     match way {
         Way::Single | Way::Collected => {
             let publisher = if way == Way::Collected {
-                let settings = options
-                    .linger
-                    .map_or_else(Collect::default, |l| Collect::default().linger(l));
                 let publisher = match options.call_records {
                     Some(records) => publisher.max_records_per_call(records),
                     None => publisher,
                 };
-                publisher.collect(settings)
+                match options.linger {
+                    Some(linger) => publisher.collect(Collect::default().linger(linger)),
+                    None => publisher,
+                }
             } else {
-                publisher
+                publisher.without_collect()
             };
             let next = done.clone();
             for _ in 0..options.tasks {
