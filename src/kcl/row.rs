@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::error::KclError;
+use crate::lease::type_name;
 
 /// The partition key: the shard id, or `account:stream:epoch:shard` in multi-stream mode.
 pub(crate) const LEASE_KEY: &str = "leaseKey";
@@ -366,23 +367,6 @@ impl Item<'_> {
                 ),
             )
         })
-    }
-}
-
-/// The DynamoDB type letters of a value, for messages.
-fn type_name(value: &AttributeValue) -> &'static str {
-    match value {
-        AttributeValue::B(_) => "B",
-        AttributeValue::Bool(_) => "BOOL",
-        AttributeValue::Bs(_) => "BS",
-        AttributeValue::L(_) => "L",
-        AttributeValue::M(_) => "M",
-        AttributeValue::N(_) => "N",
-        AttributeValue::Ns(_) => "NS",
-        AttributeValue::Null(_) => "NULL",
-        AttributeValue::S(_) => "S",
-        AttributeValue::Ss(_) => "SS",
-        _ => "an unknown type",
     }
 }
 

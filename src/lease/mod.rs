@@ -40,6 +40,7 @@ pub mod layer;
 mod memory;
 
 pub use crate::error::LeaseError;
+pub(crate) use dynamo::type_name;
 pub use dynamo::{DynamoLeaseStore, LeaseRow};
 pub use memory::MemoryLeaseStore;
 

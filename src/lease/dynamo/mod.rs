@@ -21,6 +21,7 @@ use aws_sdk_dynamodb::Client;
 use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
 use crate::position::Checkpoint;
 pub use inspect::LeaseRow;
+pub(crate) use row::type_name;
 use row::{CHECKPOINT, checkpoint_value};
 use table::{DEFAULT_TABLE_PREFIX, is_table_name_char, validate_table_name};
 

@@ -97,7 +97,7 @@ pub(super) fn to_item(lease: &Lease) -> HashMap<String, AttributeValue> {
 }
 
 /// The DynamoDB type letter(s) of a value, for error messages.
-fn type_name(value: &AttributeValue) -> &'static str {
+pub(crate) fn type_name(value: &AttributeValue) -> &'static str {
     match value {
         AttributeValue::B(_) => "B",
         AttributeValue::Bool(_) => "BOOL",
