@@ -1,7 +1,7 @@
 //! Publishing benchmark: kinesis-dataflow's `Publisher` over the AWS SDK against ferrokinesis.
 //!
 //! ```text
-//! cargo run --release --manifest-path benches/e2e/Cargo.toml --bin publish -- [--quick] [--records N] [--limited-records M] [--rounds R] [--linger-ms L] [--tasks T] [--lone L] [--ways abcdefgh]
+//! cargo run --release --manifest-path benches/e2e/Cargo.toml --bin publish -- [--quick] [--records N] [--limited-records M] [--rounds R] [--linger-ms L] [--tasks T] [--lone L] [--ways abcdefghi]
 //! ```
 //!
 //! The binary starts ferrokinesis (embedded, in a child process of its own, as the drain
@@ -16,7 +16,9 @@
 //!   publish before the next (the shape of a handler that publishes what it handles), with
 //!   collection off (`Publisher::without_collect`): one PutRecords call per record;
 //! * (d) the same with the default publisher, which collects (`Collect` defaults unless
-//!   `--linger-ms` is given): the 64 tasks' publishes share PutRecords calls.
+//!   `--linger-ms` is given): the 64 tasks' publishes share PutRecords calls;
+//! * (i) the raw SDK in (c)'s shape: T tasks, one record per PutRecords call (what a call
+//!   costs the SDK alone).
 //!
 //! And (h), a lone publisher's latency: one task publishing one record at a time, awaiting
 //! each (L publishes each, default 2,000), the default publisher against one without
@@ -71,7 +73,7 @@ const DEFAULT_LONE: usize = 2_000;
 const QUICK_LONE: usize = 200;
 
 const USAGE: &str = "usage: publish [--quick] [--records N] [--limited-records M] [--rounds R] \
-                     [--linger-ms L] [--tasks T] [--lone L] [--ways abcdefgh]";
+                     [--linger-ms L] [--tasks T] [--lone L] [--ways abcdefghi]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Way {
@@ -79,6 +81,7 @@ enum Way {
     Batch,
     Single,
     Collected,
+    RawSingle,
     RawLimited,
     BatchLimited,
     AggregatedLimited,
@@ -86,7 +89,13 @@ enum Way {
 
 impl Way {
     /// The ways against the emulator without write limits, (a) first: their baseline.
-    const FREE: [Way; 4] = [Way::Raw, Way::Batch, Way::Single, Way::Collected];
+    const FREE: [Way; 5] = [
+        Way::Raw,
+        Way::Batch,
+        Way::Single,
+        Way::Collected,
+        Way::RawSingle,
+    ];
     /// The ways against the emulator with the per-shard write limits, (e) first.
     const LIMITED: [Way; 3] = [Way::RawLimited, Way::BatchLimited, Way::AggregatedLimited];
 
@@ -96,6 +105,7 @@ impl Way {
             Way::Batch => 'b',
             Way::Single => 'c',
             Way::Collected => 'd',
+            Way::RawSingle => 'i',
             Way::RawLimited => 'e',
             Way::BatchLimited => 'f',
             Way::AggregatedLimited => 'g',
@@ -108,6 +118,7 @@ impl Way {
             Way::Batch => "(b) publish_batch of 500, 4 in flight",
             Way::Single => "(c) publish, one record each, T tasks, without_collect",
             Way::Collected => "(d) publish, one record each, T tasks, collected (default)",
+            Way::RawSingle => "(i) raw SDK PutRecords, one record a call, T tasks",
             Way::RawLimited => "(e) limits: raw SDK PutRecords, 500 a call, 16 in flight",
             Way::BatchLimited => "(f) limits: publish_batch of 500, 16 in flight",
             Way::AggregatedLimited => "(g) limits: publish_batch of 500, 16 in flight, aggregated",
@@ -116,7 +127,9 @@ impl Way {
 
     fn records(self, options: &Options) -> usize {
         match self {
-            Way::Raw | Way::Batch | Way::Single | Way::Collected => options.records,
+            Way::Raw | Way::Batch | Way::Single | Way::Collected | Way::RawSingle => {
+                options.records
+            }
             Way::RawLimited | Way::BatchLimited => options.limited_records,
             Way::AggregatedLimited => options.limited_records * AGGREGATED_FACTOR,
         }
@@ -147,7 +160,7 @@ impl Options {
             linger: None,
             tasks: DEFAULT_TASKS,
             call_records: None,
-            ways: "abcdefgh".into(),
+            ways: "abcdefghi".into(),
             lone: DEFAULT_LONE,
         };
         let mut args = args.iter();
@@ -421,6 +434,27 @@ async fn publish(
         move || done.load(Ordering::Relaxed).min(n) as u64
     });
     match way {
+        Way::RawSingle => {
+            let next = done.clone();
+            for _ in 0..options.tasks {
+                let (client, stream, next, calls) = (
+                    client.clone(),
+                    stream.to_owned(),
+                    next.clone(),
+                    calls.clone(),
+                );
+                tasks.spawn(async move {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n {
+                            return Ok::<(), String>(());
+                        }
+                        let one = entry(key(i), payload(i)).map_err(|e| e.to_string())?;
+                        put_until_stored(&client, &stream, vec![one], &calls).await?;
+                    }
+                });
+            }
+        }
         Way::Single | Way::Collected => {
             let publisher = if way == Way::Collected {
                 let publisher = match options.call_records {
@@ -501,7 +535,7 @@ async fn publish(
     while let Some(done) = tasks.join_next().await {
         done??;
     }
-    if !matches!(way, Way::Raw | Way::RawLimited) {
+    if !matches!(way, Way::Raw | Way::RawLimited | Way::RawSingle) {
         let made = counting.layer().counts().put_records;
         calls.store(
             usize::try_from(made).unwrap_or(usize::MAX),
