@@ -67,12 +67,12 @@ pub(crate) struct Reading {
 }
 
 impl Reading {
-    fn kcl_of(&self, shard: &str) -> Option<&KclLease> {
-        self.kcl.iter().find(|l| l.shard_id == shard)
-    }
-
-    fn app_of(&self, shard: &str) -> Option<&Lease> {
-        self.app.iter().find(|l| l.shard_id == shard)
+    /// Both tables' rows by shard id, built once per plan (a stream may have thousands of
+    /// shards).
+    fn by_shard(&self) -> (HashMap<&str, &KclLease>, HashMap<&str, &Lease>) {
+        let kcl = self.kcl.iter().map(|l| (l.shard_id.as_str(), l)).collect();
+        let app = self.app.iter().map(|l| (l.shard_id.as_str(), l)).collect();
+        (kcl, app)
     }
 
     /// Shard id → its children, as the stream lists them.
@@ -124,14 +124,15 @@ pub(crate) fn plan_import(
     now_ms: u64,
 ) -> Result<(Vec<ShardPlan>, Vec<String>), KclError> {
     let children = reading.children();
-    let has_row = |id: &str| reading.kcl_of(id).is_some();
+    let (kcl_rows, app_rows) = reading.by_shard();
+    let has_row = |id: &str| kcl_rows.contains_key(id);
     let mut needs = Vec::new();
     let mut notes = unlisted_notes(reading);
     let mut plans = Vec::new();
     for shard in &reading.shards {
         let id = shard.shard_id.as_str();
         let closed = shard.ending_sequence_number.is_some();
-        let kcl = reading.kcl_of(id);
+        let kcl = kcl_rows.get(id).copied();
         let target = match kcl {
             Some(lease) => {
                 let shape = reading.shapes.get(id).copied();
@@ -171,7 +172,7 @@ pub(crate) fn plan_import(
                 }
             },
         };
-        let app = reading.app_of(id).cloned();
+        let app = app_rows.get(id).map(|l| (*l).clone());
         let action = match target {
             Ok(to) if app.as_ref().and_then(|a| a.checkpoint.as_ref()) == Some(&to) => {
                 Action::Unchanged
@@ -214,14 +215,15 @@ pub(crate) fn plan_export(
     stream_id: Option<&KclStreamId>,
 ) -> Result<(Vec<ShardPlan>, Vec<String>), KclError> {
     let children = reading.children();
+    let (kcl_rows, app_rows) = reading.by_shard();
     let mut needs = Vec::new();
     let mut notes = unlisted_notes(reading);
     let mut plans = Vec::new();
     for shard in &reading.shards {
         let id = shard.shard_id.as_str();
         let closed = shard.ending_sequence_number.is_some();
-        let app = reading.app_of(id).cloned();
-        let kcl = reading.kcl_of(id).cloned();
+        let app = app_rows.get(id).map(|l| (*l).clone());
+        let kcl = kcl_rows.get(id).map(|l| (*l).clone());
         let action = match &app {
             None => Action::Leave(
                 "no row in the application's table: the KCL creates its lease when it lists \
