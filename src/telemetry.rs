@@ -63,6 +63,7 @@ mod handles {
         pub(super) checkpoints_ok: Counter,
         pub(super) checkpoints_failed: Counter,
         pub(super) checkpoint_age: Gauge,
+        pub(super) subscribe_refused: Counter,
     }
 
     impl Shard {
@@ -110,6 +111,7 @@ mod handles {
                 checkpoints_ok: write("ok"),
                 checkpoints_failed: write("failed"),
                 checkpoint_age: gauge!("kinesis_dataflow_checkpoint_age_seconds", &labels),
+                subscribe_refused: counter!("kinesis_dataflow_subscribe_refused_total", &labels),
             }
         }
     }
@@ -227,6 +229,15 @@ impl ShardMetrics {
             if let Some(ms) = millis_behind_latest {
                 h.behind.set(ms as f64 / 1000.0);
             }
+        }
+    }
+
+    /// A SubscribeToShard refused for now (in use, or throttled): the shard is read by
+    /// GetRecords meanwhile.
+    pub(crate) fn subscribe_refused(&self) {
+        #[cfg(feature = "metrics")]
+        if let Some(h) = &self.handles {
+            h.subscribe_refused.increment(1);
         }
     }
 

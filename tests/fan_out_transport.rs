@@ -24,11 +24,29 @@ struct Outcome {
     continuation_is_last: bool,
     after_continuation: Vec<String>,
     from_latest: Vec<String>,
+    /// A second subscription while the first is active (and not read).
+    while_active: &'static str,
     at_timestamp: Vec<String>,
     /// The records of the parent after its split.
     closed: Vec<String>,
     unknown_consumer: &'static str,
     deregistered: &'static str,
+}
+
+/// What subscribing says: refused at the call, or in the subscription's first event (as
+/// kinesis-local refuses), or "ok".
+async fn subscribe_kind(api: &SharedKinesis, stream: &str, arn: &str, shard: &str) -> &'static str {
+    let subscribed = api
+        .subscribe_to_shard(stream, arn, &shard.into(), &StartingPoint::TrimHorizon)
+        .await;
+    let mut events = match subscribed {
+        Ok(events) => events,
+        Err(e) => return kind::<()>(&Err(e)),
+    };
+    match tokio::time::timeout(Duration::from_secs(2), events.next()).await {
+        Ok(Some(Err(e))) => kind::<()>(&Err(e)),
+        _ => "ok",
+    }
 }
 
 fn kind<T>(result: &Result<T, KinesisError>) -> &'static str {
@@ -149,12 +167,14 @@ async fn scenario(
     let after = events(&api, stream, &arn, SHARD, &resume, 2).await;
 
     tokio::time::sleep(Duration::from_millis(5_100)).await;
-    let latest = {
+    let (latest, while_active) = {
         let shard: Arc<str> = SHARD.into();
         let mut subscription = api
             .subscribe_to_shard(stream, &arn, &shard, &StartingPoint::Latest)
             .await
             .unwrap();
+        // One active subscription per consumer and shard: a second one is refused.
+        let while_active = subscribe_kind(&api, stream, &arn, SHARD).await;
         put(&api, stream, &["f"]).await;
         let mut got = Vec::new();
         while got.is_empty() {
@@ -165,9 +185,11 @@ async fn scenario(
                 .expect("no error");
             got.extend(event.records);
         }
-        got.iter()
+        let got: Vec<String> = got
+            .iter()
             .map(|r| String::from_utf8_lossy(r.data()).into_owned())
-            .collect()
+            .collect();
+        (got, while_active)
     };
 
     tokio::time::sleep(Duration::from_millis(5_100)).await;
@@ -209,6 +231,7 @@ async fn scenario(
         continuation_is_last: continuation == last_seq,
         after_continuation: payloads(&after),
         from_latest: latest,
+        while_active,
         at_timestamp: payloads(&at_time),
         closed: payloads(&closed),
         unknown_consumer,
@@ -238,6 +261,7 @@ async fn memory_and_kinesis_local_agree_on_fan_out() {
     assert_eq!(memory.after_continuation, ["d", "e"]);
     assert_eq!(memory.closed, ["d", "e", "f", "g"]);
     assert!(memory.continuation_is_last);
+    assert_eq!(memory.while_active, "ResourceInUse");
     // Where they differ: the service (and the in-memory transport) ends a closed shard's
     // subscription with an event that names its children and no continuation; kinesis-local
     // goes on sending empty events (the fan-out reader confirms a shard's end by GetRecords).

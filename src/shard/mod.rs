@@ -39,7 +39,7 @@ pub use crate::kpl::MAGIC as KPL_MAGIC;
 pub use crate::position::SettledPosition;
 pub use consumer::{CONSUMER_ACTIVATION_TIMEOUT, deregister_consumer, register_consumer};
 pub(crate) use first_reads::FirstReads;
-pub(crate) use reader::ReadProbe;
+pub(crate) use reader::{HangUp, ReadProbe};
 pub use settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_FAILURE_BACKOFF, DEFAULT_MAX_FAILURES, DEFAULT_POLL_INTERVAL,
     MAX_WAIT, ReadSettings, SERVICE_READS_PER_SECOND,

@@ -5,6 +5,9 @@
 //! step once its consumer has taken everything the previous step returned.
 
 mod fan_out;
+mod hang_up;
+
+pub(crate) use hang_up::HangUp;
 
 use crate::telemetry::Read;
 use std::sync::Arc;
@@ -143,6 +146,12 @@ impl Reader {
         interval.mul_f64(1.0 - 0.8 * phase)
     }
 
+    /// The handle that ends this reader's fan-out subscription from outside; `None` when it
+    /// polls.
+    pub(crate) fn hang_up(&self) -> Option<HangUp> {
+        self.fan_out.as_ref().map(|f| f.events.clone())
+    }
+
     /// Opens with `iterator`, a LATEST iterator requested at `asked`, when no iterator was
     /// fetched yet. An expiry before the first read re-opens at `asked`.
     pub(crate) fn open_with(&mut self, iterator: String, asked: SystemTime) {
@@ -204,49 +213,52 @@ impl Reader {
             if let Some(at) = self.not_before.take() {
                 sleep_until(at).await;
             }
-            if self.fan_out.is_some() {
-                match self.fan_out_step().await {
-                    Some(step) => return step,
-                    None => continue,
-                }
-            }
-            let iterator = match self.iterator.take() {
-                Some(iterator) => iterator,
-                None => match self.fetch_iterator().await {
-                    Ok(iterator) => iterator,
-                    Err(Some(step)) => return step,
-                    Err(None) => continue,
-                },
-            };
-            match (
-                self.settings.min_gap(),
-                self.last_get_records,
-                &self.first_reads,
-            ) {
-                (Some(gap), Some(last), _) => sleep_until(last + gap).await,
-                (_, None, Some(first_reads)) => {
-                    let spacing = super::first_reads::spacing(self.settings.poll_interval);
-                    sleep_until(first_reads.take(spacing)).await;
-                }
-                _ => {}
-            }
-            self.last_get_records = Some(Instant::now());
-            let answer = self
-                .api
-                .get_records(
-                    &self.stream,
-                    &self.shard,
-                    iterator.clone(),
-                    self.settings.batch_size,
-                )
-                .await;
-            let step = match answer {
-                Ok(out) => self.answered(out),
-                Err(e) => self.read_failed(iterator, e),
+            let step = if self.fan_out.is_some() {
+                self.fan_out_step().await
+            } else {
+                self.poll().await
             };
             if let Some(step) = step {
                 return step;
             }
+        }
+    }
+
+    /// One GetRecords (fetching an iterator first when there is none): `None` when there is
+    /// nothing to hand on yet (step again).
+    async fn poll(&mut self) -> Option<Step> {
+        let iterator = match self.iterator.take() {
+            Some(iterator) => iterator,
+            None => match self.fetch_iterator().await {
+                Ok(iterator) => iterator,
+                Err(step) => return step,
+            },
+        };
+        match (
+            self.settings.min_gap(),
+            self.last_get_records,
+            &self.first_reads,
+        ) {
+            (Some(gap), Some(last), _) => sleep_until(last + gap).await,
+            (_, None, Some(first_reads)) => {
+                let spacing = super::first_reads::spacing(self.settings.poll_interval);
+                sleep_until(first_reads.take(spacing)).await;
+            }
+            _ => {}
+        }
+        self.last_get_records = Some(Instant::now());
+        let answer = self
+            .api
+            .get_records(
+                &self.stream,
+                &self.shard,
+                iterator.clone(),
+                self.settings.batch_size,
+            )
+            .await;
+        match answer {
+            Ok(out) => self.answered(out),
+            Err(e) => self.read_failed(iterator, e),
         }
     }
 

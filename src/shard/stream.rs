@@ -176,7 +176,9 @@ impl ShardStreamBuilder {
         if let Some(arn) = self.consumer_arn {
             reader.known_consumer(arn);
         }
+        let hang_up = reader.hang_up();
         Ok(ShardStream {
+            hang_up,
             state: State::Idle(Box::new(reader)),
             buffer: VecDeque::new(),
             errors: VecDeque::new(),
@@ -282,6 +284,8 @@ pub struct ShardStream {
     stream: Arc<str>,
     shard: Arc<str>,
     span: Span,
+    /// Ends the reader's fan-out subscription from outside.
+    hang_up: Option<crate::shard::HangUp>,
 }
 
 impl fmt::Debug for ShardStream {
@@ -341,6 +345,12 @@ impl ShardStream {
 
     /// Opens with `iterator`, a LATEST iterator requested at `asked`, instead of fetching the
     /// first one (a stream that has not started reading yet).
+    /// The handle that ends this stream's fan-out subscription at once and for good, even
+    /// while nobody polls the stream; `None` when it polls.
+    pub(crate) fn hang_up(&self) -> Option<crate::shard::HangUp> {
+        self.hang_up.clone()
+    }
+
     pub(crate) fn open_with(&mut self, iterator: String, asked: std::time::SystemTime) {
         if let State::Idle(reader) = &mut self.state {
             reader.open_with(iterator, asked);

@@ -3,8 +3,11 @@
 //!
 //! The rules modelled: a consumer name is unique within its stream; a consumer is CREATING for
 //! [`MemoryKinesis::with_consumer_activation`] after its registration (0 by default) and cannot
-//! subscribe until ACTIVE; a consumer may subscribe to a shard once every five seconds
-//! (ResourceInUse otherwise); a subscription ends after [`MemoryKinesis::with_subscription_lifetime`]
+//! subscribe until ACTIVE; a consumer has at most one active subscription to a shard, and may
+//! subscribe to it once every five seconds (ResourceInUse otherwise); a subscription is active
+//! until its event stream is dropped (its connection closed), ends or fails: a holder that
+//! stops reading without dropping it (a frozen process) keeps it. A subscription ends after
+//! [`MemoryKinesis::with_subscription_lifetime`]
 //! (five minutes by default, like the service), after the event that reaches a closed shard's
 //! end (which names the children), or with an error once its consumer is deregistered or its
 //! connection is cut ([`MemoryKinesis::cut_subscriptions`]). Events
@@ -66,6 +69,9 @@ pub(super) struct FanOut {
     pub(super) consumers: Vec<Consumer>,
     /// When each (consumer ARN, shard) last subscribed successfully.
     pub(super) subscribed: std::collections::HashMap<(String, String), Instant>,
+    /// The active subscription of each (consumer ARN, shard), until it is dropped or ends.
+    pub(super) active: std::collections::HashMap<(String, String), ActiveEntry>,
+    pub(super) next_subscription: u64,
     pub(super) lifetime: Duration,
     pub(super) activation: Duration,
     pub(super) next_consumer: u64,
@@ -79,6 +85,8 @@ impl Default for FanOut {
         Self {
             consumers: Vec::new(),
             subscribed: std::collections::HashMap::new(),
+            active: std::collections::HashMap::new(),
+            next_subscription: 1,
             lifetime: DEFAULT_SUBSCRIPTION_LIFETIME,
             activation: Duration::ZERO,
             next_consumer: 1,
@@ -126,6 +134,19 @@ impl MemoryKinesis {
     /// event with a service error ("connection reset") and ends.
     pub fn cut_subscriptions(&self) {
         self.lock().fan_out.generation += 1;
+    }
+
+    /// How many SubscribeToShard subscriptions are active now: begun, and not dropped, ended
+    /// (their lifetime over) or cut.
+    pub fn active_subscriptions(&self) -> usize {
+        let state = self.lock();
+        let fan_out = &state.fan_out;
+        let now = Instant::now();
+        fan_out
+            .active
+            .values()
+            .filter(|a| a.generation == fan_out.generation && now < a.ends_at)
+            .count()
     }
 
     fn generation(&self) -> u64 {
@@ -227,12 +248,13 @@ impl MemoryKinesis {
             };
             self.gate(call, &[&**shard]).await?;
         }
-        self.admit(stream, consumer_arn, shard)?;
         let iterator = self
             .shard_iterator(stream, shard, start)
             .map_err(|e| e.with_operation(op))?;
+        let active = self.admit(stream, consumer_arn, shard)?;
         let lifetime = self.lock().fan_out.lifetime;
         let subscription = Subscription {
+            _active: active,
             kinesis: self.clone(),
             stream: stream.into(),
             shard: shard.clone(),
@@ -250,9 +272,10 @@ impl MemoryKinesis {
         .boxed())
     }
 
-    /// Lets a subscription of `consumer_arn` to `shard` begin, by the consumer's state and the
-    /// five-second rule.
-    fn admit(&self, stream: &str, consumer_arn: &str, shard: &str) -> Result<(), KinesisError> {
+    /// Lets a subscription of `consumer_arn` to `shard` begin, by the consumer's state, the
+    /// rule of one active subscription and the five-second rule; it is active while the
+    /// returned mark lives.
+    fn admit(&self, stream: &str, consumer_arn: &str, shard: &str) -> Result<Active, KinesisError> {
         let op = Operation::SubscribeToShard;
         let mut state = self.lock();
         self.stream_mut(&mut state, op, stream)?;
@@ -271,6 +294,21 @@ impl MemoryKinesis {
             ));
         }
         let key = (consumer_arn.to_owned(), shard.to_owned());
+        let generation = fan_out.generation;
+        if fan_out
+            .active
+            .get(&key)
+            .is_some_and(|a| a.generation == generation && Instant::now() < a.ends_at)
+        {
+            let name = &consumer.name;
+            return Err(in_use(
+                op,
+                stream,
+                format!(
+                    "Another active subscription exists for consumer `{name}` on shard `{shard}`"
+                ),
+            ));
+        }
         let now = Instant::now();
         if let Some(&last) = fan_out.subscribed.get(&key)
             && now.saturating_duration_since(last) < RESUBSCRIBE_AFTER
@@ -281,8 +319,20 @@ impl MemoryKinesis {
                 format!("shard `{shard}`: this consumer subscribed to it less than 5 s ago"),
             ));
         }
-        fan_out.subscribed.insert(key, now);
-        Ok(())
+        fan_out.subscribed.insert(key.clone(), now);
+        let number = fan_out.next_subscription;
+        fan_out.next_subscription += 1;
+        let entry = ActiveEntry {
+            number,
+            ends_at: now + fan_out.lifetime,
+            generation,
+        };
+        fan_out.active.insert(key.clone(), entry);
+        Ok(Active {
+            kinesis: self.clone(),
+            key,
+            number,
+        })
     }
 
     fn consumer_exists(&self, consumer_arn: &str) -> bool {
@@ -294,8 +344,40 @@ impl MemoryKinesis {
     }
 }
 
+/// An active subscription, as the store's state keeps it: it stops counting once its lifetime
+/// is over or its connection was cut, even while its holder does not read it.
+#[derive(Debug)]
+pub(super) struct ActiveEntry {
+    number: u64,
+    ends_at: Instant,
+    generation: u64,
+}
+
+/// Marks a subscription active until it is dropped: its event stream dropped (the connection
+/// closed) or ended.
+struct Active {
+    kinesis: MemoryKinesis,
+    key: (String, String),
+    number: u64,
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let mut state = self.kinesis.lock();
+        if state
+            .fan_out
+            .active
+            .get(&self.key)
+            .is_some_and(|a| a.number == self.number)
+        {
+            state.fan_out.active.remove(&self.key);
+        }
+    }
+}
+
 /// One subscription's state between events.
 struct Subscription {
+    _active: Active,
     kinesis: MemoryKinesis,
     stream: Arc<str>,
     shard: Arc<str>,

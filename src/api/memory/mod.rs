@@ -22,7 +22,9 @@
 //!   `ChildShards`. Records older than the trim horizon ([`MemoryKinesis::trim`]) are gone: a
 //!   read from before it starts at it.
 //! - **Enhanced fan-out.** Registered consumers and SubscribeToShard subscriptions that push
-//!   each shard's records as they arrive, with the service's rules on consumer states, the
+//!   each shard's records as they arrive, with the service's rules on consumer states, one
+//!   active subscription per consumer and shard (held until its event stream is dropped, ends
+//!   or is cut: a frozen holder keeps it; [`MemoryKinesis::active_subscriptions`]), the
 //!   five-second resubscription limit, subscription lifetimes and the event that ends a closed
 //!   shard (see [`MemoryKinesis::with_subscription_lifetime`]).
 //! - **Faults** (with the `test-util` feature). `MemoryKinesis::inject` scripts throttles,

@@ -1,24 +1,58 @@
 //! The reader's enhanced fan-out mode: one step takes the next event of the shard's
 //! SubscribeToShard subscription (subscribing first when there is none), and hands its records
 //! on as a GetRecords answer's (see [`crate::shard`] for the rules).
+//!
+//! A subscription refused for now is not a failure. The service allows one active
+//! subscription per consumer and shard (the previous holder's lasts until its connection
+//! closes, up to five minutes when that holder is frozen), one subscription every five seconds
+//! and one call a second. While SubscribeToShard is refused as in use, or throttled, the reader
+//! *bridges*: it reads the shard with GetRecords from where the subscription would have
+//! started, within the shard's read limit, and asks again once a second; once a subscription
+//! is granted it starts after the last record handed on, so nothing is skipped or repeated
+//! across the switch.
 
 use std::time::SystemTime;
 
-use futures::StreamExt;
 use tokio::time::Instant;
 
+use super::hang_up::HangUp;
 use super::{Reader, Step};
 use crate::api::{ChildShard, ShardEvent, ShardEvents};
 use crate::error::KinesisError;
 use crate::position::StartingPoint;
 use crate::shard::consumer::register_consumer;
 
+/// How often a reader that bridges asks for a subscription again: the service's limit of one
+/// SubscribeToShard call a second per consumer and shard.
+const SUBSCRIBE_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Why a suspended reader does not subscribe (logged and counted as a refusal).
+fn suspended(stream: &str) -> KinesisError {
+    KinesisError::ResourceInUse {
+        operation: crate::error::Operation::SubscribeToShard,
+        stream: stream.to_owned(),
+        message: "suspended while a seek opens the shard's next reader".into(),
+        source: None,
+    }
+}
+
+/// While a subscription is refused for now: when to ask again, and what was read meanwhile.
+#[derive(Debug, Clone, Copy)]
+struct Bridge {
+    ask_at: Instant,
+    since: Instant,
+    reads: u64,
+}
+
 /// What the fan-out mode keeps between steps.
 pub(super) struct FanOut {
+    /// Set while the shard is read by GetRecords because a subscription is refused for now.
+    bridge: Option<Bridge>,
     consumer: String,
     /// The consumer's ARN once it is known to be ACTIVE.
     arn: Option<String>,
-    events: Option<ShardEvents>,
+    /// The subscription, shared with whoever may end it from outside.
+    pub(super) events: HangUp,
     /// Where the next subscription goes on (after this sequence number).
     continuation: Option<String>,
     last_end_probe: Option<Instant>,
@@ -30,9 +64,10 @@ pub(super) struct FanOut {
 impl FanOut {
     pub(super) fn new(consumer: String) -> Self {
         Self {
+            bridge: None,
             consumer,
             arn: None,
-            events: None,
+            events: HangUp::default(),
             continuation: None,
             last_end_probe: None,
             probe_every: None,
@@ -56,7 +91,9 @@ impl Reader {
         }
         self.first_iterator_at = Some(asked);
         match (&mut self.fan_out, events) {
-            (Some(fan_out), Some(events)) => fan_out.events = Some(events),
+            (Some(fan_out), Some(events)) => {
+                fan_out.events.set(events);
+            }
             _ => self.reopen_at = StartingPoint::since(asked),
         }
     }
@@ -67,20 +104,34 @@ impl Reader {
 
     /// One fan-out step: `None` when there is nothing to hand on yet (step again).
     pub(super) async fn fan_out_step(&mut self) -> Option<Step> {
-        if self.fan().events.is_none()
-            && let Err(step) = self.subscribe().await
-        {
-            return step;
+        if self.fan().events.is_hung_up() {
+            // Handed back: the reader is dropped next, and subscribes no more meanwhile.
+            return std::future::pending().await;
         }
-        let next = self.fan().events.as_mut()?.next().await;
+        if !self.fan().events.is_open() {
+            let ask = self.fan().bridge.is_none_or(|b| Instant::now() >= b.ask_at);
+            if ask && self.fan().events.is_suspended() {
+                self.refused_for_now(&suspended(&self.stream));
+            } else if ask
+                && let Err(step) = self.subscribe().await
+                && (step.is_some() || self.fan().bridge.is_none())
+            {
+                return step;
+            }
+            if self.fan().bridge.is_some() {
+                return self.bridge_step().await;
+            }
+        }
+        let events = self.fan().events.clone();
+        let next = events.next().await?;
         match next {
             Some(Ok(event)) => self.event(event).await,
             Some(Err(e)) => {
-                self.fan().events = None;
+                self.fan().events.clear();
                 self.refused_or_failed(e).err().flatten()
             }
             None => {
-                self.fan().events = None;
+                self.fan().events.clear();
                 tracing::debug!("the subscription ended; subscribing again after its last event");
                 None
             }
@@ -93,7 +144,7 @@ impl Reader {
     /// subscription refused for now (the five-second rule, after a seek) or throttled opens at
     /// the time it was asked for instead.
     pub(super) async fn prime_fan_out(&mut self) -> Result<(), KinesisError> {
-        if self.fan().events.is_some() || self.fan().continuation.is_some() {
+        if self.fan().events.is_open() || self.fan().continuation.is_some() {
             return Ok(());
         }
         if self.reopen_at != StartingPoint::Latest {
@@ -146,32 +197,81 @@ impl Reader {
             .await;
         match subscribed {
             Ok(events) => {
+                if !self.fan().events.set(events) {
+                    // Suspended meanwhile (a seek): dropped at once, read by GetRecords.
+                    self.refused_for_now(&suspended(&self.stream));
+                    return Err(None);
+                }
                 tracing::debug!(position = ?at, "subscribed");
-                self.fan().events = Some(events);
+                if let Some(bridge) = self.fan().bridge.take() {
+                    tracing::info!(
+                        position = ?at,
+                        get_records = bridge.reads,
+                        bridged_ms = bridge.since.elapsed().as_millis() as u64,
+                        "subscribed: the shard is read by its subscription again"
+                    );
+                    self.iterator = None;
+                }
                 Ok(())
-            }
-            Err(e) if e.is_throttle() => {
-                tracing::debug!("SubscribeToShard throttled, retrying after one poll interval");
-                self.not_before = Some(Instant::now() + self.settings.poll_interval);
-                Err(None)
             }
             Err(e) => self.refused_or_failed(e),
         }
     }
 
+    /// A subscription refused for now (in use, or throttled): the reader bridges, reading
+    /// by GetRecords from where the subscription would have started, and asks again after
+    /// [`SUBSCRIBE_AGAIN_AFTER`]. Logged once per refusal spell, counted each time.
+    fn refused_for_now(&mut self, e: &KinesisError) {
+        self.metrics.subscribe_refused();
+        let ask_at = Instant::now() + SUBSCRIBE_AGAIN_AFTER;
+        if let Some(bridge) = &mut self.fan().bridge {
+            tracing::debug!(error = %e, "subscription still refused for now; reading by GetRecords");
+            bridge.ask_at = ask_at;
+            return;
+        }
+        let at = self.subscribe_at();
+        tracing::info!(
+            error = %e,
+            position = ?at,
+            "subscription refused for now (another subscription of this consumer may still be \
+             active, e.g. the previous holder's): reading the shard by GetRecords until one is \
+             granted"
+        );
+        self.fan().bridge = Some(Bridge {
+            ask_at,
+            since: Instant::now(),
+            reads: 0,
+        });
+        self.iterator = None;
+        self.reopen_at = at;
+        // Read at once: the wait of a throttle or of the failure backoff does not apply.
+        self.not_before = None;
+    }
+
+    /// One GetRecords while bridging; what it hands on moves where the next subscription
+    /// starts.
+    async fn bridge_step(&mut self) -> Option<Step> {
+        let step = self.poll().await;
+        if let Some(bridge) = &mut self.fan().bridge {
+            bridge.reads += 1;
+        }
+        if matches!(step, Some(Step::Batch(..)))
+            && let Some(last) = self.last_read.clone()
+        {
+            self.fan().continuation = Some(last);
+        }
+        step
+    }
+
     /// A subscription that failed, at the call or in its event stream. Refused for now
-    /// (ResourceInUse: another subscription of this consumer to the shard, the previous
-    /// owner's, or this reader's own within five seconds): waited out like a throttle, not
-    /// reported (`Err(None)`), but counted, so a conflict that lasts stops the reader. Any
-    /// other failure is `Err(Some(step))` to report; a deleted consumer is registered again
-    /// at the next try.
+    /// (ResourceInUse: another active subscription of this consumer to the shard, the previous
+    /// holder's, or one within five seconds; or throttled): the reader bridges, nothing is
+    /// reported and nothing counts toward the stop rule (`Err(None)`). Any other failure is
+    /// `Err(Some(step))` to report; a deleted consumer is registered again at the next try.
     fn refused_or_failed(&mut self, e: KinesisError) -> Result<(), Option<Step>> {
-        if matches!(e, KinesisError::ResourceInUse { .. }) {
-            tracing::debug!(error = %e, "subscription refused for now, retrying after the failure backoff");
-            return match self.failed(e) {
-                Step::Failed(_) => Err(None),
-                stopped => Err(Some(stopped)),
-            };
+        if matches!(e, KinesisError::ResourceInUse { .. }) || e.is_throttle() {
+            self.refused_for_now(&e);
+            return Err(None);
         }
         if matches!(e, KinesisError::StreamNotFound { .. }) {
             self.fan().arn = None;
@@ -236,7 +336,7 @@ impl Reader {
             None
         };
         if end.is_some() {
-            self.fan().events = None;
+            self.fan().events.clear();
         }
         self.hand_on(records, end)
     }

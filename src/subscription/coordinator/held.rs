@@ -58,10 +58,15 @@ impl Coordinator {
             gate.clone(),
             self.inbox.reports_tx.clone(),
         );
+        let hang_up = reader.hang_up();
         let pump = self.pump(reader, &acks, &gate);
-        self.shards
-            .held
-            .insert(shard.clone(), Held { gate, acks, keeper });
+        let held = Held {
+            gate,
+            acks,
+            keeper,
+            hang_up,
+        };
+        self.shards.held.insert(shard.clone(), held);
         self.shared.leases.held(self.shards.held.len());
         let _ = self.outbox.commands.send(Command::Add(shard, pump));
     }
@@ -90,10 +95,15 @@ impl Coordinator {
         reader: ShardStream,
         gate: Arc<LeaseGate>,
     ) {
+        let hang_up = reader.hang_up();
         let pump = self.pump(reader, &acks, &gate);
         if let Some(held) = self.shards.held.get_mut(shard) {
             held.gate = gate;
             held.acks = acks;
+            // The old reader's subscription ends now, so the new one may begin.
+            if let Some(old) = std::mem::replace(&mut held.hang_up, hang_up) {
+                old.hang_up();
+            }
         }
         let _ = self
             .outbox
@@ -124,6 +134,11 @@ impl Coordinator {
         let held = self.shards.held.remove(shard)?;
         self.shared.leases.held(self.shards.held.len());
         held.gate.revoke();
+        // A fan-out subscription ends before the lease is written again (released), so the
+        // next holder can subscribe at once; the reader itself goes when the stream drops it.
+        if let Some(hang_up) = &held.hang_up {
+            hang_up.hang_up();
+        }
         held.acks.close();
         let _ = self.outbox.commands.send(Command::Remove(shard.to_owned()));
         Some(held)

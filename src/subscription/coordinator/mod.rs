@@ -150,6 +150,8 @@ struct Held {
     gate: Arc<LeaseGate>,
     acks: Arc<ShardAcks>,
     keeper: Keeper,
+    /// Ends the reader's fan-out subscription when the shard is let go.
+    hang_up: Option<crate::shard::HangUp>,
 }
 
 /// A job that finished.

@@ -46,6 +46,16 @@ impl Coordinator {
                 return;
             }
         };
+        // A fan-out reader's subscription to a shard moving to the tip ends first (it reads
+        // by GetRecords meanwhile): the service allows one per consumer and shard, and the
+        // new reader's subscription at LATEST fixes where it begins.
+        for (shard, start) in &targets {
+            if *start == StartingPoint::Latest
+                && let Some(hang_up) = self.shards.held.get(shard).and_then(|h| h.hang_up.as_ref())
+            {
+                hang_up.suspend();
+            }
+        }
         let asked = SystemTime::now();
         let shared = self.shared.clone();
         self.inbox.jobs.push(Box::pin(async move {
@@ -86,6 +96,12 @@ impl Coordinator {
                 });
             }
             Err(e) => {
+                // Nothing moved: the readers subscribe again.
+                for held in self.shards.held.values() {
+                    if let Some(hang_up) = &held.hang_up {
+                        hang_up.resume();
+                    }
+                }
                 let _ = reply.send(Err(e));
             }
         }
