@@ -38,6 +38,8 @@ pub struct InstanceArgs {
     pub table: String,
     /// Run with the library's default settings instead of [`SETTINGS`].
     pub defaults: bool,
+    /// Read with enhanced fan-out, as this consumer.
+    pub fan_out: Option<String>,
 }
 
 impl InstanceArgs {
@@ -56,6 +58,7 @@ impl InstanceArgs {
                 "--stream" => parsed.stream = value,
                 "--table" => parsed.table = value,
                 "--settings" => parsed.defaults = value == "defaults",
+                "--fan-out" => parsed.fan_out = Some(value),
                 other => return Err(format!("unknown instance argument {other}").into()),
             }
         }
@@ -119,15 +122,15 @@ async fn consume(args: InstanceArgs) -> Result<()> {
     )
     .owner(name.clone())
     .start_at(KinesisPosition::horizon());
+    let read = match &args.fan_out {
+        Some(consumer) => ReadSettings::default().fan_out(consumer.as_str()),
+        None => ReadSettings::default(),
+    };
     let builder = if args.defaults {
-        builder
+        builder.read_settings(read)
     } else {
         builder
-            .read_settings(
-                ReadSettings::default()
-                    .poll_interval(SETTINGS.poll_interval)
-                    .unlimited_reads(),
-            )
+            .read_settings(read.poll_interval(SETTINGS.poll_interval).unlimited_reads())
             .list_interval(SETTINGS.list_interval)
             .lease_duration(SETTINGS.lease_duration)
             .checkpoint_interval(SETTINGS.checkpoint_interval)

@@ -21,7 +21,10 @@
 //!   the last checkpoint, redelivering what was handled after it;
 //! * **graceful**: SIGTERM, which the child turns into `ShutdownHandle::shutdown` (reading
 //!   stops, in-flight deliveries are settled, checkpoints flushed, leases released); the other
-//!   instance takes the released shards at its next listing.
+//!   instance takes the released shards at its next listing;
+//! * **freeze** (`--freeze`): SIGSTOP for 25 s, then SIGCONT (the process goes on, finds its
+//!   leases taken and must hand on nothing the other one handled), then SIGKILL 3 s later. With
+//!   `--fan-out` its subscriptions stay open while it is frozen, as on the service.
 //!
 //! Measured per trial: the time from the signal until every shard the stopped instance held
 //! delivers again on the other one (the takeover gap, max over its shards), the longest a
@@ -89,7 +92,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(10);
 
 const USAGE: &str = "\
-usage: failover [--quick] [--reps N] [--rate R] [--defaults] [--start-together]
+usage: failover [--quick] [--reps N] [--rate R] [--defaults] [--start-together] [--fan-out] [--freeze] [--only-freeze]
 
   --quick    one trial of each kind, short phases (a CI smoke run)
   --reps N   trials of each kind (default 3)
@@ -100,6 +103,10 @@ usage: failover [--quick] [--reps N] [--rate R] [--defaults] [--start-together]
   --start-together
              start both instances at once (by default the second one starts once the
              first holds every shard); shows the start-up race described in BENCHMARKS.md
+  --fan-out  the instances read with enhanced fan-out (one consumer, `failover`)
+  --freeze   also a frozen instance: SIGSTOP for 25 s, then SIGCONT
+  --only-freeze
+             only the crash and the frozen instance (no graceful stop)
   --help     this text";
 
 #[derive(Debug, Clone)]
@@ -115,6 +122,10 @@ struct Options {
     start_together: bool,
     /// The instances run with the library's defaults.
     defaults: bool,
+    /// The instances read with enhanced fan-out.
+    fan_out: bool,
+    /// The ways one instance is stopped, in each repetition.
+    stops: Vec<Stop>,
 }
 
 impl Options {
@@ -127,6 +138,8 @@ impl Options {
             quick: false,
             start_together: false,
             defaults: false,
+            fan_out: false,
+            stops: vec![Stop::Crash, Stop::Graceful],
         };
         let mut reps = None;
         let mut it = args.iter();
@@ -136,6 +149,9 @@ impl Options {
                 "--quick" => options.quick = true,
                 "--start-together" => options.start_together = true,
                 "--defaults" => options.defaults = true,
+                "--fan-out" => options.fan_out = true,
+                "--freeze" => options.stops.push(Stop::Freeze),
+                "--only-freeze" => options.stops = vec![Stop::Crash, Stop::Freeze],
                 "--reps" => {
                     reps = Some(
                         it.next()
@@ -261,6 +277,7 @@ async fn bench(options: Options) -> Result<()> {
     }
     let env = Env {
         defaults: options.defaults,
+        fan_out: options.fan_out,
         kinesis: kinesis.endpoint().to_owned(),
         dynamodb: dynamodb.endpoint().to_owned(),
         logs: logs.clone(),
@@ -269,7 +286,7 @@ async fn bench(options: Options) -> Result<()> {
     let mut failures = Vec::new();
     let mut n = 0;
     for rep in 0..options.reps {
-        for kind in [Stop::Crash, Stop::Graceful] {
+        for &kind in &options.stops {
             n += 1;
             // Alternate the stopped instance between repetitions.
             let victim = INSTANCES[rep % 2];
@@ -316,6 +333,8 @@ async fn bench(options: Options) -> Result<()> {
 struct Env {
     /// The instances run with the library's defaults.
     defaults: bool,
+    /// The instances read with enhanced fan-out.
+    fan_out: bool,
     kinesis: String,
     dynamodb: String,
     logs: PathBuf,
@@ -327,7 +346,12 @@ enum Stop {
     Crash,
     /// SIGTERM, handled by a graceful `Subscription` shutdown.
     Graceful,
+    /// SIGSTOP for [`FROZEN_FOR`], then SIGCONT, then SIGKILL.
+    Freeze,
 }
+
+/// How long a frozen instance stays stopped.
+const FROZEN_FOR: Duration = Duration::from_secs(25);
 
 /// One record as an instance handled it.
 #[derive(Debug, Clone)]
@@ -369,6 +393,11 @@ impl Instance {
                 "--settings",
                 if env.defaults { "defaults" } else { "short" },
             ])
+            .args(if env.fan_out {
+                &["--fan-out", "failover"][..]
+            } else {
+                &[]
+            })
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -399,10 +428,14 @@ impl Instance {
     }
 
     fn terminate(&self) -> Result<()> {
+        self.signal(libc::SIGTERM)
+    }
+
+    fn signal(&self, signal: libc::c_int) -> Result<()> {
         // SAFETY: kill(2) on the pid of a child we have not reaped yet.
-        if unsafe { libc::kill(self.pid(), libc::SIGTERM) } != 0 {
+        if unsafe { libc::kill(self.pid(), signal) } != 0 {
             return Err(format!(
-                "kill -TERM {}: {}",
+                "kill -{signal} {}: {}",
                 self.pid(),
                 std::io::Error::last_os_error()
             )
@@ -755,6 +788,7 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
     match kind {
         Stop::Crash => victim.child.kill()?,
         Stop::Graceful => victim.terminate()?,
+        Stop::Freeze => victim.signal(libc::SIGSTOP)?,
     }
     step("stopped one, waiting for the takeover");
     let mut victim_exit = None;
@@ -767,7 +801,7 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
     };
     let deadline = Instant::now() + PATIENCE;
     loop {
-        if victim_exit.is_none() && victim.exited() {
+        if victim_exit.is_none() && (kind == Stop::Freeze || victim.exited()) {
             victim_exit = Some(unix_nanos());
         }
         if victim_exit.is_some() && resumed(&lock(seen)) {
@@ -788,6 +822,20 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
         && !status.success()
     {
         return Err(format!("{victim_name} did not stop cleanly after SIGTERM: {status}").into());
+    }
+    // A frozen instance resumes, finds its leases taken, and is killed a moment later: what
+    // it handled after resuming is counted below.
+    let mut resumed_at = None;
+    if kind == Stop::Freeze {
+        let frozen = Duration::from_nanos(unix_nanos().saturating_sub(acted));
+        tokio::time::sleep(FROZEN_FOR.saturating_sub(frozen)).await;
+        resumed_at = Some(unix_nanos());
+        lock(seen)
+            .log
+            .push(format!("{} # SIGCONT to {victim_name}", unix_nanos()));
+        victim.signal(libc::SIGCONT)?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        victim.child.kill()?;
     }
     victim.finish(Duration::from_secs(1)).await;
 
@@ -828,7 +876,13 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
     survivor.finish(Duration::from_secs(20)).await;
 
     let seen = lock(seen);
-    Ok(Trial::analyse(
+    let after_resume = resumed_at.map_or(0, |at| {
+        seen.handled
+            .iter()
+            .filter(|h| h.instance == victim_name && h.received > at)
+            .count()
+    });
+    let mut trial = Trial::analyse(
         kind,
         victim_name,
         survivor_name,
@@ -838,7 +892,9 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
         victim_exit.unwrap_or(acted),
         &production,
         &seen.handled,
-    ))
+    );
+    trial.after_resume = after_resume;
+    Ok(trial)
 }
 
 /// Creates the stream, waits for ACTIVE, returns each shard's first hash key (shard order).
@@ -893,6 +949,8 @@ struct Trial {
     lost: Vec<u64>,
     /// How many of them were written before the instances held two shards each.
     lost_before_balance: usize,
+    /// Records a frozen instance handled after it resumed (none may be).
+    after_resume: usize,
 }
 
 impl Trial {
@@ -1018,6 +1076,7 @@ impl Trial {
             other_duplicates,
             lost,
             lost_before_balance,
+            after_resume: 0,
         }
     }
 
@@ -1035,6 +1094,7 @@ impl Trial {
             match self.kind {
                 Stop::Crash => "SIGKILL",
                 Stop::Graceful => "SIGTERM",
+                Stop::Freeze => "SIGSTOP 25 s",
             },
             self.victim,
             secs(self.exited),
@@ -1080,6 +1140,12 @@ impl Trial {
         if !self.not_a_tail.is_empty() {
             problems.push(format!("redelivery not a tail on {:?}", self.not_a_tail));
         }
+        if self.after_resume > 0 {
+            problems.push(format!(
+                "{} handled by the frozen instance after it resumed",
+                self.after_resume
+            ));
+        }
         if self.kind == Stop::Graceful && self.redelivered > 0 {
             problems.push(format!(
                 "{} redelivered after a graceful stop",
@@ -1120,7 +1186,7 @@ fn summary(results: &[Trial]) {
          duplicates | lost |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for kind in [Stop::Crash, Stop::Graceful] {
+    for kind in [Stop::Crash, Stop::Graceful, Stop::Freeze] {
         let trials: Vec<&Trial> = results.iter().filter(|t| t.kind == kind).collect();
         if trials.is_empty() {
             continue;
@@ -1138,6 +1204,7 @@ fn summary(results: &[Trial]) {
             match kind {
                 Stop::Crash => "crash (SIGKILL)",
                 Stop::Graceful => "graceful (SIGTERM)",
+                Stop::Freeze => "frozen (SIGSTOP 25 s)",
             },
             trials.len(),
             secs(takeover),
