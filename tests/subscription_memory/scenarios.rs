@@ -619,13 +619,22 @@ async fn a_seek_moves_the_shard_and_the_checkpoint_follows_what_is_settled_after
     assert!(unknown.is_err(), "{unknown:?}");
     drop(again);
 
-    // To the tip: only what is written afterwards comes. With fan-out, once the service's
-    // five-second rule lets the new reader subscribe at LATEST (a LATEST subscription refused
-    // for now opens at the time it was asked for, less the clock allowance, and may read that
-    // margin again: at least once, never a skip).
+    // To the tip: only what is written afterwards comes, not even what was written a moment
+    // before. With fan-out, once the service's five-second rule lets the new reader subscribe
+    // at LATEST: a LATEST subscription refused for now opens at the time it was asked for,
+    // less the clock allowance, and may read that margin again (at least once, never a
+    // skip). The old reader's subscription, still open, must not be what refuses it.
     if FAN_OUT.is_some() {
+        // The reader subscribes (since the last seek it read by GetRecords, its subscription
+        // refused for now), then the five seconds pass.
+        let until = tokio::time::Instant::now() + Duration::from_secs(10);
+        while memory.active_subscriptions() == 0 && tokio::time::Instant::now() < until {
+            let _ = tokio::time::timeout(Duration::from_millis(100), sub.next()).await;
+        }
+        assert_eq!(memory.active_subscriptions(), 1);
         tokio::time::sleep(Duration::from_millis(5_100)).await;
     }
+    memory.put(STREAM, "k", "before-latest").unwrap();
     seeker.seek(KinesisPosition::latest()).await.unwrap();
     memory.put(STREAM, "k", "after-latest").unwrap();
     let next = take(&mut sub, 1).await;
