@@ -51,6 +51,7 @@ pub struct KinesisStream {
     read: ReadSettings,
     list_interval: Option<Duration>,
     lease_duration: Option<Duration>,
+    worker_timeout: Option<Duration>,
     checkpoint_interval: Option<Duration>,
     max_in_flight: Option<usize>,
     max_wait: Duration,
@@ -70,6 +71,7 @@ impl KinesisStream {
             read: ReadSettings::default(),
             list_interval: None,
             lease_duration: None,
+            worker_timeout: None,
             checkpoint_interval: None,
             max_in_flight: None,
             max_wait: DEFAULT_MAX_WAIT,
@@ -156,6 +158,13 @@ impl KinesisStream {
     /// How long a lease lives without renewal (default 10 s).
     pub fn lease_duration(mut self, duration: Duration) -> Self {
         self.lease_duration = Some(duration);
+        self
+    }
+
+    /// How long an instance's worker row may go unchanged before the others take all its
+    /// shards (default 4 s, at most the lease duration): the takeover after a crash.
+    pub fn worker_timeout(mut self, timeout: Duration) -> Self {
+        self.worker_timeout = Some(timeout);
         self
     }
 
@@ -304,9 +313,14 @@ impl KinesisStream {
         if let Some(duration) = self.lease_duration {
             builder = builder.lease_duration(duration);
         }
+        if let Some(timeout) = self.worker_timeout {
+            builder = builder.worker_timeout(timeout);
+        }
         if inner.harness.in_process() {
             // A jump of the paused test clock must not look like a frozen process.
-            builder = builder.lease_duration(IN_PROCESS_LEASE_DURATION);
+            builder = builder
+                .lease_duration(IN_PROCESS_LEASE_DURATION)
+                .worker_timeout(IN_PROCESS_LEASE_DURATION);
         }
         if let Some(every) = self.checkpoint_interval {
             builder = builder.checkpoint_interval(every);

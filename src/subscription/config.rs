@@ -14,6 +14,9 @@ use crate::shard::ReadSettings;
 pub const DEFAULT_LIST_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a lease lives without its counter moving before others may take it.
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(10);
+/// Default worker timeout: how long an instance's worker row may go unchanged before the
+/// others declare the instance gone and take all its shards (4 s; at most the lease duration).
+pub const DEFAULT_WORKER_TIMEOUT: Duration = Duration::from_secs(4);
 /// How often settled progress is written to the lease table, per shard at most.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a graceful stop or hand-off waits for in-flight deliveries.
@@ -38,6 +41,7 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) read: ReadSettings,
     pub(crate) list_interval: Duration,
     pub(crate) lease_duration: Duration,
+    pub(crate) worker_timeout: Duration,
     pub(crate) checkpoint_interval: Duration,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) max_in_flight: usize,
@@ -70,6 +74,7 @@ impl SubscriptionConfig {
             read: ReadSettings::default(),
             list_interval: DEFAULT_LIST_INTERVAL,
             lease_duration: DEFAULT_LEASE_DURATION,
+            worker_timeout: DEFAULT_WORKER_TIMEOUT,
             checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
@@ -90,6 +95,31 @@ impl SubscriptionConfig {
     /// The lease holder renews every third of the lease duration.
     pub(crate) fn renew_interval(&self) -> Duration {
         self.lease_duration / 3
+    }
+
+    /// How long this instance's worker row may go unchanged before the others declare the
+    /// instance gone: the worker timeout, at most the lease duration.
+    pub(crate) fn worker_expiry(&self) -> Duration {
+        self.worker_timeout.min(self.lease_duration)
+    }
+
+    /// The worker row is renewed every third of its expiry.
+    pub(crate) fn worker_renew_interval(&self) -> Duration {
+        self.worker_expiry() / 3
+    }
+
+    /// Every reader stops once the worker row has not been renewed for two thirds of its
+    /// expiry, before others may declare the instance gone.
+    pub(crate) fn worker_give_up_after(&self) -> Duration {
+        self.worker_expiry() * 2 / 3
+    }
+
+    /// How long each kind of row may stay unchanged before it has expired.
+    pub(crate) fn expiry(&self) -> super::coordinator::Expiry {
+        super::coordinator::Expiry {
+            lease: self.lease_duration,
+            worker: self.worker_expiry(),
+        }
     }
 
     /// The longest a single call to the lease store or to Kinesis may take inside the
@@ -142,6 +172,13 @@ impl SubscriptionConfig {
                 format!("{lease:?}"),
                 lease < Duration::from_millis(300),
                 "must be at least 300 ms (renewals run every third of it)",
+            ),
+            duration_rule("worker_timeout", self.worker_timeout, false),
+            rule(
+                "worker_timeout",
+                format!("{:?}", self.worker_timeout),
+                self.worker_timeout < Duration::from_millis(300),
+                "must be at least 300 ms (the worker row is renewed every third of it)",
             ),
             rule(
                 "capacity",

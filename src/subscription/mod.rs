@@ -58,8 +58,8 @@ pub use clock::{Clock, TokioClock};
 pub(crate) use config::SubscriptionConfig;
 pub use config::{
     DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_LEASE_DURATION, DEFAULT_LIST_INTERVAL,
-    DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_SHUTDOWN_TIMEOUT, MAX_CAPACITY,
-    MAX_DURATION,
+    DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_WORKER_TIMEOUT, MAX_CAPACITY, MAX_DURATION,
 };
 pub use multi::{MultiSubscription, MultiSubscriptionBuilder, StreamSet};
 pub use position_source::{
@@ -195,6 +195,19 @@ impl SubscriptionBuilder {
     /// How long a lease lives without renewal before others may take it (default 10 s).
     pub fn lease_duration(mut self, duration: Duration) -> Self {
         self.config.lease_duration = duration;
+        self
+    }
+
+    /// How long this instance's worker row may go unchanged before the other instances
+    /// declare it gone and take all its shards at once (default 4 s; at most the lease
+    /// duration, which a longer value is cut to). It bounds the takeover after a crash: about
+    /// this long, plus a watch read. The worker row is renewed every third of it (one write
+    /// per instance, whatever its shards), and every reader of the instance stops handing out
+    /// records once the row has gone unrenewed for two thirds of it, before anyone may take
+    /// its shards: a frozen instance that resumes ships nothing another already took. Shard
+    /// leases keep `lease_duration`; an instance without a worker row is judged by its leases.
+    pub fn worker_timeout(mut self, timeout: Duration) -> Self {
+        self.config.worker_timeout = timeout;
         self
     }
 

@@ -1,5 +1,6 @@
 //! How this instance judges other rows alive: a row whose owner and counter have not changed
-//! for the lease duration, measured on this instance's own monotonic clock, has expired. No
+//! for its expiry ([`Expiry`]: the lease duration for a shard's row, the worker timeout for an
+//! instance's worker row), measured on this instance's own monotonic clock, has expired. No
 //! other host's clock is trusted.
 
 use std::collections::{BTreeMap, HashMap};
@@ -8,6 +9,35 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::lease::Lease;
+
+/// How long a row may stay unchanged before it has expired: a shard's lease row the lease
+/// duration, an instance's worker row the (shorter) worker timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Expiry {
+    pub(crate) lease: Duration,
+    pub(crate) worker: Duration,
+}
+
+impl Expiry {
+    /// The expiry of `row`.
+    pub(crate) fn of(&self, row: &Lease) -> Duration {
+        if row.shard_id.starts_with(super::plan::WORKER_PREFIX) {
+            self.worker
+        } else {
+            self.lease
+        }
+    }
+}
+
+impl From<Duration> for Expiry {
+    /// The same expiry for every row.
+    fn from(both: Duration) -> Self {
+        Self {
+            lease: both,
+            worker: both,
+        }
+    }
+}
 
 /// What was last seen of one row, and since when.
 #[derive(Debug)]
@@ -61,18 +91,20 @@ impl Liveness {
         &self,
         row: &Lease,
         now: Instant,
-        lease_duration: Duration,
+        expiry: impl Into<Expiry>,
     ) -> Option<Duration> {
+        let expiry = expiry.into().of(row);
         self.seen
             .get(&row.shard_id)
-            .map(|seen| lease_duration.saturating_sub(now.saturating_duration_since(seen.since)))
+            .map(|seen| expiry.saturating_sub(now.saturating_duration_since(seen.since)))
     }
 
-    /// True when nobody has written the row for `lease_duration` as of `now`.
-    pub(crate) fn is_expired(&self, row: &Lease, now: Instant, lease_duration: Duration) -> bool {
+    /// True when nobody has written the row for its expiry as of `now`.
+    pub(crate) fn is_expired(&self, row: &Lease, now: Instant, expiry: impl Into<Expiry>) -> bool {
+        let expiry = expiry.into().of(row);
         self.seen
             .get(&row.shard_id)
-            .is_some_and(|seen| now.saturating_duration_since(seen.since) >= lease_duration)
+            .is_some_and(|seen| now.saturating_duration_since(seen.since) >= expiry)
     }
 }
 
@@ -172,5 +204,31 @@ mod tests {
         // A row never seen is not judged expired; a row gone is forgotten.
         live.observe(&BTreeMap::new(), t0);
         assert!(!live.is_expired(&renewed["0"], t0 + Duration::from_secs(60), lease));
+    }
+
+    #[test]
+    fn a_worker_row_expires_after_the_worker_timeout_and_a_lease_after_the_lease_duration() {
+        let expiry = Expiry {
+            lease: Duration::from_secs(10),
+            worker: Duration::from_secs(4),
+        };
+        let t0 = Instant::now();
+        let mut rows = rows(1, Some("a"));
+        let mut worker = Lease::new(
+            "s",
+            format!("{}a", super::super::plan::WORKER_PREFIX),
+            vec![],
+        );
+        worker.owner = Some("a".to_owned());
+        rows.insert(worker.shard_id.clone(), worker.clone());
+        let mut live = Liveness::default();
+        live.observe(&rows, t0);
+        let later = t0 + Duration::from_secs(4);
+        assert!(live.is_expired(&worker, later, expiry));
+        assert!(!live.is_expired(&rows["0"], later, expiry));
+        assert_eq!(
+            live.remaining(&rows["0"], later, expiry),
+            Some(Duration::from_secs(6))
+        );
     }
 }

@@ -42,6 +42,7 @@ use tokio::time::{Instant, MissedTickBehavior, interval, sleep_until};
 use self::health::Health;
 use self::keeper::{Keeper, Report};
 use self::listing::{Listing, ListingFailure};
+pub(crate) use self::liveness::Expiry;
 use self::liveness::Liveness;
 pub(crate) use self::shared::Shared;
 use self::take::TakeOutcome;
@@ -348,7 +349,7 @@ impl Coordinator {
     }
 
     pub(crate) async fn run(mut self) {
-        let mut renew = interval(self.config().renew_interval());
+        let mut renew = interval(self.config().worker_renew_interval());
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             let next_listing = self.listings.next;

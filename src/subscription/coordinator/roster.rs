@@ -6,7 +6,7 @@
 //! by that many others and the reads grow with the number of instances, never with the number
 //! of shards), and the roster row. What a read means is decided by [`judge`]:
 //!
-//! * a watched worker row unchanged for the lease duration on this instance's clock is
+//! * a watched worker row unchanged for the worker timeout on this instance's clock is
 //!   *declared gone*: released (owner removed) on condition that it is still as read, after
 //!   which every instance may take that owner's leases at once (see [`super::plan::shares`]);
 //! * a watched row gone or released by someone else, or a roster row that moved, means the
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::liveness::Liveness;
+use super::liveness::{Expiry, Liveness};
 use super::plan::{ROSTER_ROW, worker_owner};
 use super::shared::Shared;
 use super::worker::worker_row_id;
@@ -81,8 +81,9 @@ pub(crate) fn judge(
     roster_seen: Option<Option<u64>>,
     liveness: &Liveness,
     now: Instant,
-    lease_duration: Duration,
+    expiry: impl Into<Expiry>,
 ) -> Verdict {
+    let expiry = expiry.into();
     let mut verdict = Verdict {
         roster: read.get(ROSTER_ROW).map(|row| row.counter),
         ..Verdict::default()
@@ -92,11 +93,11 @@ pub(crate) fn judge(
         match read.get(id) {
             None => verdict.list = true,
             Some(row) if row.owner.is_none() => verdict.list = true,
-            Some(row) if liveness.is_expired(row, now, lease_duration) => {
+            Some(row) if liveness.is_expired(row, now, expiry) => {
                 verdict.declare.push(row.clone());
             }
             Some(row) => {
-                let left = liveness.remaining(row, now, lease_duration);
+                let left = liveness.remaining(row, now, expiry);
                 verdict.first_expiry = verdict.first_expiry.min(left).or(left);
             }
         }

@@ -27,7 +27,7 @@ impl Coordinator {
     }
 
     pub(super) fn on_worker(&mut self, done: WorkerDone) {
-        let give_up_after = self.config().give_up_after();
+        let give_up_after = self.config().worker_give_up_after();
         let forget = match &done {
             WorkerDone::Held(_, _, how) => *how == Held::Again { kept: false },
             WorkerDone::Lost => true,
@@ -73,7 +73,7 @@ impl Coordinator {
             .instance
             .health
             .can_work(self.shared.probe.count(), Instant::now());
-        let wait = self.config().renew_interval() / 2;
+        let wait = self.config().worker_renew_interval() / 2;
         if let Some(job) = self.instance.worker.next_job(self.shared.clone(), can_work) {
             self.inbox.jobs.push(Box::pin(async move {
                 tokio::time::sleep(wait).await;

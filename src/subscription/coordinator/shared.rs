@@ -59,7 +59,7 @@ impl Shared {
             first_reads: Arc::default(),
             policy,
             releases: Arc::default(),
-            worker_gate: Arc::new(WorkerGate::new(config.give_up_after())),
+            worker_gate: Arc::new(WorkerGate::new(config.worker_give_up_after())),
             leases: LeaseMetrics::new(&config.application, &stream),
             api,
             store,

@@ -55,7 +55,7 @@ impl Coordinator {
                 task.map(move |_| shard).boxed()
             })
             .collect();
-        let mut renew = interval(self.config().renew_interval());
+        let mut renew = interval(self.config().worker_renew_interval());
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         while !(hand_backs.is_empty() && self.inbox.jobs.is_empty()) {
             tokio::select! {

@@ -143,9 +143,10 @@ impl Coordinator {
     /// nobody needs. Remembers what the next listings and the roster watch use.
     fn plan_listing(&mut self, listing: &Listing, now: Instant) -> (plan::Shares, Vec<Lease>) {
         let lease_duration = self.config().lease_duration;
+        let expiry = self.config().expiry();
         let holdings = self.holdings();
         let liveness = &self.instance.liveness;
-        let expired = |row: &Lease| liveness.is_expired(row, now, lease_duration);
+        let expired = |row: &Lease| liveness.is_expired(row, now, expiry);
         let view = plan::View {
             rows: &listing.rows,
             shards: &listing.shards,

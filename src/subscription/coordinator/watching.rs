@@ -68,7 +68,7 @@ impl Coordinator {
             self.instance.watch.roster,
             &self.instance.liveness,
             now,
-            lease_duration,
+            self.config().expiry(),
         );
         self.instance.watch.roster = Some(verdict.roster);
         if verdict.list {
