@@ -40,6 +40,8 @@ pub struct InstanceArgs {
     pub defaults: bool,
     /// Read with enhanced fan-out, as this consumer.
     pub fan_out: Option<String>,
+    /// The worker timeout, when not the library's.
+    pub worker_timeout: Option<Duration>,
 }
 
 impl InstanceArgs {
@@ -59,6 +61,12 @@ impl InstanceArgs {
                 "--table" => parsed.table = value,
                 "--settings" => parsed.defaults = value == "defaults",
                 "--fan-out" => parsed.fan_out = Some(value),
+                "--worker-timeout-ms" => {
+                    let ms = value
+                        .parse()
+                        .map_err(|_| format!("--worker-timeout-ms {value}: not a number"))?;
+                    parsed.worker_timeout = Some(Duration::from_millis(ms));
+                }
                 other => return Err(format!("unknown instance argument {other}").into()),
             }
         }
@@ -135,6 +143,10 @@ async fn consume(args: InstanceArgs) -> Result<()> {
             .lease_duration(SETTINGS.lease_duration)
             .checkpoint_interval(SETTINGS.checkpoint_interval)
             .shutdown_timeout(SETTINGS.shutdown_timeout)
+    };
+    let builder = match args.worker_timeout {
+        Some(timeout) => builder.worker_timeout(timeout),
+        None => builder,
     };
     let mut sub = builder.start().await?;
     say(&format!("@started {name}"));

@@ -104,6 +104,8 @@ usage: failover [--quick] [--reps N] [--rate R] [--defaults] [--start-together] 
              start both instances at once (by default the second one starts once the
              first holds every shard); shows the start-up race described in BENCHMARKS.md
   --fan-out  the instances read with enhanced fan-out (one consumer, `failover`)
+  --worker-timeout-ms N
+             the instances' worker timeout (default: the library's)
   --freeze   also a frozen instance: SIGSTOP for 25 s, then SIGCONT
   --only-freeze
              only the crash and the frozen instance (no graceful stop)
@@ -124,6 +126,8 @@ struct Options {
     defaults: bool,
     /// The instances read with enhanced fan-out.
     fan_out: bool,
+    /// The instances' worker timeout in ms, when not the library's.
+    worker_timeout_ms: Option<u64>,
     /// The ways one instance is stopped, in each repetition.
     stops: Vec<Stop>,
 }
@@ -139,6 +143,7 @@ impl Options {
             start_together: false,
             defaults: false,
             fan_out: false,
+            worker_timeout_ms: None,
             stops: vec![Stop::Crash, Stop::Graceful],
         };
         let mut reps = None;
@@ -150,6 +155,14 @@ impl Options {
                 "--start-together" => options.start_together = true,
                 "--defaults" => options.defaults = true,
                 "--fan-out" => options.fan_out = true,
+                "--worker-timeout-ms" => {
+                    options.worker_timeout_ms = Some(
+                        it.next()
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .filter(|n| *n >= 300)
+                            .ok_or("--worker-timeout-ms needs a number of ms, at least 300")?,
+                    );
+                }
                 "--freeze" => options.stops.push(Stop::Freeze),
                 "--only-freeze" => options.stops = vec![Stop::Crash, Stop::Freeze],
                 "--reps" => {
@@ -278,6 +291,7 @@ async fn bench(options: Options) -> Result<()> {
     let env = Env {
         defaults: options.defaults,
         fan_out: options.fan_out,
+        worker_timeout_ms: options.worker_timeout_ms,
         kinesis: kinesis.endpoint().to_owned(),
         dynamodb: dynamodb.endpoint().to_owned(),
         logs: logs.clone(),
@@ -335,6 +349,8 @@ struct Env {
     defaults: bool,
     /// The instances read with enhanced fan-out.
     fan_out: bool,
+    /// The instances' worker timeout in ms, when not the library's.
+    worker_timeout_ms: Option<u64>,
     kinesis: String,
     dynamodb: String,
     logs: PathBuf,
@@ -398,6 +414,12 @@ impl Instance {
             } else {
                 &[]
             })
+            .args(
+                env.worker_timeout_ms
+                    .map(|ms| ["--worker-timeout-ms".to_owned(), ms.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -876,11 +898,37 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
     survivor.finish(Duration::from_secs(20)).await;
 
     let seen = lock(seen);
-    let after_resume = resumed_at.map_or(0, |at| {
-        seen.handled
-            .iter()
-            .filter(|h| h.instance == victim_name && h.received > at)
-            .count()
+    // After it resumes, a frozen instance may join again and be handed shards, until the
+    // SIGKILL that follows; the other one then reads them again from its last checkpoint.
+    // Those duplicates are explained; a record it handled after resuming that the other had
+    // handled before is not (a stale delivery: the fencing failed).
+    let (stale_after_resume, redelivered_after_resume) = resumed_at.map_or((0, 0), |at| {
+        let mut by_counter: HashMap<u64, Vec<&Handled>> = HashMap::new();
+        for h in &seen.handled {
+            by_counter.entry(h.counter).or_default().push(h);
+        }
+        let mut stale = 0;
+        let mut again = 0;
+        for hs in by_counter.values() {
+            for h in hs
+                .iter()
+                .filter(|h| h.instance == victim_name && h.received > at)
+            {
+                if hs
+                    .iter()
+                    .any(|o| o.instance == survivor_name && o.received < h.received)
+                {
+                    stale += 1;
+                } else if hs.len() == 2
+                    && hs
+                        .iter()
+                        .any(|o| o.instance == survivor_name && o.received > h.received)
+                {
+                    again += 1;
+                }
+            }
+        }
+        (stale, again)
     });
     let mut trial = Trial::analyse(
         kind,
@@ -893,7 +941,11 @@ async fn run_trial(ctx: TrialContext<'_>, instances: &mut Vec<Instance>) -> Resu
         &production,
         &seen.handled,
     );
-    trial.after_resume = after_resume;
+    trial.after_resume = stale_after_resume;
+    trial.redelivered_after_resume = redelivered_after_resume;
+    trial.other_duplicates = trial
+        .other_duplicates
+        .saturating_sub(redelivered_after_resume);
     Ok(trial)
 }
 
@@ -949,8 +1001,12 @@ struct Trial {
     lost: Vec<u64>,
     /// How many of them were written before the instances held two shards each.
     lost_before_balance: usize,
-    /// Records a frozen instance handled after it resumed (none may be).
+    /// Records a frozen instance handled after it resumed that the other instance had
+    /// handled before (none may be).
     after_resume: usize,
+    /// Records a frozen instance handled after it resumed (shards handed back to it) and the
+    /// other instance again after its SIGKILL.
+    redelivered_after_resume: usize,
 }
 
 impl Trial {
@@ -1077,6 +1133,7 @@ impl Trial {
             lost,
             lost_before_balance,
             after_resume: 0,
+            redelivered_after_resume: 0,
         }
     }
 
@@ -1090,7 +1147,7 @@ impl Trial {
             "trial {n}: {} of {}: exited after {}; its shards resumed on the other instance: {} \
              -> takeover {}; worst record delay {} (typical {:.0} ms); {} records written \
              ({} failed puts), {} handlings, {} redelivered{}, {} other duplicates, {} lost \
-             ({} of them written before the balance){}",
+             ({} of them written before the balance){}{}",
             match self.kind {
                 Stop::Crash => "SIGKILL",
                 Stop::Graceful => "SIGTERM",
@@ -1116,6 +1173,15 @@ impl Trial {
                 String::new()
             } else {
                 format!("; redelivered records NOT a tail on {:?}", self.not_a_tail)
+            },
+            if self.kind == Stop::Freeze {
+                format!(
+                    "; after resuming: {} handled that the other had (must be 0), {} handed \
+                     back to it and read again after its SIGKILL",
+                    self.after_resume, self.redelivered_after_resume
+                )
+            } else {
+                String::new()
             }
         )
     }
@@ -1142,7 +1208,7 @@ impl Trial {
         }
         if self.after_resume > 0 {
             problems.push(format!(
-                "{} handled by the frozen instance after it resumed",
+                "{} handled by the frozen instance after it resumed, after the other had",
                 self.after_resume
             ));
         }
