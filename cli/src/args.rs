@@ -41,7 +41,7 @@ shard, which share the shard's read limit (5 calls a second) with the applicatio
 /// `workers --help`, after the options.
 const WORKERS_AFTER_HELP: &str = "\
 One line per instance (its `worker:<owner>` row): STATE (active, or declared gone: another
-instance saw its row unchanged for the lease duration), LAST SEEN (time since it last wrote
+instance saw its row unchanged for the worker timeout), LAST SEEN (time since it last wrote
 its row, by its own clock), its row's COUNTER, and the LEASES it holds. Owners that hold
 leases without a worker row (an instance that stepped aside because it cannot read, or a
 reset under way) are listed too.";

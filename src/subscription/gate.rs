@@ -9,8 +9,8 @@
 //! its lease.
 //!
 //! Every reader of an instance also stops once the instance's own worker row has not been
-//! renewed for two thirds of the lease duration ([`WorkerGate`]): another instance that sees
-//! the worker row unchanged for the whole lease duration may declare the instance gone and
+//! renewed for two thirds of the worker timeout ([`WorkerGate`]): another instance that sees
+//! the worker row unchanged for the whole worker timeout may declare the instance gone and
 //! take all its shards at once, without waiting for each lease to expire in its view.
 
 use std::sync::Arc;
@@ -102,7 +102,7 @@ impl LeaseGate {
 ///
 /// Unbound (always open) while the instance has no worker row: nobody can declare an instance
 /// gone through a row that does not exist, and each lease still has its own gate. Bound from
-/// the first write of the row on, it closes two thirds of the lease duration after the last
+/// the first write of the row on, it closes two thirds of the worker timeout after the last
 /// write that succeeded was sent, exactly like a lease.
 #[derive(Debug)]
 pub(crate) struct WorkerGate {

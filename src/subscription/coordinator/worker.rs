@@ -1,12 +1,12 @@
 //! This instance's worker row: the other instances count it when they share the shards, and
-//! watch it (see [`super::roster`]) to learn within a second of the lease duration that the
+//! watch it (see [`super::roster`]) to learn within a second of the worker timeout that the
 //! instance is gone. It is kept (created, renewed) while the instance can do the work,
 //! deleted while it cannot, and deleted at a graceful stop.
 //!
-//! Another instance that saw the row unchanged for the lease duration *declares* this one
+//! Another instance that saw the row unchanged for the worker timeout *declares* this one
 //! gone by releasing the row (its owner removed) and then takes its shards without waiting for
 //! each of their leases to expire. That is safe because every reader here stops once the row
-//! has not been renewed for two thirds of the lease duration ([`WorkerGate`]). Once the row was
+//! has not been renewed for two thirds of the worker timeout ([`WorkerGate`]). Once the row was
 //! released or deleted by someone else, this instance forgets every shard it held (they may be
 //! another's already) and starts over with a row of its own.
 //!
