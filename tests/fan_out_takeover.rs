@@ -20,7 +20,7 @@ use kinesis_dataflow::lease::{Lease, LeaseFuture, LeaseStore, SharedLeaseStore};
 use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{
     AwsKinesis, KinesisPosition, MemoryKinesis, MemoryLeaseStore, Publisher, ReadSettings,
-    ShardStream, StartingPoint, Subscription,
+    ShardStream, StartingPoint, Subscription, SubscriptionBuilder,
 };
 use kinesis_dataflow_test_support::timings::{LEASE_DURATION, LIST_INTERVAL, POLL_INTERVAL};
 use tokio::time::Instant;
@@ -72,6 +72,47 @@ async fn read(stream: &mut ShardStream, count: usize) -> Vec<String> {
     got
 }
 
+/// A one-shard stream whose consumer already has a subscription held open (and not read) by
+/// another holder, from the oldest record.
+async fn beside_a_holder() -> (MemoryKinesis, SharedKinesis, ShardEvents) {
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, 1).unwrap();
+    let api: SharedKinesis = Arc::new(memory.clone());
+    let arn = consumer(&api).await;
+    let held = hold(&api, &arn, StartingPoint::TrimHorizon).await;
+    (memory, api, held)
+}
+
+/// An instance reading `stream` with fan-out as [`CONSUMER`], with the fast test timings.
+fn fan_out_instance(
+    api: &SharedKinesis,
+    store: SharedLeaseStore,
+    stream: &str,
+    owner: &str,
+) -> SubscriptionBuilder {
+    support::reading::fast(api, store, stream, owner)
+        .read_settings(
+            ReadSettings::default()
+                .fan_out(CONSUMER)
+                .poll_interval(POLL_INTERVAL)
+                .unlimited_reads(),
+        )
+        .initial_position(KinesisPosition::horizon())
+}
+
+/// The shard's row as a frozen holder left it: owned by `frozen`, settled through `settled`,
+/// no longer renewed.
+async fn frozen_row(store: &MemoryLeaseStore, stream: &str, settled: &str) {
+    let lease = Lease::new(stream, SHARD, vec![]);
+    assert!(store.create(&lease).await.unwrap());
+    let listed = store.list(stream).await.unwrap().remove(0);
+    let taken = store.take(&listed, "frozen").await.unwrap();
+    store
+        .checkpoint(&taken, &Checkpoint::Sequence(settled.to_owned()))
+        .await
+        .unwrap();
+}
+
 /// The starting point of the last SubscribeToShard call.
 fn last_subscribe_at(memory: &MemoryKinesis) -> Option<StartingPoint> {
     memory
@@ -83,11 +124,7 @@ fn last_subscribe_at(memory: &MemoryKinesis) -> Option<StartingPoint> {
 
 #[tokio::test(start_paused = true)]
 async fn a_reader_bridges_while_another_subscription_is_active_and_switches_without_a_gap() {
-    let memory = MemoryKinesis::new();
-    memory.add_stream(STREAM, 1).unwrap();
-    let api: SharedKinesis = Arc::new(memory.clone());
-    let arn = consumer(&api).await;
-    let held = hold(&api, &arn, StartingPoint::TrimHorizon).await;
+    let (memory, api, held) = beside_a_holder().await;
     memory.put(STREAM, "k", "p0").unwrap();
     memory.put(STREAM, "k", "p1").unwrap();
     let users = aggregate([
@@ -127,11 +164,7 @@ async fn a_reader_bridges_while_another_subscription_is_active_and_switches_with
 
 #[tokio::test(start_paused = true)]
 async fn a_shard_that_ends_while_bridged_ends_the_stream_with_its_children() {
-    let memory = MemoryKinesis::new();
-    memory.add_stream(STREAM, 1).unwrap();
-    let api: SharedKinesis = Arc::new(memory.clone());
-    let arn = consumer(&api).await;
-    let _held = hold(&api, &arn, StartingPoint::TrimHorizon).await;
+    let (memory, api, _held) = beside_a_holder().await;
     memory.put(STREAM, "k", "a").unwrap();
     let mut stream = reader(&api, StartingPoint::TrimHorizon);
     assert_eq!(read(&mut stream, 1).await, ["a"]);
@@ -188,28 +221,14 @@ async fn frozen_holder(hold_for: Option<Duration>) {
     let records = memory.records(STREAM, SHARD).unwrap();
     let settled = records[9].sequence_number().to_owned();
 
-    let lease = Lease::new(STREAM, SHARD, vec![]);
-    assert!(store.create(&lease).await.unwrap());
-    let listed = store.list(STREAM).await.unwrap().remove(0);
-    let taken = store.take(&listed, "frozen").await.unwrap();
-    store
-        .checkpoint(&taken, &Checkpoint::Sequence(settled.clone()))
-        .await
-        .unwrap();
+    frozen_row(&store, STREAM, &settled).await;
     let arn = consumer(&api).await;
     let mut held = hold(&api, &arn, StartingPoint::AfterSequence(settled)).await;
     let first = held.next().await.unwrap().unwrap();
     assert!(!first.records.is_empty(), "the holder was reading");
     let frozen_at = Instant::now();
 
-    let mut successor = support::reading::fast(&api, Arc::new(store.clone()), STREAM, "successor")
-        .read_settings(
-            ReadSettings::default()
-                .fan_out(CONSUMER)
-                .poll_interval(POLL_INTERVAL)
-                .unlimited_reads(),
-        )
-        .initial_position(KinesisPosition::horizon())
+    let mut successor = fan_out_instance(&api, Arc::new(store.clone()), STREAM, "successor")
         .start()
         .await
         .unwrap();
@@ -324,16 +343,8 @@ async fn a_graceful_hand_off_ends_its_subscription_before_it_releases_the_lease(
             active: active.clone(),
         },
     ));
-    let settings = ReadSettings::default()
-        .fan_out(CONSUMER)
-        .poll_interval(POLL_INTERVAL)
-        .unlimited_reads();
-    let start = |owner: &str, store: SharedLeaseStore| {
-        support::reading::fast(&api, store, STREAM, owner)
-            .read_settings(settings.clone())
-            .initial_position(KinesisPosition::horizon())
-            .start()
-    };
+    let start =
+        |owner: &str, store: SharedLeaseStore| fan_out_instance(&api, store, STREAM, owner).start();
     let mut first = start("first", layered).await.unwrap();
     memory.put(STREAM, "k", "a").unwrap();
     let a = first.next().await.unwrap().unwrap();
@@ -400,14 +411,7 @@ async fn on_kinesis_local_the_successor_of_a_frozen_or_a_killed_holder_reads_wit
 
     // A frozen holder: its row (settled through f0) no longer renewed, its subscription open
     // and not read. kinesis-local refuses a second one while it lasts.
-    let lease = Lease::new(name.as_str(), SHARD, vec![]);
-    assert!(store.create(&lease).await.unwrap());
-    let listed = store.list(&name).await.unwrap().remove(0);
-    let taken = store.take(&listed, "frozen").await.unwrap();
-    store
-        .checkpoint(&taken, &Checkpoint::Sequence(f0.sequence_number.clone()))
-        .await
-        .unwrap();
+    frozen_row(&store, &name, &f0.sequence_number).await;
     let held = api
         .subscribe_to_shard(
             &name,
@@ -417,17 +421,7 @@ async fn on_kinesis_local_the_successor_of_a_frozen_or_a_killed_holder_reads_wit
         )
         .await
         .unwrap();
-    let start = |owner: &str| {
-        support::reading::fast(&api, Arc::new(store.clone()), &name, owner)
-            .read_settings(
-                ReadSettings::default()
-                    .fan_out(CONSUMER)
-                    .poll_interval(POLL_INTERVAL)
-                    .unlimited_reads(),
-            )
-            .initial_position(KinesisPosition::horizon())
-            .start()
-    };
+    let start = |owner: &str| fan_out_instance(&api, Arc::new(store.clone()), &name, owner).start();
     let mut successor = start("successor").await.unwrap();
     assert_eq!(next_acked(&mut successor).await, "f1");
     publisher.publish("k", "f2").await.unwrap();

@@ -53,7 +53,16 @@ fn put_everywhere(memory: &MemoryKinesis, tag: &str) {
     }
 }
 
-/// Drives `subs` (acking everything) until each holds `shares[i]` shards.
+/// Polls each of `subs` once (for up to 20 ms), acking what comes.
+async fn drive(subs: &mut [&mut Subscription]) {
+    for sub in subs.iter_mut() {
+        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(20), sub.next()).await {
+            d.ack();
+        }
+    }
+}
+
+/// Drives `subs` until each holds `shares[i]` shards.
 async fn balance(subs: &mut [&mut Subscription], shares: &[usize]) {
     let until = Instant::now() + Duration::from_secs(120);
     while subs
@@ -62,28 +71,26 @@ async fn balance(subs: &mut [&mut Subscription], shares: &[usize]) {
         .any(|(sub, share)| sub.shards().len() != *share)
     {
         assert!(Instant::now() < until, "not balanced in 120 s");
-        for sub in subs.iter_mut() {
-            if let Ok(Some(Ok(d))) =
-                tokio::time::timeout(Duration::from_millis(20), sub.next()).await
-            {
-                d.ack();
-            }
-        }
+        drive(subs).await;
     }
+}
+
+/// Instances `a` and `b` on their lease-table views, holding two shards each.
+async fn two_instances(
+    api: &SharedKinesis,
+    a_store: SharedLeaseStore,
+    b_store: SharedLeaseStore,
+) -> (Subscription, Subscription) {
+    let mut a = defaults(api, a_store, "a").start().await.unwrap();
+    let mut b = defaults(api, b_store, "b").start().await.unwrap();
+    balance(&mut [&mut a, &mut b], &[2, 2]).await;
+    (a, b)
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_crashed_instance_is_taken_over_within_five_seconds_with_the_defaults() {
     let (memory, api, store) = setup();
-    let mut a = defaults(&api, Arc::new(store.clone()), "a")
-        .start()
-        .await
-        .unwrap();
-    let mut b = defaults(&api, Arc::new(store.clone()), "b")
-        .start()
-        .await
-        .unwrap();
-    balance(&mut [&mut a, &mut b], &[2, 2]).await;
+    let (a, mut b) = two_instances(&api, Arc::new(store.clone()), Arc::new(store.clone())).await;
     let a_shards: BTreeSet<String> = a.shards().into_iter().collect();
 
     // A crashes: nothing flushed or released, its worker row and leases left as they were.
@@ -115,12 +122,7 @@ async fn a_crashed_instance_is_taken_over_within_five_seconds_with_the_defaults(
 async fn an_instance_cut_off_from_the_lease_table_hands_out_nothing_once_it_may_be_taken_over() {
     let (memory, api, store) = setup();
     let a_view = CutOff::new(Arc::new(store.clone()));
-    let mut a = defaults(&api, a_view.store(), "a").start().await.unwrap();
-    let mut b = defaults(&api, Arc::new(store.clone()), "b")
-        .start()
-        .await
-        .unwrap();
-    balance(&mut [&mut a, &mut b], &[2, 2]).await;
+    let (mut a, mut b) = two_instances(&api, a_view.store(), Arc::new(store.clone())).await;
     let a_shards: BTreeSet<String> = a.shards().into_iter().collect();
 
     // A loses the table and is not read (as a frozen process is not); what it read meanwhile
@@ -195,22 +197,11 @@ async fn a_slow_instance_that_still_renews_keeps_its_shards() {
         Arc::new(store.clone()),
         Slow(DEFAULT_WORKER_TIMEOUT * 3 / 10),
     ));
-    let mut a = defaults(&api, slow, "a").start().await.unwrap();
-    let mut b = defaults(&api, Arc::new(store.clone()), "b")
-        .start()
-        .await
-        .unwrap();
-    balance(&mut [&mut a, &mut b], &[2, 2]).await;
+    let (mut a, mut b) = two_instances(&api, slow, Arc::new(store.clone())).await;
     let a_shards = a.shards();
     let until = Instant::now() + Duration::from_secs(60);
     while Instant::now() < until {
-        for sub in [&mut a, &mut b] {
-            if let Ok(Some(Ok(d))) =
-                tokio::time::timeout(Duration::from_millis(20), sub.next()).await
-            {
-                d.ack();
-            }
-        }
+        drive(&mut [&mut a, &mut b]).await;
         assert_eq!(a.shards(), a_shards, "A was declared gone");
     }
     a.shutdown().await;
@@ -244,13 +235,7 @@ async fn a_clock_ten_minutes_ahead_takes_nothing_from_a_live_instance() {
     balance(&mut [&mut a, &mut b], &[2, 2]).await;
     let until = Instant::now() + Duration::from_secs(60);
     while Instant::now() < until {
-        for sub in [&mut a, &mut b] {
-            if let Ok(Some(Ok(d))) =
-                tokio::time::timeout(Duration::from_millis(20), sub.next()).await
-            {
-                d.ack();
-            }
-        }
+        drive(&mut [&mut a, &mut b]).await;
         assert_eq!(a.shards().len(), 2, "A lost a shard to B's clock");
     }
     a.shutdown().await;
@@ -309,9 +294,7 @@ async fn writes_per_second(worker_timeout: Duration) -> (f64, f64) {
     let span = Duration::from_secs(300);
     let until = Instant::now() + span;
     while Instant::now() < until {
-        for sub in [&mut a, &mut b] {
-            let _ = tokio::time::timeout(Duration::from_millis(100), sub.next()).await;
-        }
+        drive(&mut [&mut a, &mut b]).await;
     }
     let per_shard = (writes.shard_rows.load(Relaxed) - shards_before) as f64 / 2.0;
     let worker = (writes.worker_row.load(Relaxed) - worker_before) as f64;
