@@ -53,6 +53,9 @@ struct Effects(Arc<Mutex<Connection>>);
 impl Effects {
     fn open(path: &str) -> rusqlite::Result<Self> {
         let connection = Connection::open(path)?;
+        // Others may read the database while this writes (a report, a test): a lock they hold
+        // a moment is waited for, not failed.
+        connection.busy_timeout(std::time::Duration::from_secs(5))?;
         connection.execute_batch(
             "CREATE TABLE IF NOT EXISTS effects (
                  id INTEGER PRIMARY KEY,

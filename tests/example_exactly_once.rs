@@ -98,6 +98,8 @@ fn count_lines(
 /// Every effect in the database: data → how many rows.
 fn effects(database: &Path) -> BTreeMap<String, usize> {
     let db = rusqlite::Connection::open(database).unwrap();
+    // The example may be committing right now: wait for its lock instead of failing.
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
     let mut query = db.prepare("SELECT data FROM effects").unwrap();
     let mut counts = BTreeMap::new();
     let rows = query.query_map([], |row| row.get::<_, Vec<u8>>(0)).unwrap();
