@@ -1063,8 +1063,8 @@ impl Shapes {
         store
     }
 
-    /// DynamoDB: Scan errors through the SDK and the lease store, and a lost answer to a write
-    /// that happened.
+    /// DynamoDB: Scan and Query errors through the SDK and the lease store, and a lost answer
+    /// to a write that happened.
     async fn check_dynamodb_errors(&self, store: &DynamoLeaseStore) {
         let Self {
             dp,
@@ -1088,7 +1088,7 @@ impl Shapes {
             "{e:?}"
         );
         for fault in [Fault::Throttled, Fault::Status(503), Fault::Drop] {
-            dp.add(Rule::on("Scan", fault.clone()).times(1));
+            dp.add(Rule::on("Query", fault.clone()).times(1));
             let e = store.list(stream).await.unwrap_err();
             assert!(e.is_retryable(), "{} became {e:?}", fault.name());
         }
@@ -1144,6 +1144,7 @@ impl Shapes {
             "CreateTable",
             "DescribeTable",
             "PutItem",
+            "Query",
             "Scan",
             "UpdateItem",
         ] {

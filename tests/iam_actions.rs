@@ -180,7 +180,7 @@ fn assert_every_call_documented(used: &BTreeSet<String>, documented: &BTreeSet<S
         "kinesis:PutRecords",
         "dynamodb:UpdateItem",
         "dynamodb:DeleteItem",
-        "dynamodb:Scan",
+        "dynamodb:Query",
         "dynamodb:BatchGetItem",
         "kinesis:RegisterStreamConsumer",
         "kinesis:DescribeStreamConsumer",

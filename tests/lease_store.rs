@@ -1,6 +1,8 @@
-//! The lease stores' contract: one suite run against [`MemoryLeaseStore`] and against
-//! [`DynamoLeaseStore`] on dynalite (a fresh table per test), plus DynamoDB-only checks of the
-//! table itself and of the error mapping.
+//! The lease stores' contract: one suite run against [`MemoryLeaseStore`], against
+//! [`DynamoLeaseStore`] on dynalite (a fresh table per test, in the by-stream layout it
+//! creates) and against a single-key table made as earlier versions made them, plus
+//! DynamoDB-only checks of the table itself, of what a listing costs, and of the error
+//! mapping.
 
 mod support;
 
@@ -16,7 +18,7 @@ use aws_sdk_dynamodb::operation::create_table::CreateTableInput;
 use aws_sdk_dynamodb::types::{AttributeValue, BillingMode, KeyType, TableStatus};
 use futures::StreamExt;
 use kinesis_dataflow::error::Operation;
-use kinesis_dataflow::lease::{Lease, LeaseError, LeaseStore, SharedLeaseStore};
+use kinesis_dataflow::lease::{KeyLayout, Lease, LeaseError, LeaseStore, SharedLeaseStore};
 use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{DynamoLeaseStore, MemoryLeaseStore};
 
@@ -46,6 +48,26 @@ async fn dynamo_store() -> SharedLeaseStore {
         .prepare()
         .await
         .unwrap_or_else(|err| panic!("prepare {table}: {err} ({})", logs()));
+    Arc::new(store)
+}
+
+/// A store on a fresh table keyed by `leaseKey` alone, as tables were created before the
+/// by-stream layout, listing in small pages (so a Scan reads several pages, then segments).
+async fn single_key_store() -> SharedLeaseStore {
+    let client = support::dynamodb_client();
+    let table = support::unique_name("old-leases");
+    support::create_table_keyed_by(&client, &table, "leaseKey").await;
+    let store = DynamoLeaseStore::new(client, &table)
+        .expect("a valid table name")
+        .with_scan_page_size(7);
+    store
+        .prepare()
+        .await
+        .unwrap_or_else(|err| panic!("prepare {table}: {err} ({})", logs()));
+    assert_eq!(
+        store.key_layout().await.expect("layout"),
+        KeyLayout::SingleKey
+    );
     Arc::new(store)
 }
 
@@ -95,6 +117,14 @@ macro_rules! both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(super::dynamo_store().await).await;
+                }
+            )*
+        }
+        mod dynamodb_single_key {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::single_key_store().await).await;
                 }
             )*
         }
@@ -473,15 +503,18 @@ fn unprepared_store() -> DynamoLeaseStore {
         .expect("a valid table name")
 }
 
+/// The row of `shard` of `stream` in a by-stream table, as stored.
 async fn raw_item(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
-    key: &str,
+    (stream, shard): (&str, &str),
 ) -> std::collections::HashMap<String, AttributeValue> {
+    let key = format!("{stream}#{shard}");
     client
         .get_item()
         .table_name(table)
-        .key("leaseKey", AttributeValue::S(key.into()))
+        .key("streamName", AttributeValue::S(stream.into()))
+        .key("shardId", AttributeValue::S(shard.into()))
         .consistent_read(true)
         .send()
         .await
@@ -520,10 +553,20 @@ async fn prepare_creates_a_missing_on_demand_table() {
         Some(&BillingMode::PayPerRequest),
         "{table:?}"
     );
-    let keys = table.key_schema();
-    assert_eq!(keys.len(), 1, "{keys:?}");
-    assert_eq!(keys[0].attribute_name(), "leaseKey");
-    assert_eq!(keys[0].key_type(), &KeyType::Hash);
+    let keys: Vec<(&str, &KeyType)> = table
+        .key_schema()
+        .iter()
+        .map(|k| (k.attribute_name(), k.key_type()))
+        .collect();
+    assert_eq!(
+        keys,
+        [("streamName", &KeyType::Hash), ("shardId", &KeyType::Range)],
+        "{table:?}"
+    );
+    assert_eq!(
+        store.key_layout().await.expect("layout"),
+        KeyLayout::ByStream
+    );
 
     store.prepare().await.expect("prepare is idempotent");
     // Usable at once, with the default (unlimited) Scan pages too.
@@ -541,11 +584,12 @@ async fn rows_follow_the_documented_schema() {
     let store = unprepared_store();
     store.prepare().await.expect("prepare");
     let client = store.client().clone();
-    let key = format!("{STREAM}#{SHARD}");
+    let key = (STREAM, SHARD);
 
     let free = Lease::new(STREAM, SHARD, vec!["shardId-000000000001".into()]);
     assert!(store.create(&free).await.expect("create"));
-    let row = raw_item(&client, store.table(), &key).await;
+    let row = raw_item(&client, store.table(), key).await;
+    assert!(!row.contains_key("leaseKey"), "{row:?}");
     assert_eq!(row["streamName"], AttributeValue::S(STREAM.into()));
     assert_eq!(row["shardId"], AttributeValue::S(SHARD.into()));
     assert_eq!(row["leaseCounter"], AttributeValue::N("0".into()));
@@ -567,13 +611,13 @@ async fn rows_follow_the_documented_schema() {
         .checkpoint(&held, &Checkpoint::ShardEnd)
         .await
         .expect("checkpoint");
-    let row = raw_item(&client, store.table(), &key).await;
+    let row = raw_item(&client, store.table(), key).await;
     assert_eq!(row["leaseOwner"], AttributeValue::S("worker-1".into()));
     assert_eq!(row["leaseCounter"], AttributeValue::N("2".into()));
     assert_eq!(row["checkpoint"], AttributeValue::S("SHARD_END".into()));
 
     store.release(&held).await.expect("release");
-    let row = raw_item(&client, store.table(), &key).await;
+    let row = raw_item(&client, store.table(), key).await;
     assert!(!row.contains_key("leaseOwner"), "{row:?}");
     assert_eq!(row["leaseCounter"], AttributeValue::N("3".into()));
 }
@@ -650,25 +694,35 @@ async fn a_table_name_the_service_refuses_names_the_table_and_the_call() {
 
 #[tokio::test]
 async fn a_missing_table_is_table_not_found() {
+    // The first call reads the table's key layout, and finds no table.
     let store = unprepared_store();
     let err = store.list(STREAM).await.unwrap_err();
     assert!(
-        matches!(&err, LeaseError::TableNotFound { table, operation: Operation::Scan } if table == store.table()),
+        matches!(&err, LeaseError::TableNotFound { table, operation: Operation::DescribeTable } if table == store.table()),
         "{err:?} ({})",
         logs()
     );
     let lease = Lease::new(STREAM, SHARD, vec![]);
-    let err = store.create(&lease).await.unwrap_err();
-    assert!(
-        matches!(
-            &err,
-            LeaseError::TableNotFound {
-                operation: Operation::PutItem,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    for err in [
+        store.create(&lease).await.unwrap_err(),
+        store.take(&lease, "a").await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(&err, LeaseError::TableNotFound { table, .. } if table == store.table()),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(store.table()), "{err}");
+    }
+    // A table deleted once its layout is known: the call that finds it gone is named.
+    let store = unprepared_store();
+    store.prepare().await.expect("prepare");
+    store
+        .client()
+        .delete_table()
+        .table_name(store.table())
+        .send()
+        .await
+        .expect("DeleteTable");
     let err = store.take(&lease, "a").await.unwrap_err();
     assert!(
         matches!(
@@ -680,7 +734,6 @@ async fn a_missing_table_is_table_not_found() {
         ),
         "{err:?}"
     );
-    assert!(err.to_string().contains(store.table()), "{err}");
 }
 
 #[tokio::test]
@@ -691,7 +744,6 @@ async fn a_malformed_row_names_its_key_and_attribute() {
         .client()
         .put_item()
         .table_name(store.table())
-        .item("leaseKey", AttributeValue::S(format!("{STREAM}#broken")))
         .item("streamName", AttributeValue::S(STREAM.into()))
         .item("shardId", AttributeValue::S("broken".into()))
         .item("leaseCounter", AttributeValue::S("seven".into()))
@@ -704,7 +756,7 @@ async fn a_malformed_row_names_its_key_and_attribute() {
         matches!(
             &err,
             LeaseError::Invalid {
-                operation: Operation::Scan,
+                operation: Operation::Query,
                 ..
             }
         ),
@@ -718,6 +770,95 @@ async fn a_malformed_row_names_its_key_and_attribute() {
     assert!(store.list("other").await.expect("list other").is_empty());
 }
 
+/// Creates `streams` × `shards` free leases (streams `s00`, `s01`, ...) in `store`.
+async fn fill(store: &DynamoLeaseStore, streams: usize, shards: usize) {
+    let leases: Vec<Lease> = (0..streams)
+        .flat_map(|s| (0..shards).map(move |i| Lease::new(format!("s{s:02}"), shard(i), vec![])))
+        .collect();
+    let created: Vec<bool> = futures::stream::iter(&leases)
+        .map(|lease| async move { store.create(lease).await.expect("create") })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(created.into_iter().all(|c| c));
+}
+
+/// What listing one stream costs in a table shared by several: the by-stream layout's Query
+/// reads that stream's rows, a single-key table's Scan every row of the table. The units are
+/// the table's own figures (`ReturnConsumedCapacity`, which dynalite computes as DynamoDB
+/// does). `LEASE_TABLE_SCALE=<streams>x<shards>` (default `4x400`) sets the table's size; the
+/// BENCHMARKS figures are `10x1000`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_reads_its_streams_rows_and_a_scan_the_whole_table() {
+    let scale = std::env::var("LEASE_TABLE_SCALE").unwrap_or_else(|_| "4x400".to_owned());
+    let (streams, shards) = scale
+        .split_once('x')
+        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+        .unwrap_or_else(|| panic!("LEASE_TABLE_SCALE={scale:?}: expected <streams>x<shards>"));
+    let client = support::dynamodb_client();
+    let by_stream = DynamoLeaseStore::new(client.clone(), support::unique_name("cost")).unwrap();
+    by_stream.prepare().await.expect("prepare");
+    let old = support::unique_name("cost-old");
+    support::create_table_keyed_by(&client, &old, "leaseKey").await;
+    // Pages of 100 rows: the first Scan reads several, so the second reads in segments.
+    let single_key = DynamoLeaseStore::new(client, &old)
+        .unwrap()
+        .with_scan_page_size(100);
+    single_key.prepare().await.expect("prepare");
+    futures::join!(
+        fill(&by_stream, streams, shards),
+        fill(&single_key, streams, shards)
+    );
+
+    let cost = |store: &DynamoLeaseStore| {
+        let store = store.clone();
+        async move {
+            let (units, rows) = (store.consumed_read_units(), store.rows_read());
+            let listed = store.list("s01").await.expect("list");
+            let cost = (
+                store.consumed_read_units() - units,
+                store.rows_read() - rows,
+            );
+            (listed, cost)
+        }
+    };
+    let (queried, (query_units, query_rows)) = cost(&by_stream).await;
+    let (scanned, (scan_units, scan_rows)) = cost(&single_key).await;
+    // The second Scan reads in parallel segments (as many as the first read pages): the same
+    // rows.
+    let (scanned_again, (again_units, again_rows)) = cost(&single_key).await;
+    eprintln!(
+        "{streams} streams x {shards} shards: one listing reads {query_rows} rows for \
+         {query_units} read units by Query, {scan_rows} rows for {scan_units} units by Scan \
+         ({again_rows} rows, {again_units} units again in segments)"
+    );
+    assert_eq!(queried.len(), shards);
+    assert_eq!(queried, scanned);
+    assert_eq!(scanned, scanned_again);
+    let rows = |n: usize| u64::try_from(n).unwrap();
+    assert_eq!(query_rows, rows(shards));
+    assert_eq!(
+        (scan_rows, again_rows),
+        (rows(streams * shards), rows(streams * shards))
+    );
+    // dynalite charges a Scan as an eventually consistent read (half a unit per 4 KB) where
+    // DynamoDB charges a consistent one in full, and a single-key row is larger (`leaseKey`).
+    assert!(query_units > 0.0, "no consumed capacity reported");
+    #[allow(clippy::cast_precision_loss)]
+    let ratio = 2.0 * scan_units / query_units;
+    assert!(
+        ratio > streams as f64 * 0.8,
+        "a Scan of {streams} streams costs {ratio:.2}x a Query of one"
+    );
+
+    // A watch read costs the rows it names: a unit each (they are under 4 KB).
+    let (units, rows) = (by_stream.consumed_read_units(), by_stream.rows_read());
+    let ids = [shard(0), shard(1), shard(2)];
+    assert_eq!(by_stream.get("s00", &ids).await.expect("get").len(), 3);
+    assert!((by_stream.consumed_read_units() - units - 3.0).abs() < f64::EPSILON);
+    assert_eq!(by_stream.rows_read() - rows, 3);
+}
+
 #[tokio::test]
 async fn a_table_with_another_key_is_refused() {
     let client = support::dynamodb_client();
@@ -727,7 +868,8 @@ async fn a_table_with_another_key_is_refused() {
     let err = store.prepare().await.unwrap_err();
     assert!(
         matches!(&err, LeaseError::Invalid { operation: Operation::DescribeTable, message, .. }
-            if message.contains("leaseKey") && message.contains("id (HASH)")),
+            if message.contains("leaseKey") && message.contains("streamName")
+                && message.contains("shardId") && message.contains("id (HASH)")),
         "{err:?}"
     );
 }
@@ -765,7 +907,7 @@ async fn an_unreachable_endpoint_is_unavailable() {
 }
 
 #[tokio::test]
-async fn small_scan_pages_are_followed() {
+async fn small_pages_are_followed() {
     let table = support::unique_name("leases");
     let store = DynamoLeaseStore::new(support::dynamodb_client(), &table)
         .unwrap()
@@ -779,16 +921,18 @@ async fn small_scan_pages_are_followed() {
                 .expect("create")
         );
     }
-    // The service really answers such a Scan in several pages...
+    // The service really answers such a Query in several pages...
     let page = store
         .client()
-        .scan()
+        .query()
         .table_name(&table)
+        .key_condition_expression("streamName = :s")
+        .expression_attribute_values(":s", AttributeValue::S(STREAM.into()))
         .limit(3)
         .consistent_read(true)
         .send()
         .await
-        .expect("Scan");
+        .expect("Query");
     assert_eq!(page.items().len(), 3);
     assert!(page.last_evaluated_key().is_some(), "{page:?}");
     // ...and the store follows them all.

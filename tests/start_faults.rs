@@ -223,7 +223,7 @@ async fn stumble(name: &str, rule: Rule, position: Position) {
 }
 
 fn rule_is_dynamodb(name: &str) -> bool {
-    name.starts_with("scan") || name.starts_with("take")
+    name.starts_with("query") || name.starts_with("take")
 }
 
 async fn each_position(name: &str, rule: impl Fn() -> Rule) {
@@ -241,8 +241,8 @@ async fn a_failed_first_list_shards_misses_nothing_written_after_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_first_table_scan_misses_nothing_written_after_start() {
-    each_position("scan", || Rule::on("Scan", Fault::Status(500)).times(1)).await;
+async fn a_failed_first_table_query_misses_nothing_written_after_start() {
+    each_position("query", || Rule::on("Query", Fault::Status(500)).times(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -44,6 +44,8 @@ pub enum Operation {
     CreateTable,
     /// DynamoDB `Scan`.
     Scan,
+    /// DynamoDB `Query`.
+    Query,
     /// DynamoDB `BatchGetItem`.
     BatchGetItem,
     /// DynamoDB `PutItem`.
@@ -74,6 +76,7 @@ impl Operation {
             Self::DescribeTable => "DescribeTable",
             Self::CreateTable => "CreateTable",
             Self::Scan => "Scan",
+            Self::Query => "Query",
             Self::BatchGetItem => "BatchGetItem",
             Self::PutItem => "PutItem",
             Self::UpdateItem => "UpdateItem",
@@ -88,6 +91,7 @@ impl Operation {
             Self::DescribeTable
             | Self::CreateTable
             | Self::Scan
+            | Self::Query
             | Self::BatchGetItem
             | Self::PutItem
             | Self::UpdateItem

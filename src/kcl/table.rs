@@ -7,8 +7,7 @@ use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::error::{KclError, LeaseError, Operation};
-use crate::lease::DynamoLeaseStore;
-use crate::lease::LeaseStore;
+use crate::lease::{DynamoLeaseStore, KeyLayout};
 
 use super::row::{self, KclItem, KclLease, KclStreamId, LEASE_KEY};
 
@@ -115,7 +114,16 @@ impl KclTable {
     /// [`KclError::NotKclTable`] when it exists with another key; the call's error.
     pub async fn exists(&self) -> Result<bool, KclError> {
         match self.store.check_table().await {
-            Ok(()) => Ok(true),
+            Ok(()) => match self.store.key_layout().await? {
+                KeyLayout::SingleKey => Ok(true),
+                _ => Err(KclError::NotKclTable {
+                    table: self.name().to_owned(),
+                    why: "it is keyed by `streamName` and `shardId`, as the kinesis-dataflow \
+                          lease table is, where the KCL's is keyed by `leaseKey` alone: name \
+                          the KCL application's table with --kcl-table"
+                        .to_owned(),
+                }),
+            },
             Err(LeaseError::TableNotFound { .. }) => Ok(false),
             Err(LeaseError::Invalid { message, .. }) => Err(KclError::NotKclTable {
                 table: self.name().to_owned(),
@@ -132,7 +140,7 @@ impl KclTable {
     ///
     /// The calls' errors.
     pub async fn create(&self) -> Result<(), KclError> {
-        Ok(self.store.prepare().await?)
+        Ok(self.store.prepare_as(KeyLayout::SingleKey).await?)
     }
 
     /// Reads every row (a consistent Scan of all pages).

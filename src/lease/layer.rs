@@ -103,7 +103,7 @@ impl LeaseCall<'_> {
     pub fn operation(&self) -> Operation {
         match self {
             Self::Prepare => Operation::DescribeTable,
-            Self::List { .. } => Operation::Scan,
+            Self::List { .. } => Operation::Query,
             Self::Get { .. } => Operation::BatchGetItem,
             Self::Create { .. } => Operation::PutItem,
             Self::Delete { .. } => Operation::DeleteItem,

@@ -25,7 +25,7 @@ const NO_OWNER: &str = "(no owner)";
 fn call_of(operation: &str) -> Operation {
     match operation {
         "prepare" => Operation::DescribeTable,
-        "list" => Operation::Scan,
+        "list" => Operation::Query,
         "get" => Operation::BatchGetItem,
         "create" => Operation::PutItem,
         "delete" => Operation::DeleteItem,

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | [`LeaseStore`] | the conditional operations on the lease table |
 //! | [`DynamoLeaseStore`] | the DynamoDB table (the default for the AWS transport) |
+//! | [`KeyLayout`] | how a DynamoDB lease table is keyed: by stream and shard, or (older tables) by one key |
 //! | [`MemoryLeaseStore`] | an in-process table (one instance, or the in-memory transport) |
 //! | [`Lease`] | one row: stream, shard, owner, counter, checkpoint, parents |
 //! | [`LeaseError`] | what the store can answer instead |
@@ -41,7 +42,7 @@ mod memory;
 
 pub use crate::error::LeaseError;
 pub(crate) use dynamo::type_name;
-pub use dynamo::{DynamoLeaseStore, LeaseRow};
+pub use dynamo::{DynamoLeaseStore, KeyLayout, LeaseRow};
 pub use memory::MemoryLeaseStore;
 
 use std::sync::Arc;

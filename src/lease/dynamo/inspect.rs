@@ -2,13 +2,21 @@
 //! table is there without creating it, and read rows with the time of their last write.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
-use aws_sdk_dynamodb::types::{AttributeValue, TableStatus};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity, TableStatus};
 
 use super::DynamoLeaseStore;
+use super::layout::KeyLayout;
 use super::row::{STREAM, WRITTEN, parse_row};
 use crate::error::Operation;
 use crate::lease::{Lease, LeaseError};
+
+/// One item as the SDK gives it.
+type Item = HashMap<String, AttributeValue>;
+
+/// The most segments a single-key table's Scan is read in at once.
+const MAX_SEGMENTS: u32 = 16;
 
 /// One row of the lease table as [`DynamoLeaseStore::list_with_write_times`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +46,7 @@ impl DynamoLeaseStore {
                 table: self.table.to_string(),
                 operation: Operation::DescribeTable,
             }),
-            Some(TableStatus::Creating | TableStatus::Deleting) | Some(TableStatus::Archived) => {
+            Some((TableStatus::Creating | TableStatus::Deleting | TableStatus::Archived, _)) => {
                 Err(LeaseError::Unavailable {
                     table: self.table.to_string(),
                     operation: Operation::DescribeTable,
@@ -52,45 +60,150 @@ impl DynamoLeaseStore {
     }
 
     /// Every row of `stream`, as [`list`](crate::lease::LeaseStore::list) reads them (one
-    /// consistent Scan, in id order), each with the wall-clock time of its last write.
+    /// consistent Query of the stream's rows; on a single-key table a consistent Scan of the
+    /// whole table), in id order, each with the wall-clock time of its last write.
     ///
     /// # Errors
     ///
     /// As [`list`](crate::lease::LeaseStore::list).
     pub async fn list_with_write_times(&self, stream: &str) -> Result<Vec<LeaseRow>, LeaseError> {
-        let call = Operation::Scan;
-        let mut rows = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        let items = match self.key_layout().await? {
+            KeyLayout::ByStream => self.query_stream(stream).await?,
+            KeyLayout::SingleKey => self.scan_for_stream(stream).await?,
+        };
+        let call = self.list_operation();
+        let mut rows = items
+            .iter()
+            .map(|item| row_with_write_time(&self.table, call, item))
+            .collect::<Result<Vec<_>, LeaseError>>()?;
+        rows.sort_by(|a, b| a.lease.shard_id.cmp(&b.lease.shard_id));
+        Ok(rows)
+    }
+
+    /// Every row of the table, of every stream (worker and roster rows included), by a
+    /// consistent Scan, in (stream, id) order, each with the wall-clock time of its last write:
+    /// what `kinesis-dataflow lease-table copy` reads. Needs `dynamodb:Scan`.
+    ///
+    /// # Errors
+    ///
+    /// As [`list`](crate::lease::LeaseStore::list).
+    pub async fn list_every_stream(&self) -> Result<Vec<LeaseRow>, LeaseError> {
+        self.key_layout().await?;
+        let (items, _) = self.scan_segment(None, 0, 1).await?;
+        let mut rows = items
+            .iter()
+            .map(|item| row_with_write_time(&self.table, Operation::Scan, item))
+            .collect::<Result<Vec<_>, LeaseError>>()?;
+        rows.sort_by(|a, b| {
+            (&a.lease.stream, &a.lease.shard_id).cmp(&(&b.lease.stream, &b.lease.shard_id))
+        });
+        Ok(rows)
+    }
+
+    /// The call a listing makes on this table: Query, or Scan on a single-key table.
+    fn list_operation(&self) -> Operation {
+        match self.layout.get() {
+            Some(KeyLayout::SingleKey) => Operation::Scan,
+            _ => Operation::Query,
+        }
+    }
+
+    /// The stream's items, by a consistent Query of its partition.
+    async fn query_stream(&self, stream: &str) -> Result<Vec<Item>, LeaseError> {
+        let call = Operation::Query;
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
         loop {
             let page = self
                 .client
-                .scan()
+                .query()
                 .table_name(&*self.table)
-                .filter_expression("#stream = :stream")
+                .key_condition_expression("#stream = :stream")
                 .expression_attribute_names("#stream", STREAM)
                 .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()))
                 .consistent_read(true)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .set_limit(self.scan_page_size)
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
                 .map_err(|err| self.error(call, err))?;
-            for item in page.items() {
-                let last_written_ms = match item.get(WRITTEN) {
-                    Some(AttributeValue::N(n)) => n.parse().ok(),
-                    _ => None,
-                };
-                rows.push(LeaseRow {
-                    lease: parse_row(&self.table, call, item)?,
-                    last_written_ms,
-                });
-            }
+            self.count_read(page.consumed_capacity(), page.scanned_count);
+            items.extend(page.items.unwrap_or_default());
             match page.last_evaluated_key {
                 Some(key) if !key.is_empty() => start = Some(key),
-                _ => break,
+                _ => return Ok(items),
             }
         }
-        rows.sort_by(|a, b| a.lease.shard_id.cmp(&b.lease.shard_id));
-        Ok(rows)
     }
+
+    /// The stream's items from a single-key table: a consistent Scan of the whole table,
+    /// filtered on the stream, in as many parallel segments as the last Scan read pages (at
+    /// most [`MAX_SEGMENTS`]), so a large table is still read within the call's time limit.
+    async fn scan_for_stream(&self, stream: &str) -> Result<Vec<Item>, LeaseError> {
+        let segments = self
+            .scan_segments
+            .load(Ordering::Relaxed)
+            .clamp(1, MAX_SEGMENTS);
+        let reads = (0..segments).map(|segment| self.scan_segment(Some(stream), segment, segments));
+        let read = futures::future::try_join_all(reads).await?;
+        let pages: u32 = read.iter().map(|(_, pages)| pages).sum();
+        self.scan_segments
+            .store(pages.clamp(1, MAX_SEGMENTS), Ordering::Relaxed);
+        Ok(read.into_iter().flat_map(|(items, _)| items).collect())
+    }
+
+    /// One segment of a Scan (of `stream`'s rows only, or of every row): its items and its
+    /// pages.
+    async fn scan_segment(
+        &self,
+        stream: Option<&str>,
+        segment: u32,
+        segments: u32,
+    ) -> Result<(Vec<Item>, u32), LeaseError> {
+        let call = Operation::Scan;
+        let parallel = segments > 1;
+        let as_i32 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        let mut items = Vec::new();
+        let mut pages = 0;
+        let mut start: Option<Item> = None;
+        loop {
+            let mut scan = self.client.scan().table_name(&*self.table);
+            if let Some(stream) = stream {
+                scan = scan
+                    .filter_expression("#stream = :stream")
+                    .expression_attribute_names("#stream", STREAM)
+                    .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()));
+            }
+            let page = scan
+                .consistent_read(true)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .set_segment(parallel.then(|| as_i32(segment)))
+                .set_total_segments(parallel.then(|| as_i32(segments)))
+                .set_limit(self.scan_page_size)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|err| self.error(call, err))?;
+            pages += 1;
+            self.count_read(page.consumed_capacity(), page.scanned_count);
+            items.extend(page.items.unwrap_or_default());
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok((items, pages)),
+            }
+        }
+    }
+}
+
+/// One item as a [`LeaseRow`].
+fn row_with_write_time(table: &str, call: Operation, item: &Item) -> Result<LeaseRow, LeaseError> {
+    let last_written_ms = match item.get(WRITTEN) {
+        Some(AttributeValue::N(n)) => n.parse().ok(),
+        _ => None,
+    };
+    Ok(LeaseRow {
+        lease: parse_row(table, call, item)?,
+        last_written_ms,
+    })
 }

@@ -1,12 +1,15 @@
 //! The DynamoDB lease table.
 //!
-//! One table serves several streams. Each row is one shard of one stream:
+//! One table serves several streams. Each row is one shard of one stream, keyed by stream
+//! and shard ([`KeyLayout::ByStream`], so a stream's rows are read with one Query), or on
+//! tables created before that layout by `leaseKey` alone ([`KeyLayout::SingleKey`], read with
+//! a Scan of the whole table):
 //!
 //! | attribute | type | what it holds |
 //! |---|---|---|
-//! | `leaseKey` | S, partition key | `<stream>#<shard>` |
-//! | `streamName` | S | the stream name |
-//! | `shardId` | S | the shard id |
+//! | `streamName` | S | the stream name; the partition key of a by-stream table |
+//! | `shardId` | S | the shard id; the sort key of a by-stream table |
+//! | `leaseKey` | S | `<stream>#<shard>`; the partition key of a single-key table, and only there |
 //! | `leaseOwner` | S | the holder; absent while nobody holds the lease |
 //! | `leaseCounter` | N | bumped by every write |
 //! | `checkpoint` | S | a sequence number, `<sequence>:<sub-sequence>` (inside a KPL aggregate), `SHARD_END`, where a reader began (`TRIM_HORIZON`, `AT_TIMESTAMP:<ms>`, ...), or where a shard nobody has read yet starts (`INITIAL:<start>`); see [`Checkpoint::encode`]; absent when none |
@@ -14,19 +17,23 @@
 //! | `lastWrittenAt` | N | wall-clock milliseconds of the last write (informational only) |
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::ConsumedCapacity;
 
 use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
 use crate::position::Checkpoint;
 pub use inspect::LeaseRow;
+pub use layout::KeyLayout;
 pub(crate) use row::type_name;
 use row::{CHECKPOINT, checkpoint_value};
 use table::{DEFAULT_TABLE_PREFIX, is_table_name_char, validate_table_name};
 
 mod errors;
 mod inspect;
+mod layout;
 mod row;
 mod table;
 mod writes;
@@ -35,12 +42,17 @@ mod writes;
 ///
 /// Every write is a conditional `PutItem` / `UpdateItem` / `DeleteItem` on the owner and
 /// counter the caller last saw, so a stale view fails with [`LeaseError::Lost`].
-/// [`prepare`](LeaseStore::prepare) creates the table (on-demand billing, string partition key
-/// `leaseKey`) when it is missing.
+/// [`prepare`](LeaseStore::prepare) creates the table when it is missing: on-demand billing,
+/// string partition key `streamName` and sort key `shardId` ([`KeyLayout::ByStream`]), so
+/// [`list`](LeaseStore::list) reads one stream's rows with a consistent Query. A table created
+/// before, keyed by `leaseKey` alone ([`KeyLayout::SingleKey`]), keeps working as it is: it is
+/// listed with a consistent Scan of the whole table, in parallel segments once it is large.
+/// The layout is read from the table's description on first use.
 ///
 /// The IAM actions it needs on the table: `dynamodb:DescribeTable`, `dynamodb:CreateTable`
-/// (unless the table already exists), `dynamodb:Scan`, `dynamodb:BatchGetItem`,
-/// `dynamodb:PutItem`, `dynamodb:UpdateItem` and `dynamodb:DeleteItem`.
+/// (unless the table already exists), `dynamodb:Query` (`dynamodb:Scan` on a single-key
+/// table), `dynamodb:BatchGetItem`, `dynamodb:PutItem`, `dynamodb:UpdateItem` and
+/// `dynamodb:DeleteItem`.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), kinesis_dataflow::lease::LeaseError> {
@@ -62,6 +74,14 @@ pub struct DynamoLeaseStore {
     client: Client,
     table: Arc<str>,
     scan_page_size: Option<i32>,
+    /// The table's key layout, once read from its description.
+    layout: Arc<OnceLock<KeyLayout>>,
+    /// Read units the table reported for `list` and `get`, in thousandths.
+    read_units: Arc<AtomicU64>,
+    /// Rows the table read for `list` and `get`.
+    rows_read: Arc<AtomicU64>,
+    /// How many parallel segments the next Scan of a single-key table reads.
+    scan_segments: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl fmt::Debug for DynamoLeaseStore {
@@ -97,6 +117,10 @@ impl DynamoLeaseStore {
             client,
             table: table.into(),
             scan_page_size: None,
+            layout: Arc::new(OnceLock::new()),
+            read_units: Arc::new(AtomicU64::new(0)),
+            rows_read: Arc::new(AtomicU64::new(0)),
+            scan_segments: Arc::new(std::sync::atomic::AtomicU32::new(1)),
         })
     }
 
@@ -152,8 +176,59 @@ impl DynamoLeaseStore {
         &self.client
     }
 
-    /// Reads [`list`](LeaseStore::list)'s Scan in pages of at most `items` rows (the Scan
-    /// `Limit`) instead of the service's pages of up to 1 MB. Mostly a test knob for the
+    /// The table's key layout, read from its description (DescribeTable) the first time it is
+    /// needed and kept.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_table`](Self::check_table): [`LeaseError::TableNotFound`] when the table
+    /// does not exist, [`LeaseError::Invalid`] when its key is neither layout's.
+    pub async fn key_layout(&self) -> Result<KeyLayout, LeaseError> {
+        if let Some(layout) = self.layout.get() {
+            return Ok(*layout);
+        }
+        match self.describe_table().await? {
+            Some((_, layout)) => Ok(layout),
+            None => Err(LeaseError::TableNotFound {
+                table: self.table.to_string(),
+                operation: crate::error::Operation::DescribeTable,
+            }),
+        }
+    }
+
+    /// The read capacity units the table reported consuming for this store's
+    /// [`list`](LeaseStore::list) and [`get`](LeaseStore::get) calls (and those of its
+    /// clones) since it was built: what the listings and the watch cost. DynamoDB reports
+    /// them when asked (`ReturnConsumedCapacity`), at no charge.
+    #[must_use]
+    pub fn consumed_read_units(&self) -> f64 {
+        // Thousandths of a unit: exact for DynamoDB's half units.
+        #[allow(clippy::cast_precision_loss)]
+        let units = self.read_units.load(Ordering::Relaxed) as f64 / 1000.0;
+        units
+    }
+
+    /// The rows the table read for this store's [`list`](LeaseStore::list) and
+    /// [`get`](LeaseStore::get) calls (and those of its clones) since it was built: a Query
+    /// reads the stream's rows, a Scan every row of the table, `BatchGetItem` the rows named.
+    #[must_use]
+    pub fn rows_read(&self) -> u64 {
+        self.rows_read.load(Ordering::Relaxed)
+    }
+
+    /// Adds the read units the table reported, and the rows it read (`ScannedCount`).
+    fn count_read(&self, consumed: Option<&ConsumedCapacity>, rows: i32) {
+        if let Some(units) = consumed.and_then(ConsumedCapacity::capacity_units) {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let thousandths = (units * 1000.0).round().max(0.0) as u64;
+            self.read_units.fetch_add(thousandths, Ordering::Relaxed);
+        }
+        self.rows_read
+            .fetch_add(u64::try_from(rows).unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// Reads [`list`](LeaseStore::list)'s Query (or Scan) in pages of at most `items` rows
+    /// (its `Limit`) instead of the service's pages of up to 1 MB. Mostly a test knob for the
     /// pagination; `0` restores the default.
     #[must_use]
     pub fn with_scan_page_size(mut self, items: u32) -> Self {
@@ -167,7 +242,7 @@ impl DynamoLeaseStore {
 
 impl LeaseStore for DynamoLeaseStore {
     fn prepare(&self) -> LeaseFuture<'_, ()> {
-        Box::pin(self.do_prepare())
+        Box::pin(self.do_prepare(KeyLayout::ByStream))
     }
 
     fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {

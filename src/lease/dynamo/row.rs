@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use super::layout::KeyLayout;
 use crate::error::Operation;
 use crate::lease::{Lease, LeaseError, WorkerLimits};
 use crate::position::Checkpoint;
@@ -14,7 +15,7 @@ pub(super) const KEY: &str = "leaseKey";
 /// The stream name.
 pub(super) const STREAM: &str = "streamName";
 /// The shard id.
-const SHARD: &str = "shardId";
+pub(super) const SHARD: &str = "shardId";
 /// The holder, absent while the lease is free.
 pub(super) const OWNER: &str = "leaseOwner";
 /// The fencing token, bumped by every write.
@@ -39,11 +40,6 @@ fn lease_key(stream: &str, shard: &str) -> String {
     format!("{stream}#{shard}")
 }
 
-/// The table key of `lease`'s row.
-pub(super) fn key_value(lease: &Lease) -> AttributeValue {
-    AttributeValue::S(lease_key(&lease.stream, &lease.shard_id))
-}
-
 pub(super) fn number(n: u64) -> AttributeValue {
     AttributeValue::N(n.to_string())
 }
@@ -60,15 +56,16 @@ pub(super) fn checkpoint_value(checkpoint: &Checkpoint) -> AttributeValue {
     AttributeValue::S(checkpoint.encode())
 }
 
-/// The row `create` writes: the lease as given.
-pub(super) fn to_item(lease: &Lease) -> HashMap<String, AttributeValue> {
+/// The row `create` writes: the lease as given, keyed for a table of `layout` (a single-key
+/// row also holds `leaseKey`).
+pub(super) fn to_item(lease: &Lease, layout: KeyLayout) -> HashMap<String, AttributeValue> {
     let mut item = HashMap::from([
-        (KEY.to_owned(), key_value(lease)),
         (STREAM.to_owned(), AttributeValue::S(lease.stream.clone())),
         (SHARD.to_owned(), AttributeValue::S(lease.shard_id.clone())),
         (COUNTER.to_owned(), number(lease.counter)),
         (WRITTEN.to_owned(), number(now_ms())),
     ]);
+    item.extend(layout.key(&lease.stream, &lease.shard_id));
     if let Some(owner) = &lease.owner {
         item.insert(OWNER.to_owned(), AttributeValue::S(owner.clone()));
     }
@@ -144,15 +141,22 @@ pub(super) fn parse_row(
 struct Row<'a> {
     table: &'a str,
     call: Operation,
-    key: &'a str,
+    /// How the row is named in errors: its `leaseKey`, or `<stream>#<shard>`.
+    key: String,
     item: &'a HashMap<String, AttributeValue>,
 }
 
 impl<'a> Row<'a> {
     fn new(table: &'a str, call: Operation, item: &'a HashMap<String, AttributeValue>) -> Self {
-        let key = match item.get(KEY) {
-            Some(AttributeValue::S(key)) => key.as_str(),
-            _ => "(no leaseKey)",
+        let text = |name| match item.get(name) {
+            Some(AttributeValue::S(text)) => Some(text.as_str()),
+            _ => None,
+        };
+        let key = match (text(KEY), text(STREAM), text(SHARD)) {
+            (Some(key), _, _) => key.to_owned(),
+            (None, Some(stream), Some(shard)) => lease_key(stream, shard),
+            (None, Some(stream), None) => format!("{stream}#(no shardId)"),
+            (None, None, _) => "(no leaseKey or streamName)".to_owned(),
         };
         Self {
             table,
@@ -286,7 +290,7 @@ mod tests {
             Some(Checkpoint::Sequence("123".into())),
         ] {
             lease.checkpoint = checkpoint;
-            let item = to_item(&lease);
+            let item = to_item(&lease, KeyLayout::SingleKey);
             assert_eq!(item[KEY], AttributeValue::S("s#shardId-1".into()));
             assert_eq!(parse_row("t", Operation::Scan, &item).unwrap(), lease);
         }
@@ -299,7 +303,7 @@ mod tests {
         ] {
             let mut worker = Lease::new("s", "worker:me", vec![]);
             worker.limits = Some(limits);
-            let item = to_item(&worker);
+            let item = to_item(&worker, KeyLayout::SingleKey);
             assert_eq!(item[WEIGHT], AttributeValue::N(limits.weight.to_string()));
             assert_eq!(parse_row("t", Operation::Scan, &item).unwrap(), worker);
         }
@@ -314,7 +318,8 @@ mod tests {
             .to_string();
         assert!(err.contains(WEIGHT), "{err}");
         let free = Lease::new("s", "shardId-1", vec![]);
-        let item = to_item(&free);
+        let item = to_item(&free, KeyLayout::ByStream);
+        assert!(!item.contains_key(KEY), "{item:?}");
         assert!(!item.contains_key(OWNER) && !item.contains_key(CHECKPOINT));
         assert!(!item.contains_key(PARENTS));
         assert_eq!(parse_row("t", Operation::Scan, &item).unwrap(), free);

@@ -9,7 +9,8 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::DynamoLeaseStore;
-use super::row::KEY;
+use super::layout::KeyLayout;
+use super::row::{KEY, SHARD, STREAM};
 use crate::error::Operation;
 use crate::lease::LeaseError;
 
@@ -25,18 +26,24 @@ const TABLE_POLL_FIRST: Duration = Duration::from_millis(20);
 const TABLE_POLL_MAX: Duration = Duration::from_secs(1);
 
 impl DynamoLeaseStore {
-    pub(super) async fn do_prepare(&self) -> Result<(), LeaseError> {
+    /// Creates the table in `layout` when it is missing, then waits until it is ACTIVE. The
+    /// library's lease tables are by-stream; a KCL table is single-key.
+    pub(crate) async fn prepare_as(&self, layout: KeyLayout) -> Result<(), LeaseError> {
+        self.do_prepare(layout).await
+    }
+
+    pub(super) async fn do_prepare(&self, layout: KeyLayout) -> Result<(), LeaseError> {
         let started = tokio::time::Instant::now();
         let mut pause = TABLE_POLL_FIRST;
         let mut created = false;
         loop {
-            let status = self.describe_table().await?;
+            let status = self.describe_table().await?.map(|(status, _)| status);
             match &status {
                 Some(TableStatus::Active) => return Ok(()),
                 // Missing: create it once, then wait for it (it may take a moment to show up
                 // in DescribeTable, or another instance may be creating it too).
                 None if !created => {
-                    self.create_table().await?;
+                    self.create_table(layout).await?;
                     created = true;
                     continue;
                 }
@@ -59,9 +66,11 @@ impl DynamoLeaseStore {
         }
     }
 
-    /// The table's status, `None` when it does not exist. Refuses a table whose key is not
-    /// the lease table's.
-    pub(super) async fn describe_table(&self) -> Result<Option<TableStatus>, LeaseError> {
+    /// The table's status and key layout (kept for every later call), `None` when it does
+    /// not exist. Refuses a table whose key is neither layout's.
+    pub(super) async fn describe_table(
+        &self,
+    ) -> Result<Option<(TableStatus, KeyLayout)>, LeaseError> {
         let call = Operation::DescribeTable;
         match self
             .client
@@ -74,67 +83,62 @@ impl DynamoLeaseStore {
                 let Some(table) = out.table() else {
                     return Err(self.invalid(call, "the answer holds no table description"));
                 };
-                self.check_key_schema(table)?;
-                Ok(Some(
-                    table
-                        .table_status()
-                        .cloned()
-                        .unwrap_or_else(|| TableStatus::from("(no status)")),
-                ))
+                let layout = self.layout_of(table)?;
+                let status = table
+                    .table_status()
+                    .cloned()
+                    .unwrap_or_else(|| TableStatus::from("(no status)"));
+                Ok(Some((status, layout)))
             }
             Err(err) if err.code() == Some("ResourceNotFoundException") => Ok(None),
             Err(err) => Err(self.error(call, err)),
         }
     }
 
-    fn check_key_schema(&self, table: &TableDescription) -> Result<(), LeaseError> {
-        let keys = table.key_schema();
-        let hash_key_is_ours = matches!(
-            keys,
-            [key] if key.attribute_name() == KEY && key.key_type() == &KeyType::Hash
-        );
-        let key_is_string = table.attribute_definitions().iter().any(|def| {
-            def.attribute_name() == KEY && def.attribute_type() == &ScalarAttributeType::S
-        });
-        // An answer without key details (a minimal emulator) is given the benefit of the doubt.
-        if keys.is_empty() || (hash_key_is_ours && key_is_string) {
-            return Ok(());
+    /// The table's key layout (kept), or the error that names the key found.
+    fn layout_of(&self, table: &TableDescription) -> Result<KeyLayout, LeaseError> {
+        if let Some(layout) = KeyLayout::of(table) {
+            return Ok(*self.layout.get_or_init(|| layout));
         }
-        let found: Vec<String> = keys
+        let found: Vec<String> = table
+            .key_schema()
             .iter()
             .map(|k| format!("{} ({})", k.attribute_name(), k.key_type().as_str()))
             .collect();
         Err(self.invalid(
             Operation::DescribeTable,
             &format!(
-                "the table exists with key [{}], but a lease table needs a string partition key \
-                 `{KEY}` and no sort key; name another table",
+                "the table exists with key [{}], but a lease table is keyed by string partition \
+                 key `{STREAM}` and sort key `{SHARD}` (or, created before, by string partition \
+                 key `{KEY}` alone); name another table",
                 found.join(", ")
             ),
         ))
     }
 
-    async fn create_table(&self) -> Result<(), LeaseError> {
+    async fn create_table(&self, layout: KeyLayout) -> Result<(), LeaseError> {
         let call = Operation::CreateTable;
-        let definition = AttributeDefinition::builder()
-            .attribute_name(KEY)
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .map_err(|err| self.invalid(call, &err.to_string()))?;
-        let key = KeySchemaElement::builder()
-            .attribute_name(KEY)
-            .key_type(KeyType::Hash)
-            .build()
-            .map_err(|err| self.invalid(call, &err.to_string()))?;
-        let created = self
-            .client
-            .create_table()
-            .table_name(&*self.table)
-            .attribute_definitions(definition)
-            .key_schema(key)
-            .billing_mode(BillingMode::PayPerRequest)
-            .send()
-            .await;
+        let invalid =
+            |err: aws_sdk_dynamodb::error::BuildError| self.invalid(call, &err.to_string());
+        let mut create = self.client.create_table().table_name(&*self.table);
+        let keys: &[(&str, KeyType)] = match layout {
+            KeyLayout::ByStream => &[(STREAM, KeyType::Hash), (SHARD, KeyType::Range)],
+            KeyLayout::SingleKey => &[(KEY, KeyType::Hash)],
+        };
+        for (name, kind) in keys {
+            let definition = AttributeDefinition::builder()
+                .attribute_name(*name)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(invalid)?;
+            let key = KeySchemaElement::builder()
+                .attribute_name(*name)
+                .key_type(kind.clone())
+                .build()
+                .map_err(invalid)?;
+            create = create.attribute_definitions(definition).key_schema(key);
+        }
+        let created = create.billing_mode(BillingMode::PayPerRequest).send().await;
         match created {
             Ok(_) => {
                 tracing::info!(table = %self.table, "created the lease table");

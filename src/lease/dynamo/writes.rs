@@ -1,13 +1,13 @@
 //! The reads behind `get`, and the writes fenced on the owner and counter the caller last saw
-//! (the Scan behind `list` is in `inspect`).
+//! (the Query or Scan behind `list` is in `inspect`).
 
-use std::collections::HashMap;
-
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnValue};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, ReturnConsumedCapacity, ReturnValue,
+};
 
 use super::DynamoLeaseStore;
 use super::errors::is_condition_failure;
-use super::row::{COUNTER, KEY, OWNER, WRITTEN, key_value, now_ms, number, parse_row, to_item};
+use super::row::{COUNTER, OWNER, WRITTEN, now_ms, number, parse_row, to_item};
 use crate::error::Operation;
 use crate::lease::{Lease, LeaseError};
 
@@ -31,15 +31,10 @@ impl DynamoLeaseStore {
         ids: &[String],
     ) -> Result<Vec<Lease>, LeaseError> {
         let call = Operation::BatchGetItem;
+        let layout = self.key_layout().await?;
         let mut leases = Vec::new();
         for chunk in ids.chunks(BATCH_GET_KEYS) {
-            let keys = chunk
-                .iter()
-                .map(|id| {
-                    let key = key_value(&Lease::new(stream, id.as_str(), Vec::new()));
-                    HashMap::from([(KEY.to_owned(), key)])
-                })
-                .collect();
+            let keys = chunk.iter().map(|id| layout.key(stream, id)).collect();
             let mut wanted = KeysAndAttributes::builder()
                 .set_keys(Some(keys))
                 .consistent_read(true)
@@ -50,15 +45,17 @@ impl DynamoLeaseStore {
                     .client
                     .batch_get_item()
                     .request_items(&*self.table, wanted)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
                     .send()
                     .await
                     .map_err(|err| self.error(call, err))?;
-                for item in answer
+                let rows = answer
                     .responses()
                     .and_then(|tables| tables.get(&*self.table))
-                    .into_iter()
-                    .flatten()
-                {
+                    .map_or(&[][..], Vec::as_slice);
+                let consumed = answer.consumed_capacity().first();
+                self.count_read(consumed, i32::try_from(rows.len()).unwrap_or(i32::MAX));
+                for item in rows {
                     leases.push(parse_row(&self.table, call, item)?);
                 }
                 match answer
@@ -76,13 +73,14 @@ impl DynamoLeaseStore {
 
     pub(super) async fn do_create(&self, lease: &Lease) -> Result<bool, LeaseError> {
         let call = Operation::PutItem;
+        let layout = self.key_layout().await?;
         let put = self
             .client
             .put_item()
             .table_name(&*self.table)
-            .set_item(Some(to_item(lease)))
+            .set_item(Some(to_item(lease, layout)))
             .condition_expression("attribute_not_exists(#key)")
-            .expression_attribute_names("#key", KEY)
+            .expression_attribute_names("#key", layout.key_attribute())
             .send()
             .await;
         match put {
@@ -119,11 +117,12 @@ impl DynamoLeaseStore {
 
     pub(super) async fn do_delete(&self, lease: &Lease) -> Result<(), LeaseError> {
         let call = Operation::DeleteItem;
+        let layout = self.key_layout().await?;
         let mut delete = self
             .client
             .delete_item()
             .table_name(&*self.table)
-            .key(KEY, key_value(lease))
+            .set_key(Some(layout.key(&lease.stream, &lease.shard_id)))
             .expression_attribute_names("#counter", COUNTER)
             .expression_attribute_names("#owner", OWNER)
             .expression_attribute_values(":expected", number(lease.counter));
@@ -216,6 +215,7 @@ impl DynamoLeaseStore {
         values: Vec<(&'static str, AttributeValue)>,
     ) -> Result<Lease, LeaseError> {
         let call = Operation::UpdateItem;
+        let layout = self.key_layout().await?;
         let names = names
             .iter()
             .map(|(alias, name)| ((*alias).to_owned(), (*name).to_owned()))
@@ -228,7 +228,7 @@ impl DynamoLeaseStore {
             .client
             .update_item()
             .table_name(&*self.table)
-            .key(KEY, key_value(lease))
+            .set_key(Some(layout.key(&lease.stream, &lease.shard_id)))
             .update_expression(expression)
             .condition_expression(condition)
             .set_expression_attribute_names(Some(names))
