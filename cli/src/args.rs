@@ -9,20 +9,21 @@ use clap::{Args, Parser, Subcommand};
 use kinesis_dataflow::DynamoLeaseStore;
 
 use crate::Failure;
+use crate::copy::{self, CopyArgs, LeaseTableCommand};
 use crate::kcl_args::{self, KclArgs, KclCommand};
 use crate::time;
 
 /// The tool's help, after the list of commands.
 const TOOL_AFTER_HELP: &str = "\
-Every command takes the lease table and the stream:
+Every command but `lease-table copy` takes the lease table and the stream:
   --table <TABLE>        the lease table (DynamoDB)
   --application <NAME>   or the application name: the table `kinesis-dataflow-<NAME>`
   --stream <STREAM>      the Kinesis stream
 
 Configured by the standard AWS environment: AWS_REGION, credentials (AWS_ACCESS_KEY_ID,
 AWS_PROFILE, ...), AWS_ENDPOINT_URL_KINESIS / AWS_ENDPOINT_URL_DYNAMODB. The lease table is
-never created, except by `kcl import` (as the library would create it); `kcl export --create`
-creates the KCL table.
+never created, except by `kcl import` and `lease-table copy` (as the library would create it);
+`kcl export --create` creates the KCL table.
 
 Exit status: 0 done, 1 a call failed, 2 bad input (nothing written), 3 refused (live
 instances hold the leases; nothing written).
@@ -105,6 +106,9 @@ enum CommandFlags {
     /// import a KCL application's checkpoints, or export this application's to a KCL table
     #[command(subcommand)]
     Kcl(KclCommand),
+    /// copy the lease table into a new one keyed by stream and shard
+    #[command(subcommand)]
+    LeaseTable(LeaseTableCommand),
 }
 
 /// The lease table, by name or by application: one of the two.
@@ -271,6 +275,8 @@ pub enum Command {
     Reset(ResetArgs),
     /// `kcl import` or `kcl export`.
     Kcl(KclArgs),
+    /// `lease-table copy`.
+    Copy(CopyArgs),
 }
 
 /// The default of `--records-cap`.
@@ -296,7 +302,7 @@ where
     let cli = Cli::try_parse_from(argv).map_err(ParseError::Clap)?;
     let Some(command) = cli.command else {
         return Err(ParseError::Invalid(Failure::usage(
-            "no command given (status, workers, reset or kcl)".to_owned(),
+            "no command given (status, workers, reset, kcl or lease-table)".to_owned(),
         )));
     };
     Ok(match command {
@@ -316,6 +322,9 @@ where
         }
         CommandFlags::Kcl(command) => {
             Command::Kcl(kcl_args::kcl(command, now_ms).map_err(ParseError::Invalid)?)
+        }
+        CommandFlags::LeaseTable(command) => {
+            Command::Copy(copy::copy_args(command).map_err(ParseError::Invalid)?)
         }
     })
 }

@@ -38,8 +38,8 @@ impl Shard {
     }
 }
 
-/// Loads the SDK configuration and checks the lease table (exists, a lease table's key).
-pub async fn connect(target: &Target) -> Result<Aws, Failure> {
+/// Loads the SDK configuration, with its region (required) and credentials (checked).
+pub async fn config() -> Result<(aws_config::SdkConfig, String), Failure> {
     let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let Some(region) = config.region().map(ToString::to_string) else {
         return Err(Failure::usage(
@@ -47,6 +47,12 @@ pub async fn connect(target: &Target) -> Result<Aws, Failure> {
         ));
     };
     check_credentials(&config).await?;
+    Ok((config, region))
+}
+
+/// Loads the SDK configuration and checks the lease table (exists, a lease table's key).
+pub async fn connect(target: &Target) -> Result<Aws, Failure> {
+    let (config, region) = config().await?;
     let store = DynamoLeaseStore::from_conf(&config, target.table.clone())
         .map_err(|e| Failure::usage(format!("--table: {e}")))?;
     store
@@ -83,7 +89,7 @@ pub async fn check_credentials(config: &aws_config::SdkConfig) -> Result<(), Fai
 
 /// The failure of checking the lease table: missing or not a lease table (bad input, exit
 /// status 2), or the call failed (1).
-fn table_error(table: &str, region: &str, error: &LeaseError) -> Failure {
+pub fn table_error(table: &str, region: &str, error: &LeaseError) -> Failure {
     match error {
         LeaseError::TableNotFound { .. } => Failure::usage(format!(
             "lease table `{table}` does not exist in region {region}; check --table / \

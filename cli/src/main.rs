@@ -1,6 +1,7 @@
 //! The `kinesis-dataflow` command-line tool: `status`, `workers` and `reset` for an
 //! application's lease table and a stream, and `kcl import` / `kcl export` between it and a
-//! KCL application's lease table. `kinesis-dataflow --help` for the commands.
+//! KCL application's lease table, and `lease-table copy` into a table keyed by stream and shard.
+//! `kinesis-dataflow --help` for the commands.
 //!
 //! Configured only by the standard AWS environment (region, credentials, endpoint overrides
 //! such as `AWS_ENDPOINT_URL_KINESIS` / `AWS_ENDPOINT_URL_DYNAMODB`). Exit status: 0 done, 1 a
@@ -10,6 +11,7 @@
 
 mod args;
 mod aws;
+mod copy;
 mod kcl;
 mod kcl_args;
 mod output;
@@ -53,6 +55,7 @@ async fn run(command: args::Command) -> Result<(), Failure> {
         args::Command::Workers(a) => workers::run(&a).await,
         args::Command::Reset(a) => reset::run(&a).await,
         args::Command::Kcl(a) => kcl::run(&a).await,
+        args::Command::Copy(a) => copy::run(&a).await,
     }
 }
 

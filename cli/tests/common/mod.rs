@@ -20,6 +20,7 @@ pub struct Run {
 
 impl Run {
     /// Standard output as one JSON document.
+    #[allow(dead_code, reason = "not every test binary reads JSON")]
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("not one JSON document ({e}): {self:#?}"))
