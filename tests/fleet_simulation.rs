@@ -42,6 +42,8 @@
 
 #[path = "support/fleet.rs"]
 mod fleet;
+#[path = "support/table_cost.rs"]
+mod table_cost;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -66,6 +68,8 @@ struct Scale {
     records_per_shard: u32,
     /// How long a phase waits for fair shares.
     within: Duration,
+    /// Other streams sharing the lease table (as many shards each), idle.
+    neighbours: u32,
 }
 
 /// Quick: 40 shards, 4 instances, in the ordinary `cargo test`.
@@ -76,6 +80,7 @@ async fn a_fleet_of_4_on_40_shards_shares_fairly_and_reads_each_shard_alone() {
         instances: 4,
         records_per_shard: 2,
         within: Duration::from_secs(120),
+        neighbours: 2,
     })
     .await;
 }
@@ -90,12 +95,15 @@ async fn a_fleet_of_20_on_1000_shards_shares_fairly_and_reads_each_shard_alone()
         instances: 20,
         records_per_shard: 2,
         within: Duration::from_secs(180),
+        neighbours: 9,
     })
     .await;
 }
 
 async fn simulate(scale: Scale) {
+    let (neighbours, shards) = (scale.neighbours, scale.shards);
     let mut sim = Sim::new(scale);
+    sim.fleet.add_neighbours(neighbours, shards).await;
     sim.start_fleet().await;
     sim.steady().await;
     sim.join_one().await;
@@ -685,7 +693,40 @@ impl Sim {
         self.phase_table(&mut out, &log);
         self.rate_table(&mut out);
         self.operation_table(&mut out);
+        self.layout_table(&mut out);
         out
+    }
+
+    /// What the phases' listings would cost in DynamoDB, by key layout, and the watch reads.
+    fn layout_table(&self, out: &mut String) {
+        let streams = 1 + self.scale.neighbours;
+        let _ = writeln!(
+            out,
+            "\nlease-table read units, the table holding {streams} streams of {} shards (the \
+             others idle): the fleet's listings per hour; units per listing by stream (Query) \
+             and single-key (Scan); the fleet's units per hour for this stream's listings by \
+             each, and for its watch reads (either layout)\n\
+             {:<26} {:>8} {:>8} {:>8} {:>11} {:>11} {:>11}",
+            self.scale.shards, "phase", "lists/h", "Query", "Scan", "Query/h", "Scan/h", "watch/h"
+        );
+        for p in &self.phases {
+            let sum = |f: fn(&Counts) -> u64| p.counts.iter().map(f).sum::<u64>() as f64;
+            let hour = 3600.0 / p.secs;
+            let lists = sum(|c| c.calls[1]);
+            let query = sum(|c| c.query_units) / 1000.0;
+            let scan = sum(|c| c.scan_units) / 1000.0;
+            let _ = writeln!(
+                out,
+                "{:<26} {:>8.0} {:>8.1} {:>8.1} {:>11.0} {:>11.0} {:>11.0}",
+                p.name,
+                lists * hour,
+                query / lists.max(1.0),
+                scan / lists.max(1.0),
+                query * hour,
+                scan * hour,
+                sum(|c| c.get_units) / 1000.0 * hour,
+            );
+        }
     }
 
     fn phase_table(&self, out: &mut String, log: &Log) {

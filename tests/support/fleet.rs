@@ -21,6 +21,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::table_cost::{item_bytes, neighbour, units};
+
 /// The stream every instance reads.
 pub const STREAM: &str = "fleet";
 
@@ -53,6 +55,12 @@ pub struct Counts {
     pub rows_read: u64,
     /// Rows written: successful creates, takes, renewals, checkpoints, releases, deletes.
     pub rows_written: u64,
+    /// Read units (thousandths) the listings would cost in a table keyed by stream (a Query).
+    pub query_units: u64,
+    /// The same in a single-key table, whose listing scans every stream's rows.
+    pub scan_units: u64,
+    /// Read units (thousandths) of `get` (the watch), the same in either layout.
+    pub get_units: u64,
 }
 
 impl Counts {
@@ -67,6 +75,9 @@ impl Counts {
             calls: std::array::from_fn(|i| self.calls[i] - before.calls[i]),
             rows_read: self.rows_read - before.rows_read,
             rows_written: self.rows_written - before.rows_written,
+            query_units: self.query_units - before.query_units,
+            scan_units: self.scan_units - before.scan_units,
+            get_units: self.get_units - before.get_units,
         }
     }
 }
@@ -77,6 +88,9 @@ pub struct Tally {
     calls: [AtomicU64; 9],
     rows_read: AtomicU64,
     rows_written: AtomicU64,
+    query_units: AtomicU64,
+    scan_units: AtomicU64,
+    get_units: AtomicU64,
 }
 
 impl Tally {
@@ -86,6 +100,9 @@ impl Tally {
             calls: std::array::from_fn(|i| self.calls[i].load(Ordering::Relaxed)),
             rows_read: self.rows_read.load(Ordering::Relaxed),
             rows_written: self.rows_written.load(Ordering::Relaxed),
+            query_units: self.query_units.load(Ordering::Relaxed),
+            scan_units: self.scan_units.load(Ordering::Relaxed),
+            get_units: self.get_units.load(Ordering::Relaxed),
         }
     }
 }
@@ -136,18 +153,39 @@ impl LeaseLayer for Counter {
 }
 
 /// Between the layer and the shared table: counts what a layer cannot see, as it only knows
-/// that an answer is `Ok` and not what it holds: the rows `list` and `get` return, and whether
-/// a `create` added a row.
+/// that an answer is `Ok` and not what it holds: the rows `list` and `get` return (and what
+/// they would cost in DynamoDB), and whether a `create` added a row.
 struct RowCounter {
     table: MemoryLeaseStore,
     tally: Arc<Tally>,
+    /// The size of the other streams' rows in a single-key table, which its Scan reads too.
+    neighbour_bytes: usize,
 }
 
 impl RowCounter {
-    fn rows<'a>(&'a self, rows: LeaseFuture<'a, Vec<Lease>>) -> LeaseFuture<'a, Vec<Lease>> {
+    fn listed<'a>(&'a self, rows: LeaseFuture<'a, Vec<Lease>>) -> LeaseFuture<'a, Vec<Lease>> {
         Box::pin(async move {
             let rows = rows.await?;
             bump(&self.tally.rows_read, rows.len());
+            let bytes = |single_key| rows.iter().map(|r| item_bytes(r, single_key)).sum();
+            let scanned: usize = bytes(true) + self.neighbour_bytes;
+            self.tally
+                .query_units
+                .fetch_add(units(bytes(false)), Ordering::Relaxed);
+            self.tally
+                .scan_units
+                .fetch_add(units(scanned), Ordering::Relaxed);
+            Ok(rows)
+        })
+    }
+
+    fn got<'a>(&'a self, rows: LeaseFuture<'a, Vec<Lease>>) -> LeaseFuture<'a, Vec<Lease>> {
+        Box::pin(async move {
+            let rows = rows.await?;
+            bump(&self.tally.rows_read, rows.len());
+            // Each item is charged on its own, rounded up to 4 KB: a unit in either layout.
+            let cost: u64 = rows.iter().map(|r| units(item_bytes(r, true))).sum();
+            self.tally.get_units.fetch_add(cost, Ordering::Relaxed);
             Ok(rows)
         })
     }
@@ -159,11 +197,11 @@ impl LeaseStore for RowCounter {
     }
 
     fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
-        self.rows(self.table.list(stream))
+        self.listed(self.table.list(stream))
     }
 
     fn get<'a>(&'a self, stream: &'a str, ids: &'a [String]) -> LeaseFuture<'a, Vec<Lease>> {
-        self.rows(self.table.get(stream, ids))
+        self.got(self.table.get(stream, ids))
     }
 
     fn create<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, bool> {
@@ -375,7 +413,7 @@ impl Instance {
     /// Starts instance `index` with the default settings, every shard from the oldest record.
     async fn start(
         api: &SharedKinesis,
-        table: &MemoryLeaseStore,
+        (table, neighbour_bytes): (&MemoryLeaseStore, usize),
         journal: &Arc<Journal>,
         index: u16,
     ) -> Instance {
@@ -383,6 +421,7 @@ impl Instance {
         let rows = RowCounter {
             table: table.clone(),
             tally: tally.clone(),
+            neighbour_bytes,
         };
         let counter = Counter {
             instance: index,
@@ -527,6 +566,8 @@ pub struct Fleet {
     pub instances: Vec<Instance>,
     /// When the simulation began.
     pub began: Instant,
+    /// The size of the other streams' rows in the table, as single-key rows.
+    pub neighbour_bytes: usize,
     writer: Option<JoinHandle<()>>,
 }
 
@@ -542,7 +583,21 @@ impl Fleet {
             journal: Arc::default(),
             instances: Vec::new(),
             began: Instant::now(),
+            neighbour_bytes: 0,
             writer: None,
+        }
+    }
+
+    /// Fills the table with `streams` other streams of `shards` idle, held rows each, as other
+    /// streams of the same application share it: a listing of the fleet's stream must not see
+    /// them, and a single-key table's Scan would read them all.
+    pub async fn add_neighbours(&mut self, streams: u32, shards: u32) {
+        for s in 0..streams {
+            for shard in 0..shards {
+                let row = neighbour(&format!("neighbour-{s:02}"), shard);
+                assert!(self.table.create(&row).await.expect("a neighbour row"));
+                self.neighbour_bytes += item_bytes(&row, true);
+            }
         }
     }
 
@@ -580,7 +635,8 @@ impl Fleet {
     pub async fn join(&mut self) -> usize {
         let index = u16::try_from(self.instances.len()).expect("a few instances");
         let before = self.journal.lock().taken.len();
-        let mut instance = Instance::start(&self.api, &self.table, &self.journal, index).await;
+        let table = (&self.table, self.neighbour_bytes);
+        let mut instance = Instance::start(&self.api, table, &self.journal, index).await;
         instance.start_takes = before..self.journal.lock().taken.len();
         self.instances.push(instance);
         usize::from(index)
