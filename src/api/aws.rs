@@ -1,6 +1,7 @@
 //! The AWS SDK client behind [`KinesisApi`] and [`KinesisAdmin`].
 
 mod fan_out;
+mod lanes;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -39,6 +40,8 @@ use crate::record::Record;
 #[derive(Clone)]
 pub struct AwsKinesis {
     client: Client,
+    /// The clients enhanced fan-out subscriptions are spread over.
+    lanes: Arc<lanes::Lanes>,
     region: Arc<str>,
     /// Stream ARNs by name, for the enhanced fan-out calls that name a stream by its ARN.
     arns: Arc<Mutex<HashMap<String, String>>>,
@@ -81,10 +84,47 @@ impl AwsKinesis {
             .region()
             .map_or_else(|| "(no region configured)".to_owned(), ToString::to_string);
         Self {
+            lanes: Arc::new(lanes::Lanes::new(
+                client.clone(),
+                lanes::DEFAULT_PER_CONNECTION,
+            )),
             client,
             region: region.into(),
             arns: Arc::default(),
         }
+    }
+
+    /// Caps the enhanced fan-out subscriptions one HTTP/2 connection carries (default 100,
+    /// which RFC 9113 recommends every server allow at once); past it a subscription opens on
+    /// another connection, so a server's cap on concurrent streams never queues one behind
+    /// the others. Over HTTP/1.1 every subscription has a connection of its own anyway.
+    ///
+    /// The connections are those of the SDK configuration's HTTP client: its default (and any
+    /// client built with `aws-smithy-http-client`) opens one per lane; an HTTP client of
+    /// the application's own that ignores the connector settings carries every lane on one
+    /// connection. `0` counts as 1.
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// use kinesis_dataflow::AwsKinesis;
+    ///
+    /// let kinesis = AwsKinesis::from_env().await.subscriptions_per_connection(50);
+    /// assert_eq!(kinesis.fan_out_connections(), 1);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn subscriptions_per_connection(mut self, subscriptions: usize) -> Self {
+        self.lanes = Arc::new(lanes::Lanes::new(self.client.clone(), subscriptions));
+        self
+    }
+
+    /// How many clients (connections, over HTTP/2) enhanced fan-out subscriptions are spread
+    /// over now: 1 until more than [`subscriptions_per_connection`] are open at once.
+    ///
+    /// [`subscriptions_per_connection`]: Self::subscriptions_per_connection
+    #[must_use]
+    pub fn fan_out_connections(&self) -> usize {
+        self.lanes.count()
     }
 
     fn lock_arns(&self) -> MutexGuard<'_, HashMap<String, String>> {

@@ -119,8 +119,8 @@ impl AwsKinesis {
             message: e.to_string(),
             source: None,
         })?;
-        let out = self
-            .client
+        let (client, seat) = self.lanes.seat();
+        let out = client
             .subscribe_to_shard()
             .consumer_arn(consumer_arn)
             .shard_id(&**shard)
@@ -152,7 +152,13 @@ impl AwsKinesis {
                 }
             }
         });
-        Ok(events.boxed())
+        // The subscription keeps its seat on the lane while its event stream lives.
+        Ok(events
+            .map(move |event| {
+                let _seat = &seat;
+                event
+            })
+            .boxed())
     }
 }
 

@@ -84,6 +84,11 @@ options:
                 its id, so the idle shards poll out of phase (an experiment)
   --tls         the emulator over TLS with ALPN `h2, http/1.1` (a certificate made for the run,
                 trusted by the client), so the SDK's client speaks HTTP/2 as it does to Kinesis
+  --per-connection N
+                idle: the fan-out subscriptions one connection carries (the library's default
+                is 100; a number above --shards keeps them all on one connection)
+  --only-fan-out
+                idle: the enhanced fan-out run only
   --help        this text";
 
 /// The idle probe's largest `--shards`: its two streams (polling, fan-out) must fit in the
@@ -150,6 +155,10 @@ struct Options {
     stagger: bool,
     broker: bool,
     tls: bool,
+    /// Idle: the fan-out subscriptions one connection carries (the library's default: 100).
+    per_connection: Option<usize>,
+    /// Idle: the enhanced fan-out run only.
+    only_fan_out: bool,
     help: bool,
 }
 
@@ -167,6 +176,8 @@ impl Options {
             stagger: false,
             broker: false,
             tls: false,
+            per_connection: None,
+            only_fan_out: false,
             help: false,
         };
         let mut it = args.iter();
@@ -188,6 +199,10 @@ impl Options {
                 "--stagger" => options.stagger = true,
                 "--broker" => options.broker = true,
                 "--tls" => options.tls = true,
+                "--per-connection" => {
+                    options.per_connection = Some(number("--per-connection")? as usize)
+                }
+                "--only-fan-out" => options.only_fan_out = true,
                 "--help" | "-h" => options.help = true,
                 name if !name.starts_with('-') && probe.is_none() => {
                     probe = Some(match name {
@@ -973,7 +988,9 @@ async fn idle(env: &Env, options: &Options) -> Result<()> {
     if options.broker {
         return idle_broker(env, options).await;
     }
-    idle_run(env, options, false).await?;
+    if !options.only_fan_out {
+        idle_run(env, options, false).await?;
+    }
     idle_run(env, options, true).await
 }
 
@@ -1007,7 +1024,12 @@ async fn idle_run(env: &Env, options: &Options, fan_out: bool) -> Result<()> {
         Arc::new(memory)
     } else {
         create_stream_shards(&env.client, stream, shards).await?;
-        env.aws.clone()
+        match options.per_connection {
+            Some(n) => {
+                Arc::new(AwsKinesis::new(env.client.clone()).subscriptions_per_connection(n))
+            }
+            None => env.aws.clone(),
+        }
     };
     let transport: SharedKinesis = if options.stagger {
         Layered::new(transport, Stagger::default()).shared()
