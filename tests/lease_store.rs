@@ -40,15 +40,20 @@ fn memory_store() -> SharedLeaseStore {
 
 /// A prepared store on a fresh table, listing in small pages so every `list` paginates.
 async fn dynamo_store() -> SharedLeaseStore {
-    let table = support::unique_name("leases");
-    let store = DynamoLeaseStore::new(support::dynamodb_client(), &table)
+    let store = paged_store(support::dynamodb_client(), &support::unique_name("leases")).await;
+    Arc::new(store)
+}
+
+/// A prepared store on `table`, listing in pages of 7 rows.
+async fn paged_store(client: aws_sdk_dynamodb::Client, table: &str) -> DynamoLeaseStore {
+    let store = DynamoLeaseStore::new(client, table)
         .expect("a valid table name")
         .with_scan_page_size(7);
     store
         .prepare()
         .await
         .unwrap_or_else(|err| panic!("prepare {table}: {err} ({})", logs()));
-    Arc::new(store)
+    store
 }
 
 /// A store on a fresh table keyed by `leaseKey` alone, as tables were created before the
@@ -57,13 +62,7 @@ async fn single_key_store() -> SharedLeaseStore {
     let client = support::dynamodb_client();
     let table = support::unique_name("old-leases");
     support::create_table_keyed_by(&client, &table, "leaseKey").await;
-    let store = DynamoLeaseStore::new(client, &table)
-        .expect("a valid table name")
-        .with_scan_page_size(7);
-    store
-        .prepare()
-        .await
-        .unwrap_or_else(|err| panic!("prepare {table}: {err} ({})", logs()));
+    let store = paged_store(client, &table).await;
     assert_eq!(
         store.key_layout().await.expect("layout"),
         KeyLayout::SingleKey

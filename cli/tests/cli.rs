@@ -13,9 +13,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use common::{Run, cli};
 use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
 use kinesis_dataflow::lease::{Lease, SharedLeaseStore};
-use kinesis_dataflow::{
-    AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription, SubscriptionBuilder,
-};
+use kinesis_dataflow::{AwsKinesis, DynamoLeaseStore, Subscription, SubscriptionBuilder};
 use kinesis_dataflow_test_support as support;
 use serde_json::Value;
 
@@ -45,18 +43,7 @@ impl App {
     }
 
     fn builder(&self, owner: &str) -> SubscriptionBuilder {
-        Subscription::builder(self.api.clone(), self.store.clone(), self.stream.as_str())
-            .owner(owner)
-            .read_settings(
-                ReadSettings::default()
-                    .poll_interval(Duration::from_millis(100))
-                    .unlimited_reads(),
-            )
-            .list_interval(Duration::from_millis(300))
-            .lease_duration(Duration::from_secs(3))
-            .checkpoint_interval(Duration::from_millis(100))
-            .shutdown_timeout(Duration::from_secs(2))
-            .initial_position(KinesisPosition::horizon())
+        common::quick_subscription(self.api.clone(), self.store.clone(), &self.stream, owner)
     }
 
     /// Puts `tag-0..count` one by one (keys spread over the shards); their sequence numbers.

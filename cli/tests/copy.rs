@@ -9,7 +9,7 @@ use std::time::Duration;
 use aws_sdk_kinesis::primitives::Blob;
 use common::cli;
 use kinesis_dataflow::lease::{KeyLayout, LeaseStore};
-use kinesis_dataflow::{AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription};
+use kinesis_dataflow::{AwsKinesis, DynamoLeaseStore, Subscription};
 use kinesis_dataflow_test_support as support;
 
 mod common;
@@ -17,18 +17,7 @@ mod common;
 /// A subscription of `owner` on `stream` with `store`, quick to list and stop.
 async fn start(stream: &str, store: DynamoLeaseStore, owner: &str) -> Subscription {
     let api = Arc::new(AwsKinesis::new(support::kinesis_client()));
-    Subscription::builder(api, Arc::new(store), stream)
-        .owner(owner)
-        .read_settings(
-            ReadSettings::default()
-                .poll_interval(Duration::from_millis(100))
-                .unlimited_reads(),
-        )
-        .list_interval(Duration::from_millis(300))
-        .lease_duration(Duration::from_secs(3))
-        .checkpoint_interval(Duration::from_millis(100))
-        .shutdown_timeout(Duration::from_secs(2))
-        .initial_position(KinesisPosition::horizon())
+    common::quick_subscription(api, Arc::new(store), stream, owner)
         .start()
         .await
         .expect("the subscription starts")

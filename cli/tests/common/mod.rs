@@ -4,8 +4,34 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::SharedLeaseStore;
+use kinesis_dataflow::{KinesisPosition, ReadSettings, Subscription, SubscriptionBuilder};
 use kinesis_dataflow_test_support as support;
 use serde_json::Value;
+
+/// A subscription of `owner` to `stream` that lists, checkpoints and stops quickly, from the
+/// oldest record.
+#[allow(dead_code, reason = "not every test binary runs subscriptions")]
+pub fn quick_subscription(
+    api: SharedKinesis,
+    store: SharedLeaseStore,
+    stream: &str,
+    owner: &str,
+) -> SubscriptionBuilder {
+    Subscription::builder(api, store, stream)
+        .owner(owner)
+        .read_settings(
+            ReadSettings::default()
+                .poll_interval(Duration::from_millis(100))
+                .unlimited_reads(),
+        )
+        .list_interval(Duration::from_millis(300))
+        .lease_duration(Duration::from_secs(3))
+        .checkpoint_interval(Duration::from_millis(100))
+        .shutdown_timeout(Duration::from_secs(2))
+        .initial_position(KinesisPosition::horizon())
+}
 
 /// What one run of the tool gave.
 #[derive(Debug)]
