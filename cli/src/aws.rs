@@ -3,7 +3,7 @@
 
 use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata};
 use kinesis_dataflow::DynamoLeaseStore;
-use kinesis_dataflow::lease::{LeaseError, LeaseRow};
+use kinesis_dataflow::lease::{KeyLayout, LeaseError, LeaseRow};
 
 use crate::Failure;
 use crate::args::Target;
@@ -14,6 +14,8 @@ pub struct Aws {
     pub kinesis: aws_sdk_kinesis::Client,
     /// The lease table.
     pub store: DynamoLeaseStore,
+    /// How the lease table is keyed.
+    pub layout: KeyLayout,
     /// The region, for messages.
     pub region: String,
 }
@@ -59,9 +61,14 @@ pub async fn connect(target: &Target) -> Result<Aws, Failure> {
         .check_table()
         .await
         .map_err(|e| table_error(&target.table, &region, &e))?;
+    let layout = store
+        .key_layout()
+        .await
+        .map_err(|e| table_error(&target.table, &region, &e))?;
     Ok(Aws {
         kinesis: aws_sdk_kinesis::Client::new(&config),
         store,
+        layout,
         region,
     })
 }

@@ -7,7 +7,7 @@ use aws_sdk_kinesis::primitives::DateTime;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use futures::StreamExt;
 use kinesis_dataflow::StartingPoint;
-use kinesis_dataflow::lease::LeaseRow;
+use kinesis_dataflow::lease::{KeyLayout, LeaseRow};
 use kinesis_dataflow::position::Checkpoint;
 use serde_json::{Value, json};
 
@@ -432,6 +432,10 @@ fn to_json(
         .collect();
     json!({
         "table": args.target.table,
+        "key_layout": match aws.layout {
+            KeyLayout::SingleKey => "single_key",
+            _ => "by_stream",
+        },
         "stream": args.target.stream,
         "region": aws.region,
         "read_at_ms": snap.at_ms,
@@ -462,6 +466,14 @@ fn render(
     ));
     out.push_str(&summary(snap));
     let mut notes = Vec::new();
+    if aws.layout == KeyLayout::SingleKey {
+        notes.push(format!(
+            "lease table `{}` is keyed by leaseKey alone (created before the by-stream layout): \
+             each listing scans every stream's rows; `kinesis-dataflow lease-table copy` moves \
+             a stopped application to a table keyed by stream",
+            args.target.table
+        ));
+    }
     let rows: Vec<Vec<String>> = snap
         .lines
         .iter()

@@ -75,6 +75,38 @@ async fn a_single_key_table_is_copied_while_stopped_and_the_application_resumes_
     )
     .await;
 
+    // `status` says what the old table costs and how to move.
+    let status = cli(&[
+        "status",
+        "--table",
+        &old,
+        "--stream",
+        &stream,
+        "--records-cap",
+        "0",
+    ])
+    .await
+    .ok();
+    assert!(
+        status.stdout.contains("keyed by leaseKey alone")
+            && status.stdout.contains("lease-table copy"),
+        "{status:#?}"
+    );
+    let json = cli(&[
+        "status",
+        "--table",
+        &old,
+        "--stream",
+        &stream,
+        "--json",
+        "--records-cap",
+        "0",
+    ])
+    .await
+    .ok()
+    .json();
+    assert_eq!(json["key_layout"], "single_key", "{json:#}");
+
     // While it runs, the copy is refused and writes nothing.
     let copy = [
         "lease-table",
@@ -139,6 +171,19 @@ async fn a_single_key_table_is_copied_while_stopped_and_the_application_resumes_
         assert!(copied.checkpoint.is_some(), "{copied:?}");
         assert_eq!(copied.owner, None);
     }
+
+    let status = cli(&[
+        "status",
+        "--table",
+        &new,
+        "--stream",
+        &stream,
+        "--records-cap",
+        "0",
+    ])
+    .await
+    .ok();
+    assert!(!status.stdout.contains("leaseKey"), "{status:#?}");
 
     // The application resumes on the copy: only what came since, nothing read again.
     let second = put(&stream, "second", 6).await;

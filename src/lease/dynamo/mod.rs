@@ -242,7 +242,18 @@ impl DynamoLeaseStore {
 
 impl LeaseStore for DynamoLeaseStore {
     fn prepare(&self) -> LeaseFuture<'_, ()> {
-        Box::pin(self.do_prepare(KeyLayout::ByStream))
+        Box::pin(async move {
+            self.do_prepare(KeyLayout::ByStream).await?;
+            if self.layout.get() == Some(&KeyLayout::SingleKey) {
+                tracing::info!(
+                    table = %self.table,
+                    "the lease table is keyed by leaseKey alone (created before the by-stream \
+                     layout): each listing scans every stream's rows; `kinesis-dataflow \
+                     lease-table copy` moves a stopped application to a table keyed by stream"
+                );
+            }
+            Ok(())
+        })
     }
 
     fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
