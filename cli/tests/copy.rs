@@ -42,6 +42,25 @@ async fn put(stream: &str, tag: &str, count: usize) -> BTreeSet<String> {
     payloads
 }
 
+/// `status` of `stream` on `table`, without reading the stream (`--records-cap 0`); succeeds.
+async fn run_status(table: &str, stream: &str, extra: &[&str]) -> common::Run {
+    let args = [
+        "status",
+        "--table",
+        table,
+        "--stream",
+        stream,
+        "--records-cap",
+        "0",
+    ];
+    cli(&[&args[..], extra].concat()).await.ok()
+}
+
+/// `status --json` of `stream` on `table`.
+async fn status_json(table: &str, stream: &str) -> serde_json::Value {
+    run_status(table, stream, &["--json"]).await.json()
+}
+
 /// What `sub` delivers within `quiet` of quiet, acked.
 async fn drain(sub: &mut Subscription, quiet: Duration) -> Vec<String> {
     use futures::StreamExt;
@@ -76,35 +95,13 @@ async fn a_single_key_table_is_copied_while_stopped_and_the_application_resumes_
     .await;
 
     // `status` says what the old table costs and how to move.
-    let status = cli(&[
-        "status",
-        "--table",
-        &old,
-        "--stream",
-        &stream,
-        "--records-cap",
-        "0",
-    ])
-    .await
-    .ok();
+    let status = run_status(&old, &stream, &[]).await;
     assert!(
         status.stdout.contains("keyed by leaseKey alone")
             && status.stdout.contains("lease-table copy"),
         "{status:#?}"
     );
-    let json = cli(&[
-        "status",
-        "--table",
-        &old,
-        "--stream",
-        &stream,
-        "--json",
-        "--records-cap",
-        "0",
-    ])
-    .await
-    .ok()
-    .json();
+    let json = status_json(&old, &stream).await;
     assert_eq!(json["key_layout"], "single_key", "{json:#}");
 
     // While it runs, the copy is refused and writes nothing.
@@ -172,17 +169,7 @@ async fn a_single_key_table_is_copied_while_stopped_and_the_application_resumes_
         assert_eq!(copied.owner, None);
     }
 
-    let status = cli(&[
-        "status",
-        "--table",
-        &new,
-        "--stream",
-        &stream,
-        "--records-cap",
-        "0",
-    ])
-    .await
-    .ok();
+    let status = run_status(&new, &stream, &[]).await;
     assert!(!status.stdout.contains("leaseKey"), "{status:#?}");
 
     // The application resumes on the copy: only what came since, nothing read again.
