@@ -54,6 +54,7 @@ async fn a_handler_logs_inside_its_shard_span_and_nothing_per_record_is_above_de
         "orders",
     )
     .owner("spans")
+    .application("billing")
     .start_at(KinesisPosition::horizon())
     .start()
     .await
@@ -83,7 +84,7 @@ async fn a_handler_logs_inside_its_shard_span_and_nothing_per_record_is_above_de
     assert!(!handler_lines.is_empty());
     for line in &handler_lines {
         assert!(
-            line.contains("subscription{stream=orders owner=spans}")
+            line.contains("subscription{application=billing stream=orders owner=spans}")
                 && line.contains("shard{stream=orders shard=shardId-00000000000"),
             "a handler's line names its subscription and shard: {line}"
         );

@@ -141,9 +141,9 @@ fn default_owner() -> String {
 }
 
 impl SubscriptionBuilder {
-    /// The `application` label of this subscription's metrics (default `kinesis-dataflow`;
-    /// [`Subscription::aws`] sets the application it is given). Names what the dashboards
-    /// group by; it changes nothing else.
+    /// The `application` label of this subscription's metrics and a field of its tracing
+    /// span (default `kinesis-dataflow`; [`Subscription::aws`] sets the application it is
+    /// given). Names what the dashboards and logs group by; it changes nothing else.
     pub fn application(mut self, name: impl Into<Arc<str>>) -> Self {
         self.config.application = name.into();
         self
@@ -355,7 +355,12 @@ impl SubscriptionBuilder {
         }
         let (links, ends) = Links::new();
         let owner = self.config.owner.clone();
-        let span = tracing::info_span!("subscription", stream = %self.stream, owner = %owner);
+        let span = tracing::info_span!(
+            "subscription",
+            application = %self.config.application,
+            stream = %self.stream,
+            owner = %owner
+        );
         let aborted = Arc::new(AtomicBool::new(false));
         let timeout = bounded::CallTimeout {
             limit: self.config.call_timeout(),

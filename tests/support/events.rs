@@ -1,11 +1,16 @@
 //! Records what the code under test logs: every event's message and its fields as text, so a
-//! test can read back what a handler saw (`tracing::info!(field = .., "message")`).
+//! test can read back what a handler saw (`tracing::info!(field = .., "message")`). An
+//! event's fields include those of the spans it was logged in (the event's own win), so a
+//! test can keep to its own subscription's lines, by `application` or `owner`, while other
+//! tests of the binary log beside it.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id};
 use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
 
 /// One event's fields, by name, as text (the message left out).
 pub type Fields = BTreeMap<String, String>;
@@ -43,11 +48,32 @@ impl Visit for Collect {
     }
 }
 
+/// A span's fields, kept in its extensions.
+struct SpanFields(Fields);
+
 struct Recorder;
 
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+impl<S> tracing_subscriber::Layer<S> for Recorder
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let mut seen = Collect::default();
+        attrs.record(&mut seen);
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(SpanFields(seen.fields));
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
+        let mut seen = Collect::default();
+        if let Some(scope) = ctx.event_scope(event) {
+            for span in scope.from_root() {
+                if let Some(SpanFields(fields)) = span.extensions().get::<SpanFields>() {
+                    seen.fields.extend(fields.clone());
+                }
+            }
+        }
         event.record(&mut seen);
         EVENTS.lock().unwrap().push((seen.message, seen.fields));
     }
