@@ -37,6 +37,7 @@ impl Coordinator {
             sent,
             self.config().give_up_after(),
             self.shared.worker_gate.clone(),
+            self.shared.anchor_gate.clone(),
         ));
         self.start_reading(shard, lease, written, acks, reader, gate);
     }

@@ -118,7 +118,8 @@ impl WorkerRow {
 
     /// Deletes the row at a graceful stop. The row as last renewed may be stale (a renewal
     /// that timed out here but was written), so a lost condition is tried once more against
-    /// the row as it is now, if it is still this instance's.
+    /// the row as it is now, if it is still this instance's. A row that could not be deleted
+    /// is kept ([`take_row`](Self::take_row)).
     pub(crate) async fn delete_at_stop(&mut self, shared: &Shared) {
         let Some(row) = self.row.take() else {
             return;
@@ -140,7 +141,13 @@ impl WorkerRow {
         }
         if let Err(e) = result {
             tracing::warn!(error = %e, "could not delete this instance's worker row; the other instances delete it once it is not renewed for the lease duration");
+            self.row = Some(row);
         }
+    }
+
+    /// The row as last written, if this instance still has one (taking it).
+    pub(crate) fn take_row(&mut self) -> Option<Lease> {
+        self.row.take()
     }
 }
 
@@ -174,7 +181,7 @@ enum Found {
     Replaced {
         ours: bool,
     },
-    Existing(Lease),
+    Existing(Box<Lease>),
     Vanished,
 }
 
@@ -192,6 +199,7 @@ async fn ensure(shared: Arc<Shared>, expected_missing: bool) -> WorkerDone {
     let mut row = Lease::new(shared.stream.to_string(), worker_row_id(&owner), Vec::new());
     row.owner = Some(owner.clone());
     row.limits = Some(shared.config.limits);
+    row.liveness_group = shared.config.group.as_ref().map(|g| g.id.clone());
     let sent = Instant::now();
     // A row deleted between the create and the read is created again.
     let found = async {
@@ -201,16 +209,19 @@ async fn ensure(shared: Arc<Shared>, expected_missing: bool) -> WorkerDone {
                 return Ok(Found::Created);
             }
             match shared.store.get(&shared.stream, &ids).await?.pop() {
-                // Limits set differently (a restart with other settings): the row is made
-                // anew, conditional on it being as read.
-                Some(current) if current.limits != row.limits => {
+                // Limits or group set differently (a restart with other settings): the row is
+                // made anew, conditional on it being as read.
+                Some(current)
+                    if current.limits != row.limits
+                        || current.liveness_group != row.liveness_group =>
+                {
                     let ours = current.owner.as_deref() == Some(owner.as_str());
                     shared.store.delete(&current).await?;
                     if shared.store.create(&row).await? {
                         return Ok(Found::Replaced { ours });
                     }
                 }
-                Some(current) => return Ok(Found::Existing(current)),
+                Some(current) => return Ok(Found::Existing(Box::new(current))),
                 None => {}
             }
         }
@@ -225,7 +236,7 @@ async fn ensure(shared: Arc<Shared>, expected_missing: bool) -> WorkerDone {
             let kept = ours || expected_missing;
             return WorkerDone::Held(row, sent, Held::Again { kept });
         }
-        Ok(Found::Existing(current)) => current,
+        Ok(Found::Existing(current)) => *current,
         // Created and deleted by others twice over: tried again at the next renewal.
         Ok(Found::Vanished) => return WorkerDone::Lost,
         Err(e) if e.is_lost() => return WorkerDone::Lost,
