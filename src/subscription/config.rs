@@ -63,8 +63,6 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) end_when_deleted: bool,
     /// The `application` label of every metric.
     pub(crate) application: Arc<str>,
-    /// The liveness group of a [`MultiSubscription`](crate::MultiSubscription)'s streams.
-    pub(crate) group: Option<Arc<super::group::LivenessGroup>>,
 }
 
 impl SubscriptionConfig {
@@ -90,7 +88,6 @@ impl SubscriptionConfig {
             consumer_arn: None,
             limits: WorkerLimits::default(),
             end_when_deleted: false,
-            group: None,
             application: Arc::from(crate::telemetry::DEFAULT_APPLICATION),
         }
     }

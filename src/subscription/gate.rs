@@ -29,28 +29,18 @@ pub(crate) struct LeaseGate {
     give_up_after: Duration,
     /// The instance's worker row, which must be fresh too.
     worker: Arc<WorkerGate>,
-    /// In a [`MultiSubscription`](crate::MultiSubscription): the anchor stream's worker row,
-    /// which stands for every stream's in the others' eyes and must be fresh too.
-    anchor: Option<Arc<WorkerGate>>,
 }
 
 impl LeaseGate {
     /// A gate for a lease whose counter last moved by a write sent at `sent`, read by an
-    /// instance whose worker row `worker` times (and `anchor`, the anchor stream's row of a
-    /// `MultiSubscription`, when it is another).
-    pub(crate) fn new(
-        sent: Instant,
-        give_up_after: Duration,
-        worker: Arc<WorkerGate>,
-        anchor: Option<Arc<WorkerGate>>,
-    ) -> Self {
+    /// instance whose worker row `worker` times.
+    pub(crate) fn new(sent: Instant, give_up_after: Duration, worker: Arc<WorkerGate>) -> Self {
         let gate = Self {
             revoked: AtomicBool::new(false),
             base: sent,
             valid_until: AtomicU64::new(0),
             give_up_after,
             worker,
-            anchor,
         };
         gate.renewed(sent);
         gate
@@ -65,7 +55,6 @@ impl LeaseGate {
             valid_until: AtomicU64::new(previous.valid_until.load(Ordering::Acquire)),
             give_up_after: previous.give_up_after,
             worker: previous.worker.clone(),
-            anchor: previous.anchor.clone(),
         }
     }
 
@@ -99,13 +88,7 @@ impl LeaseGate {
     /// True while records of this shard may be handed out.
     pub(crate) fn is_open(&self) -> bool {
         let now = Instant::now();
-        !self.is_revoked()
-            && now < self.deadline()
-            && self.worker.is_open(now)
-            && self
-                .anchor
-                .as_ref()
-                .is_none_or(|anchor| anchor.is_open(now))
+        !self.is_revoked() && now < self.deadline() && self.worker.is_open(now)
     }
 
     /// True when the lease ran out without a renewal (as opposed to a revocation).
@@ -121,12 +104,6 @@ impl LeaseGate {
 /// gone through a row that does not exist, and each lease still has its own gate. Bound from
 /// the first write of the row on, it closes two thirds of the worker timeout after the last
 /// write that succeeded was sent, exactly like a lease.
-///
-/// Once the row was declared gone ([`lost`](Self::lost)), the gate is closed until the
-/// coordinator has dropped its shards ([`forgot`](Self::forgot)) and written a row again. In a
-/// [`MultiSubscription`](crate::MultiSubscription) every stream's gate is closed so when the
-/// anchor stream's row was declared gone (see [`crate::subscription::group`]): the others may
-/// have released this stream's row too, and this stream's readers must not go on meanwhile.
 #[derive(Debug)]
 pub(crate) struct WorkerGate {
     base: Instant,
@@ -134,8 +111,6 @@ pub(crate) struct WorkerGate {
     /// Nanoseconds after `base` until which the worker row is safely this instance's.
     valid_until: AtomicU64,
     give_up_after: Duration,
-    /// Declared gone, and the shards not dropped yet.
-    must_forget: AtomicBool,
 }
 
 impl WorkerGate {
@@ -146,49 +121,24 @@ impl WorkerGate {
             bound: AtomicBool::new(false),
             valid_until: AtomicU64::new(0),
             give_up_after,
-            must_forget: AtomicBool::new(false),
         }
     }
 
-    /// A write of the worker row sent at `sent` succeeded. Until the shards are dropped after
-    /// a declaration, the row counts as stale: it exists (others may judge by it) and the gate
-    /// stays closed.
+    /// A write of the worker row sent at `sent` succeeded.
     pub(crate) fn renewed(&self, sent: Instant) {
         let until = sent.saturating_duration_since(self.base) + self.give_up_after;
         let nanos = u64::try_from(until.as_nanos()).unwrap_or(u64::MAX);
-        if self.bound.load(Ordering::SeqCst) {
-            self.valid_until.fetch_max(nanos, Ordering::SeqCst);
+        if self.bound.load(Ordering::Acquire) {
+            self.valid_until.fetch_max(nanos, Ordering::AcqRel);
         } else {
-            self.valid_until.store(nanos, Ordering::SeqCst);
-            self.bound.store(true, Ordering::SeqCst);
-        }
-        // Checked after the write (and `lost` closes after setting the flag), so a renewal
-        // racing a declaration never leaves the gate open.
-        if self.must_forget.load(Ordering::SeqCst) {
-            self.valid_until.store(0, Ordering::SeqCst);
+            self.valid_until.store(nanos, Ordering::Release);
+            self.bound.store(true, Ordering::Release);
         }
     }
 
     /// The instance deleted its own worker row: its readers answer to their leases only.
     pub(crate) fn unbind(&self) {
         self.bound.store(false, Ordering::Release);
-    }
-
-    /// The row was declared gone (or the anchor stream's was): closed until the coordinator
-    /// dropped its shards and wrote its row again.
-    pub(crate) fn lost(&self) {
-        self.must_forget.store(true, Ordering::SeqCst);
-        self.valid_until.store(0, Ordering::SeqCst);
-    }
-
-    /// True when the shards must be dropped before the row counts again.
-    pub(crate) fn must_forget(&self) -> bool {
-        self.must_forget.load(Ordering::Acquire)
-    }
-
-    /// The shards were dropped: the next write of the row counts again.
-    pub(crate) fn forgot(&self) {
-        self.must_forget.store(false, Ordering::Release);
     }
 
     /// True while the readers may hand out records (as far as the worker row goes).
@@ -210,7 +160,7 @@ mod tests {
     #[test]
     fn a_renewal_extends_from_when_it_was_sent_and_never_shortens() {
         let start = Instant::now();
-        let gate = LeaseGate::new(start, Duration::from_secs(6), unbound(), None);
+        let gate = LeaseGate::new(start, Duration::from_secs(6), unbound());
         assert_eq!(gate.deadline(), start + Duration::from_secs(6));
         gate.renewed(start + Duration::from_secs(3));
         assert_eq!(gate.deadline(), start + Duration::from_secs(9));
@@ -225,7 +175,7 @@ mod tests {
 
     #[test]
     fn a_lease_not_renewed_in_time_closes_the_gate() {
-        let gate = LeaseGate::new(Instant::now(), Duration::ZERO, unbound(), None);
+        let gate = LeaseGate::new(Instant::now(), Duration::ZERO, unbound());
         assert!(gate.is_expired());
         assert!(!gate.is_open());
         assert!(!gate.is_revoked());
@@ -234,12 +184,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stale_worker_row_closes_every_gate_of_the_instance_until_unbound() {
         let worker = unbound();
-        let gate = LeaseGate::new(
-            Instant::now(),
-            Duration::from_secs(60),
-            worker.clone(),
-            None,
-        );
+        let gate = LeaseGate::new(Instant::now(), Duration::from_secs(60), worker.clone());
         assert!(gate.is_open(), "no worker row yet: the lease alone decides");
         worker.renewed(Instant::now());
         tokio::time::advance(Duration::from_secs(5)).await;

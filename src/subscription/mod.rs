@@ -35,7 +35,6 @@ mod clock;
 mod config;
 mod coordinator;
 mod gate;
-mod group;
 mod multi;
 mod position_source;
 mod pump;

@@ -23,7 +23,6 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::StreamMap;
 
-use super::group::LivenessGroup;
 use super::{ShutdownHandle, Subscription, SubscriptionBuilder};
 use crate::ack::Delivery;
 use crate::api::SharedKinesis;
@@ -135,13 +134,9 @@ impl MultiSubscriptionBuilder {
     /// A refused setting ([`KinesisError::InvalidConfig`]), and the first error of a stream
     /// that cannot be started (e.g. [`KinesisError::StreamNotFound`], naming it). Streams
     /// inserted later that do not exist yet are not errors: they start once they exist.
-    pub async fn start(mut self) -> Result<MultiSubscription, KinesisError> {
+    pub async fn start(self) -> Result<MultiSubscription, KinesisError> {
         self.each.config.validate()?;
         let names: Vec<Arc<str>> = self.streams.names.borrow().iter().cloned().collect();
-        // One liveness group for every stream, anchored on the first (see `group`).
-        let give_up_after = self.each.config.worker_give_up_after();
-        let group = LivenessGroup::new(names.first().cloned(), give_up_after);
-        self.each.config.group = Some(Arc::new(group));
         let started = futures::future::join_all(
             names
                 .iter()

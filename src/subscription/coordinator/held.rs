@@ -37,7 +37,6 @@ impl Coordinator {
             sent,
             self.config().give_up_after(),
             self.shared.worker_gate.clone(),
-            self.shared.anchor_gate.clone(),
         ));
         self.start_reading(shard, lease, written, acks, reader, gate);
     }

@@ -161,7 +161,7 @@ enum Done {
     Take(String, TakeOutcome),
     Worker(WorkerDone),
     Deleted(Vec<(Lease, Result<(), LeaseError>)>),
-    Watched(Result<roster::WatchRead, LeaseError>),
+    Watched(Result<BTreeMap<String, Lease>, LeaseError>),
     Declared(Lease, Result<(), LeaseError>),
     RosterMoved,
     Seek(Box<seek::Opened>),

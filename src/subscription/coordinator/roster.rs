@@ -27,7 +27,6 @@ use super::plan::{ROSTER_ROW, worker_owner};
 use super::shared::Shared;
 use super::worker::worker_row_id;
 use crate::lease::{Lease, LeaseError};
-use crate::subscription::group::{GroupKey, TABLE_ROWS};
 
 /// How many other instances each instance watches.
 pub(crate) const WATCHED: usize = 2;
@@ -57,20 +56,6 @@ pub(crate) fn ring(
         .skip(after)
         .take(WATCHED.min(live.len()))
         .map(|o| worker_row_id(o))
-        .collect()
-}
-
-/// The liveness group of each ring row that has one: its owner and group id.
-pub(crate) fn ring_groups(
-    ring: &[String],
-    rows: &BTreeMap<String, Lease>,
-) -> BTreeMap<String, GroupKey> {
-    ring.iter()
-        .filter_map(|id| {
-            let row = rows.get(id)?;
-            let key = (row.owner.clone()?, row.liveness_group.clone()?);
-            Some((id.clone(), key))
-        })
         .collect()
 }
 
@@ -135,11 +120,6 @@ pub(crate) struct Watch {
     pub(crate) moving: bool,
     /// Move it once more when the current move is done.
     pub(crate) move_again: bool,
-    /// In a liveness group: the table-wide roster counter as it was when this stream last
-    /// read its own roster row (`None`: never read).
-    pub(crate) table_roster_seen: Option<Option<u64>>,
-    /// In a liveness group: the group of each ring row that has one (from the last listing).
-    pub(crate) groups: BTreeMap<String, GroupKey>,
 }
 
 impl Default for Watch {
@@ -151,115 +131,19 @@ impl Default for Watch {
             roster: None,
             moving: false,
             move_again: false,
-            table_roster_seen: None,
-            groups: BTreeMap::new(),
         }
     }
 }
 
-/// What one watch read reads (and releases).
-#[derive(Debug, Default)]
-pub(crate) struct WatchPlan {
-    /// Worker rows of this stream watched (one missing means the instances changed).
-    pub(crate) rows: Vec<String>,
-    /// Worker rows of this stream watched for the liveness group, this stream being their
-    /// anchor (one missing is no news: its owner's ring need not hold it here).
-    pub(crate) for_group: Vec<String>,
-    /// Read this stream's roster row too.
-    pub(crate) roster: bool,
-    /// Read the table-wide roster row (the liveness group's lead).
-    pub(crate) table_roster: bool,
-    /// Other liveness groups declared gone: their rows of this stream to release.
-    pub(crate) release: Vec<GroupKey>,
-    /// The table-wide roster counter known when the read was planned: once this stream's
-    /// roster row is read, every move up to that one is seen (a stream's row moves first).
-    pub(crate) table_roster_known: Option<Option<u64>>,
-}
-
-impl WatchPlan {
-    /// True when the read needs no call.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-            && self.for_group.is_empty()
-            && !self.roster
-            && !self.table_roster
-            && self.release.is_empty()
-    }
-}
-
-/// What one watch read found.
-#[derive(Debug, Default)]
-pub(crate) struct WatchRead {
-    /// The worker rows asked for (those missing from `rows` are gone).
-    pub(crate) asked: Vec<String>,
-    /// This stream's roster row was read.
-    pub(crate) roster_read: bool,
-    /// See [`WatchPlan::table_roster_known`].
-    pub(crate) table_roster_known: Option<Option<u64>>,
-    /// The rows read, by id (the roster row among them when it was read).
-    pub(crate) rows: BTreeMap<String, Lease>,
-    /// The table-wide roster counter, when it was read.
-    pub(crate) table_roster: Option<Option<u64>>,
-    /// The groups whose rows of this stream are released (or were not theirs any more), and
-    /// whether this read released one.
-    pub(crate) released: Vec<(GroupKey, bool)>,
-}
-
-/// Reads what `plan` says, and releases the rows of the groups declared gone (each on
-/// condition that it is still as read and still that group's).
-pub(crate) async fn read(shared: Arc<Shared>, plan: WatchPlan) -> Result<WatchRead, LeaseError> {
-    let mut ids = plan.rows.clone();
-    ids.extend(plan.for_group.iter().cloned());
-    ids.extend(plan.release.iter().map(|(owner, _)| worker_row_id(owner)));
-    if plan.roster {
-        ids.push(ROSTER_ROW.to_owned());
-    }
-    ids.sort();
-    ids.dedup();
-    let mut asked = plan.rows;
-    // Watched for the group and found: judged like the others.
-    let for_group = plan.for_group;
-    let mut read = WatchRead {
-        asked: Vec::new(),
-        roster_read: plan.roster,
-        table_roster_known: plan.table_roster_known,
-        ..WatchRead::default()
-    };
-    if !ids.is_empty() {
-        let rows = shared.store.get(&shared.stream, &ids).await?;
-        read.rows = rows.into_iter().map(|r| (r.shard_id.clone(), r)).collect();
-    }
-    asked.extend(
-        for_group
-            .into_iter()
-            .filter(|id| read.rows.contains_key(id)),
-    );
-    asked.sort();
-    asked.dedup();
-    read.asked = asked;
-    if plan.table_roster {
-        let ids = [ROSTER_ROW.to_owned()];
-        let row = shared.store.get(TABLE_ROWS, &ids).await?.pop();
-        read.table_roster = Some(row.map(|row| row.counter));
-    }
-    for key in plan.release {
-        let row = read.rows.get(&worker_row_id(&key.0));
-        let theirs = row.filter(|row| {
-            row.owner.as_deref() == Some(key.0.as_str())
-                && row.liveness_group.as_deref() == Some(key.1.as_str())
-        });
-        let released = match theirs {
-            None => false,
-            Some(row) => match shared.store.release(row).await {
-                Ok(_) => true,
-                // Written meanwhile: tried again at the next read.
-                Err(e) if e.is_lost() => continue,
-                Err(e) => return Err(e),
-            },
-        };
-        read.released.push((key, released));
-    }
-    Ok(read)
+/// Reads the watched rows and the roster row.
+pub(crate) async fn read(
+    shared: Arc<Shared>,
+    ring: Vec<String>,
+) -> Result<BTreeMap<String, Lease>, LeaseError> {
+    let mut ids = ring;
+    ids.push(ROSTER_ROW.to_owned());
+    let rows = shared.store.get(&shared.stream, &ids).await?;
+    Ok(rows.into_iter().map(|r| (r.shard_id.clone(), r)).collect())
 }
 
 /// Declares the owner of `row` gone: releases its worker row on condition that it is still
@@ -270,22 +154,16 @@ pub(crate) async fn declare(shared: Arc<Shared>, row: Lease) -> Result<(), Lease
     Ok(())
 }
 
-/// Moves the stream's roster row's counter, then the table-wide one's (creating each row
-/// when missing), so that instances reading several streams hear of it through the one row.
-/// Failures are only logged: the others then learn of the change at their next listing.
+/// Moves the roster row's counter (creating the row when missing). Failures are only
+/// logged: the others then learn of the change at their next listing.
 pub(crate) async fn bump_roster(shared: &Shared) {
-    bump_roster_of(shared, &shared.stream).await;
-    bump_roster_of(shared, TABLE_ROWS).await;
-}
-
-async fn bump_roster_of(shared: &Shared, stream: &str) {
     let owner = shared.config.owner.as_str();
     let bumped = async {
         let ids = [ROSTER_ROW.to_owned()];
-        match shared.store.get(stream, &ids).await?.pop() {
+        match shared.store.get(&shared.stream, &ids).await?.pop() {
             Some(row) => shared.store.take(&row, owner).await.map(drop),
             None => {
-                let mut row = Lease::new(stream, ROSTER_ROW, Vec::new());
+                let mut row = Lease::new(shared.stream.to_string(), ROSTER_ROW, Vec::new());
                 row.owner = Some(owner.to_owned());
                 shared.store.create(&row).await.map(drop)
             }

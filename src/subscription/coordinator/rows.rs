@@ -15,41 +15,15 @@ impl Coordinator {
     /// Keeps this instance's worker row while it can do the work, and deletes it while it
     /// cannot, so the other instances count it exactly then.
     pub(super) fn keep_worker_row(&mut self) {
-        if self.shared.worker_gate.must_forget() {
-            // The anchor stream's worker row of this instance was declared gone: its readers
-            // stopped with this one's, and this one's row may be released too.
-            if !self.shards.held.is_empty() {
-                tracing::warn!(
-                    held = self.shards.held.len(),
-                    "the anchor stream's worker row of this instance was released by another \
-                     instance: this stream's shards are dropped too; their unsettled records \
-                     are read again"
-                );
-                self.forget_all();
-            }
-            self.shared.worker_gate.forgot();
-        }
-        let can_work = self.can_work();
+        let can_work = self
+            .instance
+            .health
+            .can_work(self.shared.probe.count(), Instant::now());
         if let Some(job) = self.instance.worker.next_job(self.shared.clone(), can_work) {
             self.inbox
                 .jobs
                 .push(Box::pin(async move { Done::Worker(job.await) }));
         }
-    }
-
-    /// True while this instance can read the stream: its readers are not failing for good,
-    /// and (in a liveness group) the anchor stream's worker row is fresh, without which no
-    /// reader here may hand out anything.
-    pub(super) fn can_work(&mut self) -> bool {
-        let now = Instant::now();
-        self.instance
-            .health
-            .can_work(self.shared.probe.count(), now)
-            && self
-                .shared
-                .anchor_gate
-                .as_ref()
-                .is_none_or(|anchor| anchor.is_open(now))
     }
 
     pub(super) fn on_worker(&mut self, done: WorkerDone) {
@@ -67,12 +41,6 @@ impl Coordinator {
                  are dropped; their unsettled records are read again"
             );
             self.forget_all();
-        }
-        if forget {
-            // Closed until written again (and, for an anchor, every stream drops its shards
-            // before any reads on).
-            self.shared.worker_row_lost();
-            self.shared.worker_gate.forgot();
         }
         match &done {
             WorkerDone::Held(_, sent, how) => {
@@ -101,7 +69,10 @@ impl Coordinator {
             // Given up on (or gone): the next renewal tick makes the row anew, if it should.
             return;
         }
-        let can_work = self.can_work();
+        let can_work = self
+            .instance
+            .health
+            .can_work(self.shared.probe.count(), Instant::now());
         let wait = self.config().worker_renew_interval() / 2;
         if let Some(job) = self.instance.worker.next_job(self.shared.clone(), can_work) {
             self.inbox.jobs.push(Box::pin(async move {

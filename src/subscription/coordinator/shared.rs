@@ -29,12 +29,8 @@ pub(crate) struct Shared {
     pub(crate) policy: crate::ack::AckPolicy,
     /// How hand-backs went, for the stop log.
     pub(crate) releases: Arc<ReleaseTally>,
-    /// Whether this stream's worker row of the instance is fresh (every reader's gate asks
-    /// it); in a liveness group, the anchor stream's coordinator shares it with the group.
+    /// Whether this instance's worker row is fresh (every reader's gate asks it).
     pub(crate) worker_gate: Arc<WorkerGate>,
-    /// In a liveness group, for a stream other than the anchor: the anchor's worker gate,
-    /// which every reader here asks too.
-    pub(crate) anchor_gate: Option<Arc<WorkerGate>>,
     /// The stream's lease metrics.
     pub(crate) leases: LeaseMetrics,
 }
@@ -57,22 +53,13 @@ impl Shared {
             max_in_flight_bytes: Some(config.max_in_flight_bytes),
             settle_within: config.settle_within,
         };
-        let give_up_after = config.worker_give_up_after();
-        let (worker_gate, anchor_gate) = match &config.group {
-            Some(group) => {
-                group.join(&stream);
-                group.gates_for(&stream, give_up_after)
-            }
-            None => (Arc::new(WorkerGate::new(give_up_after)), None),
-        };
         Self {
             permits: Arc::new(Semaphore::new(super::MAX_WORK)),
             probe: Arc::new(ReadProbe::default()),
             first_reads: Arc::default(),
             policy,
             releases: Arc::default(),
-            worker_gate,
-            anchor_gate,
+            worker_gate: Arc::new(WorkerGate::new(config.worker_give_up_after())),
             leases: LeaseMetrics::new(&config.application, &stream),
             api,
             store,
@@ -85,24 +72,6 @@ impl Shared {
     /// coordinator's jobs).
     pub(crate) fn shard_span(&self, shard: &str) -> tracing::Span {
         tracing::info_span!("shard", stream = %self.stream, shard = %shard)
-    }
-
-    /// This coordinator ended (its worker row deleted): it no longer counts in the gates or
-    /// the group.
-    pub(crate) fn leave(&self) {
-        self.worker_gate.unbind();
-        if let Some(group) = &self.config.group {
-            group.leave(&self.stream);
-        }
-    }
-
-    /// This stream's worker row was declared gone: its gate closes until the shards are
-    /// dropped, and every stream's does too when it is the anchor's.
-    pub(crate) fn worker_row_lost(&self) {
-        match &self.config.group {
-            Some(group) if group.is_anchor(&self.stream) => group.anchor_lost(),
-            _ => self.worker_gate.lost(),
-        }
     }
 
     /// Registers the metric handles of one shard.

@@ -13,7 +13,6 @@ use tokio::time::{Instant, MissedTickBehavior, interval};
 use super::take::TakeOutcome;
 use super::{Command, Coordinator, Done, roster};
 use crate::error::KinesisError;
-use crate::lease::Lease;
 
 /// Hand-backs under way at a stop: each ends with its shard's id.
 type HandBacks = FuturesUnordered<BoxFuture<'static, String>>;
@@ -42,8 +41,6 @@ impl Coordinator {
                  duration, and their unsettled records are read again"
             );
         }
-        let kept = self.instance.worker.take_row();
-        self.leave_group(kept);
         self.log_stopped(before, wound_down.is_ok());
     }
 
@@ -75,34 +72,6 @@ impl Coordinator {
         self.instance.worker.delete_at_stop(&self.shared).await;
         // The others list at once and take what was released.
         roster::bump_roster(&self.shared).await;
-    }
-
-    /// Leaves the liveness group once this stream's worker row is deleted. An anchor's row
-    /// that could not be deleted still stands for every stream in the others' eyes: its gate
-    /// stays bound (closing every stream's readers once the row is stale) while a task tries
-    /// the delete again; if the row was released meanwhile, the group was declared gone.
-    fn leave_group(&self, kept: Option<Lease>) {
-        let anchor = (self.shared.config.group.as_ref())
-            .is_some_and(|group| group.is_anchor(&self.shared.stream));
-        let Some(row) = kept.filter(|_| anchor) else {
-            self.shared.leave();
-            return;
-        };
-        let shared = self.shared.clone();
-        let pause = self.config().worker_renew_interval();
-        tokio::spawn(async move {
-            loop {
-                match shared.store.delete(&row).await {
-                    Ok(()) => break,
-                    Err(e) if e.is_lost() => {
-                        shared.worker_row_lost();
-                        break;
-                    }
-                    Err(_) => tokio::time::sleep(pause).await,
-                }
-            }
-            shared.leave();
-        });
     }
 
     /// A job that finished while stopping: a take is released unread, a worker-row write is

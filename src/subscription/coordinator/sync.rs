@@ -145,7 +145,6 @@ impl Coordinator {
         let lease_duration = self.config().lease_duration;
         let expiry = self.config().expiry();
         let holdings = self.holdings();
-        let can_work = self.can_work();
         let liveness = &self.instance.liveness;
         let expired = |row: &Lease| liveness.is_expired(row, now, expiry);
         let view = plan::View {
@@ -164,15 +163,12 @@ impl Coordinator {
             .map(|row| row.shard_id.clone())
             .collect();
         let eligible = lineage::eligible(&listing.shards, &listing.rows);
+        let probed = self.shared.probe.count();
+        let can_work = self.instance.health.can_work(probed, Instant::now());
         let shares = plan::shares(&view, &eligible, can_work);
         let shard_set = listing::shard_set(&listing.shards);
         (self.listings.scans).scanned(Instant::now(), shard_set, shares.live_workers);
         self.instance.watch.ring = roster::ring(&listing.rows, &self.shared.config.owner, &expired);
-        self.instance.watch.groups = roster::ring_groups(&self.instance.watch.ring, &listing.rows);
-        if let Some(group) = &self.shared.config.group {
-            let keys = self.instance.watch.groups.values().cloned();
-            group.listed(&self.shared.stream, keys);
-        }
         self.listings.replaceable = replaceable;
         tracing::debug!(
             shards = listing.shards.len(),

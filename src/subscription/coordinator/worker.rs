@@ -118,8 +118,7 @@ impl WorkerRow {
 
     /// Deletes the row at a graceful stop. The row as last renewed may be stale (a renewal
     /// that timed out here but was written), so a lost condition is tried once more against
-    /// the row as it is now, if it is still this instance's. A row that could not be deleted
-    /// is kept ([`take_row`](Self::take_row)).
+    /// the row as it is now, if it is still this instance's.
     pub(crate) async fn delete_at_stop(&mut self, shared: &Shared) {
         let Some(row) = self.row.take() else {
             return;
@@ -141,13 +140,7 @@ impl WorkerRow {
         }
         if let Err(e) = result {
             tracing::warn!(error = %e, "could not delete this instance's worker row; the other instances delete it once it is not renewed for the lease duration");
-            self.row = Some(row);
         }
-    }
-
-    /// The row as last written, if this instance still has one (taking it).
-    pub(crate) fn take_row(&mut self) -> Option<Lease> {
-        self.row.take()
     }
 }
 
@@ -199,7 +192,6 @@ async fn ensure(shared: Arc<Shared>, expected_missing: bool) -> WorkerDone {
     let mut row = Lease::new(shared.stream.to_string(), worker_row_id(&owner), Vec::new());
     row.owner = Some(owner.clone());
     row.limits = Some(shared.config.limits);
-    row.liveness_group = shared.config.group.as_ref().map(|g| g.id.clone());
     let sent = Instant::now();
     // A row deleted between the create and the read is created again.
     let found = async {
@@ -209,12 +201,9 @@ async fn ensure(shared: Arc<Shared>, expected_missing: bool) -> WorkerDone {
                 return Ok(Found::Created);
             }
             match shared.store.get(&shared.stream, &ids).await?.pop() {
-                // Limits or group set differently (a restart with other settings): the row is
-                // made anew, conditional on it being as read.
-                Some(current)
-                    if current.limits != row.limits
-                        || current.liveness_group != row.liveness_group =>
-                {
+                // Limits set differently (a restart with other settings): the row is made
+                // anew, conditional on it being as read.
+                Some(current) if current.limits != row.limits => {
                     let ours = current.owner.as_deref() == Some(owner.as_str());
                     shared.store.delete(&current).await?;
                     if shared.store.create(&row).await? {
