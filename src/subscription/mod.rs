@@ -624,6 +624,28 @@ impl Subscription {
         }
     }
 
+    /// Applies every command sent so far, the waker registered with the channel once it is
+    /// empty. Returns the first error to yield, and whether any command was applied (or the
+    /// channel found closed).
+    fn apply_commands(&mut self, cx: &mut Context<'_>) -> (Option<KinesisError>, bool) {
+        let mut applied = false;
+        loop {
+            match self.commands.poll_recv(cx) {
+                Poll::Ready(Some(command)) => {
+                    applied = true;
+                    if let Some(e) = self.apply(command) {
+                        return (Some(e), true);
+                    }
+                }
+                Poll::Ready(None) => {
+                    self.closing = true;
+                    return (None, true);
+                }
+                Poll::Pending => return (None, applied),
+            }
+        }
+    }
+
     fn apply(&mut self, command: Command) -> Option<KinesisError> {
         match command {
             Command::Add(shard, pump) => {
@@ -666,27 +688,27 @@ impl Stream for Subscription {
         if let Some(e) = this.early.pop_front() {
             return Poll::Ready(Some(Err(e)));
         }
+        // Commands first, so none is passed by a delivery. An empty channel is told apart
+        // cheaply; the waker is registered with it only when this stream has nothing to
+        // yield, which is when a command must wake it.
+        if !this.commands.is_empty()
+            && let (Some(e), _) = this.apply_commands(cx)
+        {
+            return Poll::Ready(Some(Err(e)));
+        }
         loop {
-            match this.commands.poll_recv(cx) {
-                Poll::Ready(Some(command)) => {
-                    if let Some(e) = this.apply(command) {
-                        return Poll::Ready(Some(Err(e)));
-                    }
-                }
-                Poll::Ready(None) => {
-                    this.closing = true;
-                    break;
-                }
-                Poll::Pending => break,
+            if this.closing {
+                return Poll::Ready(None);
             }
-        }
-        if this.closing {
-            return Poll::Ready(None);
-        }
-        match Pin::new(&mut this.shards).poll_next(cx) {
-            Poll::Ready(Some((_, item))) => Poll::Ready(Some(item)),
-            // No shard right now: the command channel wakes this stream when one is added.
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+            if let Poll::Ready(Some((_, item))) = Pin::new(&mut this.shards).poll_next(cx) {
+                return Poll::Ready(Some(item));
+            }
+            // No shard right now, or none with a record: a command wakes this stream too.
+            match this.apply_commands(cx) {
+                (Some(e), _) => return Poll::Ready(Some(Err(e))),
+                (None, false) => return Poll::Pending,
+                (None, true) => {}
+            }
         }
     }
 }
