@@ -88,12 +88,6 @@ pub struct Lease {
     /// to compute the same shares. `None` on shard rows (and on worker rows written before
     /// limits were recorded, which count as [`WorkerLimits::default`]).
     pub limits: Option<WorkerLimits>,
-    /// On a worker row: the liveness group of the instance, when its readers of several
-    /// streams (a [`MultiSubscription`](crate::MultiSubscription)'s) stop together as soon
-    /// as any one of its worker rows is stale. Its rows with the same group stand for each
-    /// other, so the other instances watch one of them instead of one per stream. `None` on
-    /// shard rows and on the worker rows of instances reading one stream.
-    pub liveness_group: Option<String>,
 }
 
 /// How much of a stream one instance takes: its share relative to the others', and an upper
@@ -134,7 +128,6 @@ impl Lease {
             parents,
             starting_sequence_number: None,
             limits: None,
-            liveness_group: None,
         }
     }
 
