@@ -96,6 +96,8 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
   --rounds R    timed rounds; each round drains the backlog once per way (default 5)
   --quick       smoke run: --records 20000 --rounds 1
   --diagnose    also time (d): 4 ShardReaders, each drained on a task of its own
+  --ways LETTERS
+                only these ways (e.g. `b`, for a profile); the baseline (a) always runs
   --aggregated  load the backlog as KPL aggregates of up to 100 user records (this crate's
                 aggregating publisher, packed per shard); the library's ways de-aggregate,
                 the raw loop reads the aggregates as they are
@@ -115,6 +117,8 @@ struct Options {
     records: usize,
     rounds: usize,
     help: bool,
+    /// Only these ways (letters), the baseline (a) always among them.
+    only: Option<String>,
     /// Adds way (d).
     diagnose: bool,
     /// The backlog is KPL aggregates of up to 100 user records.
@@ -133,6 +137,7 @@ impl Options {
             records: DEFAULT_RECORDS,
             rounds: DEFAULT_ROUNDS,
             help: false,
+            only: None,
             diagnose: false,
             aggregated: false,
             endpoint: None,
@@ -157,6 +162,13 @@ impl Options {
                     options.rounds = 1;
                 }
                 "--diagnose" => options.diagnose = true,
+                "--ways" => {
+                    let letters = it.next().ok_or("--ways needs letters, e.g. ab")?;
+                    if let Some(bad) = letters.chars().find(|c| !"abcdef".contains(*c)) {
+                        return Err(format!("--ways: `{bad}` is not one of a b c d e f"));
+                    }
+                    options.only = Some(letters.to_owned());
+                }
                 "--aggregated" => options.aggregated = true,
                 "--endpoint" => {
                     options.endpoint = Some(it.next().ok_or("--endpoint needs a URL")?.to_owned());
@@ -215,6 +227,18 @@ impl Way {
         Way::BrokerFace,
         Way::FanOut,
     ];
+
+    /// The way's letter, as `--ways` names it.
+    fn letter(self) -> char {
+        match self {
+            Way::Sdk => 'a',
+            Way::Subscription => 'b',
+            Way::SelectAll => 'c',
+            Way::TaskPerReader => 'd',
+            Way::BrokerFace => 'e',
+            Way::FanOut => 'f',
+        }
+    }
 
     fn label(self) -> &'static str {
         match self {
@@ -356,11 +380,19 @@ async fn run(options: Options) -> Result<()> {
     // store land on no way's account.
     bench.drain(Way::Sdk, 0).await?;
 
-    let ways = if options.diagnose {
+    let all = if options.diagnose || options.only.as_deref().is_some_and(|o| o.contains('d')) {
         &Way::DIAGNOSE[..]
     } else {
         &Way::DEFAULT[..]
     };
+    let ways: Vec<Way> = all
+        .iter()
+        .copied()
+        .filter(|way| match &options.only {
+            Some(only) => *way == Way::Sdk || only.contains(way.letter()),
+            None => true,
+        })
+        .collect();
     let mut samples: BTreeMap<Way, Vec<Sample>> = BTreeMap::new();
     let mut ratios: BTreeMap<Way, Vec<f64>> = BTreeMap::new();
     for round in 0..options.rounds {
