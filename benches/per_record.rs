@@ -1,5 +1,5 @@
 //! Per-record cost of the core on the in-memory transport: allocations per record (counted by a
-//! global allocator) and, under callgrind, instructions per record, for four consumers of the
+//! global allocator) and, under callgrind, instructions per record, for several consumers of the
 //! same records:
 //!
 //! * `iter`: a bare `futures::stream::iter` over the records, already built (the baseline);
@@ -13,10 +13,14 @@
 //! * `deadline`: `subscription` with a settlement deadline per delivery (`settle_within`), which
 //!   keeps a clone of each record handed out and a deadline queue;
 //! * `deaggregated`: `subscription` with de-aggregation on, over the same number of user records
-//!   packed 100 to a KPL aggregate (so the figures are per user record).
+//!   packed 100 to a KPL aggregate (so the figures are per user record);
+//! * `four`: `subscription` over four shards, a quarter of the records each (the end-to-end
+//!   drain's shape);
+//! * `wide`: `subscription` over 64 shards, every record in one of them (a busy shard among
+//!   idle ones, which cost per record what the merge spends on them).
 //!
 //! ```text
-//! cargo bench --bench per_record                      # allocations per record, all six
+//! cargo bench --bench per_record                      # allocations per record, all modes
 //! cargo bench --bench per_record -- --mode shard --records 20000   # one mode (for callgrind)
 //! benches/callgrind.sh                                # instructions per record, all six
 //! ```
@@ -50,12 +54,20 @@ const STREAM: &str = "bench";
 const SHARD: &str = "shardId-000000000000";
 
 fn kinesis(records: usize) -> MemoryKinesis {
+    kinesis_sharded(records, 1, 64)
+}
+
+/// `records` records of 100 bytes over `shards` shards, written with `keys` partition keys
+/// (one key: every record in one shard).
+fn kinesis_sharded(records: usize, shards: u32, keys: usize) -> MemoryKinesis {
     let memory = MemoryKinesis::new();
-    memory.add_stream(STREAM, 1).expect("creates the stream");
+    memory
+        .add_stream(STREAM, shards)
+        .expect("creates the stream");
     let payload = vec![b'x'; 100];
     for i in 0..records {
         memory
-            .put(STREAM, &format!("key-{}", i % 64), payload.clone())
+            .put(STREAM, &format!("key-{}", i % keys), payload.clone())
             .expect("writes");
     }
     memory
@@ -89,10 +101,13 @@ fn settings() -> ReadSettings {
 /// consuming itself runs in the `measured_*` functions, which `benches/callgrind.sh` tells
 /// callgrind to count (`--toggle-collect`), so building the stream is left out.
 fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
-    let memory = if mode == "deaggregated" {
-        kinesis_aggregated(records)
-    } else {
-        kinesis(records)
+    let memory = match mode {
+        "deaggregated" => kinesis_aggregated(records),
+        // The drain's shape: four shards, each with a quarter of the records.
+        "four" => kinesis_sharded(records, 4, 64),
+        // One busy shard among 63 idle ones.
+        "wide" => kinesis_sharded(records, 64, 1),
+        _ => kinesis(records),
     };
     match mode {
         "iter" => {
@@ -107,13 +122,20 @@ fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
             measured_shard(runtime, api, records);
             region.change().allocations as u64
         }
-        "subscription" | "durable" | "deadline" | "deaggregated" => {
+        "subscription" | "durable" | "deadline" | "deaggregated" | "four" | "wide" => {
             let api: SharedKinesis = Arc::new(memory);
             let leases = MemoryLeaseStore::new();
             let subscription = runtime.block_on(async {
                 let builder = Subscription::builder(api, Arc::new(leases.clone()), STREAM)
                     .start_at(KinesisPosition::horizon())
                     .read_settings(settings().deaggregate(mode == "deaggregated"));
+                // Idle shards read once and then wait, rather than read empty every
+                // millisecond of the (slow, instrumented) run.
+                let builder = if mode == "wide" {
+                    builder.read_settings(settings().poll_interval(Duration::from_secs(600)))
+                } else {
+                    builder
+                };
                 let builder = if mode == "deadline" {
                     builder.settle_within(Duration::from_secs(600))
                 } else {
@@ -133,7 +155,8 @@ fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
             allocations
         }
         other => panic!(
-            "unknown mode {other:?}: iter, shard, subscription, durable, deadline or deaggregated"
+            "unknown mode {other:?}: iter, shard, subscription, durable, deadline, deaggregated, \
+             four or wide"
         ),
     }
 }
@@ -218,6 +241,8 @@ fn main() {
         "durable",
         "deadline",
         "deaggregated",
+        "four",
+        "wide",
     ] {
         let once = consume(&runtime, mode, records);
         let twice = consume(&runtime, mode, 2 * records);

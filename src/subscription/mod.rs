@@ -38,6 +38,7 @@ mod gate;
 mod multi;
 mod position_source;
 mod pump;
+mod ready;
 mod seeker;
 mod signal;
 
@@ -50,9 +51,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
+use ready::ReadyMap;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::StreamMap;
 
 pub use clock::{Clock, TokioClock};
 pub(crate) use config::SubscriptionConfig;
@@ -457,8 +458,8 @@ impl ShutdownHandle {
 /// `ready_chunks`).
 #[must_use = "streams do nothing unless polled"]
 pub struct Subscription {
-    // Keyed by `Arc<str>`: the map hands out a clone of the key with every item.
-    shards: StreamMap<Arc<str>, ShardPump>,
+    // Polls only the shards that can yield: an idle shard costs nothing per record.
+    shards: ReadyMap<Arc<str>, ShardPump>,
     commands: mpsc::UnboundedReceiver<Command>,
     /// Errors announced before the stream was first polled, yielded first.
     early: VecDeque<KinesisError>,
@@ -505,7 +506,7 @@ impl Subscription {
             return Err(e);
         }
         let mut subscription = Subscription {
-            shards: StreamMap::new(),
+            shards: ReadyMap::new(),
             commands,
             early: VecDeque::new(),
             closing: false,
@@ -700,7 +701,7 @@ impl Stream for Subscription {
             if this.closing {
                 return Poll::Ready(None);
             }
-            if let Poll::Ready(Some((_, item))) = Pin::new(&mut this.shards).poll_next(cx) {
+            if let Poll::Ready(Some(item)) = this.shards.poll_next_item(cx) {
                 return Poll::Ready(Some(item));
             }
             // No shard right now, or none with a record: a command wakes this stream too.

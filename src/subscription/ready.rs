@@ -1,0 +1,428 @@
+//! [`ReadyMap`]: keyed streams merged so that a poll touches only streams that can make
+//! progress.
+//!
+//! A merge that polls every stream until one yields (as `tokio_stream::StreamMap` does) pays
+//! for each idle stream on every item: a subscription holding 64 shards of which one has a
+//! backlog polled some 32 idle readers per record. Here each stream is polled with a waker
+//! of its own; a stream is polled again only after it yielded (it may have more) or after its
+//! waker fired. Streams that yield take turns in the order they became ready.
+
+use std::borrow::Borrow;
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+
+use futures::Stream;
+use futures::task::AtomicWaker;
+
+/// Where entries' wakers report, shared with every waker handed out.
+#[derive(Debug, Default)]
+struct Woken {
+    /// (slot, generation) of entries whose waker fired since the map last looked.
+    slots: Mutex<Vec<(usize, u64)>>,
+    /// Set with every push to `slots`: a poll looks at the mutex only when it is set.
+    any: AtomicBool,
+    /// The task polling the map.
+    parent: AtomicWaker,
+}
+
+/// An entry's waker: records the entry as ready and wakes the map's task.
+#[derive(Debug)]
+struct EntryWaker {
+    slot: usize,
+    generation: u64,
+    /// Already reported and not yet looked at: a second wake adds nothing.
+    reported: AtomicBool,
+    woken: Arc<Woken>,
+}
+
+impl Wake for EntryWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.reported.swap(true, Ordering::AcqRel) {
+            let mut slots = self
+                .woken
+                .slots
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            slots.push((self.slot, self.generation));
+            self.woken.any.store(true, Ordering::Release);
+        }
+        self.woken.parent.wake();
+    }
+}
+
+#[derive(Debug)]
+struct Entry<K, S> {
+    key: K,
+    stream: S,
+    generation: u64,
+    /// In the local ready queue now.
+    queued: bool,
+    notify: Arc<EntryWaker>,
+    waker: Waker,
+}
+
+/// Streams keyed by `K`, polled as one stream of `(K, item)` (or of items alone, through
+/// [`poll_next_item`](Self::poll_next_item)); a stream that ends is removed.
+#[must_use = "streams do nothing unless polled"]
+pub(crate) struct ReadyMap<K, S> {
+    slots: Vec<Option<Entry<K, S>>>,
+    free: Vec<usize>,
+    by_key: HashMap<K, usize>,
+    /// Entries to poll, in turn: (slot, generation), so a stale turn of a removed entry is
+    /// passed over.
+    ready: VecDeque<(usize, u64)>,
+    woken: Arc<Woken>,
+    next_generation: u64,
+}
+
+impl<K, S> Default for ReadyMap<K, S> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_key: HashMap::new(),
+            ready: VecDeque::new(),
+            woken: Arc::default(),
+            next_generation: 0,
+        }
+    }
+}
+
+impl<K: std::fmt::Debug, S> std::fmt::Debug for ReadyMap<K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadyMap")
+            .field("keys", &self.by_key.keys().collect::<Vec<_>>())
+            .field("ready", &self.ready.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, S> ReadyMap<K, S>
+where
+    K: Hash + Eq + Clone,
+    S: Stream + Unpin,
+{
+    /// An empty map.
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many streams the map holds.
+    pub(crate) fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// The keys, in no particular order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &K> {
+        self.by_key.keys()
+    }
+
+    /// Adds `stream` under `key` (replacing and dropping a stream held under it); it is
+    /// polled at the next poll of the map.
+    pub(crate) fn insert(&mut self, key: K, stream: S) {
+        self.remove(&key);
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let slot = self.free.pop().unwrap_or(self.slots.len());
+        let notify = Arc::new(EntryWaker {
+            slot,
+            generation,
+            reported: AtomicBool::new(false),
+            woken: self.woken.clone(),
+        });
+        let entry = Entry {
+            key: key.clone(),
+            stream,
+            generation,
+            queued: true,
+            waker: Waker::from(notify.clone()),
+            notify,
+        };
+        if slot == self.slots.len() {
+            self.slots.push(Some(entry));
+        } else {
+            self.slots[slot] = Some(entry);
+        }
+        self.by_key.insert(key, slot);
+        // Polled at the map's next poll (insertions happen before the first poll or while
+        // the map's owner is being polled).
+        self.ready.push_back((slot, generation));
+    }
+
+    /// Removes and drops the stream under `key`, if any.
+    pub(crate) fn remove<Q>(&mut self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let Some(slot) = self.by_key.remove(key) else {
+            return false;
+        };
+        self.slots[slot] = None;
+        self.free.push(slot);
+        true
+    }
+
+    /// Removes and drops every stream.
+    pub(crate) fn clear(&mut self) {
+        self.slots.clear();
+        self.free.clear();
+        self.by_key.clear();
+        self.ready.clear();
+    }
+
+    /// Moves the entries whose waker fired into the ready queue.
+    fn take_woken(&mut self) {
+        let woken = {
+            let mut slots = (self.woken.slots.lock()).unwrap_or_else(PoisonError::into_inner);
+            self.woken.any.store(false, Ordering::Release);
+            std::mem::take(&mut *slots)
+        };
+        for (slot, generation) in woken {
+            let Some(Some(entry)) = self.slots.get_mut(slot) else {
+                continue;
+            };
+            if entry.generation != generation {
+                continue;
+            }
+            entry.notify.reported.store(false, Ordering::Release);
+            if !entry.queued {
+                entry.queued = true;
+                self.ready.push_back((slot, generation));
+            }
+        }
+    }
+
+    /// The next item of any stream, without its key: `Ready(None)` when the map is empty,
+    /// `Pending` when no stream has an item now (a stream's waker wakes the task then).
+    pub(crate) fn poll_next_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        self.poll_entry(cx).map(|next| next.map(|(_, item)| item))
+    }
+
+    /// The next item of any stream with the slot of the stream that yielded it.
+    fn poll_entry(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, S::Item)>> {
+        self.woken.parent.register(cx.waker());
+        loop {
+            if self.woken.any.load(Ordering::Acquire) {
+                self.take_woken();
+            }
+            let Some((slot, generation)) = self.ready.pop_front() else {
+                return if self.by_key.is_empty() {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Pending
+                };
+            };
+            let Some(Some(entry)) = self.slots.get_mut(slot) else {
+                continue;
+            };
+            if entry.generation != generation {
+                continue;
+            }
+            entry.queued = false;
+            let mut own = Context::from_waker(&entry.waker);
+            match Pin::new(&mut entry.stream).poll_next(&mut own) {
+                Poll::Ready(Some(item)) => {
+                    // It may have more: its next turn comes after the others ready now.
+                    entry.queued = true;
+                    self.ready.push_back((slot, generation));
+                    return Poll::Ready(Some((slot, item)));
+                }
+                Poll::Ready(None) => {
+                    let key = entry.key.clone();
+                    self.remove(&key);
+                }
+                Poll::Pending => {}
+            }
+        }
+    }
+}
+
+impl<K, S> Stream for ReadyMap<K, S>
+where
+    K: Hash + Eq + Clone + Unpin,
+    S: Stream + Unpin,
+{
+    type Item = (K, S::Item);
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        match this.poll_entry(cx) {
+            Poll::Ready(Some((slot, item))) => {
+                let key = match this.slots.get(slot) {
+                    Some(Some(entry)) => entry.key.clone(),
+                    _ => unreachable!("the entry that yielded is still held"),
+                };
+                Poll::Ready(Some((key, item)))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A stream that counts its polls and yields what is pushed into its channel.
+    struct Counted {
+        polls: Arc<AtomicUsize>,
+        inner: futures::channel::mpsc::UnboundedReceiver<u32>,
+    }
+
+    impl Stream for Counted {
+        type Item = u32;
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<u32>> {
+            self.polls.fetch_add(1, Ordering::Relaxed);
+            self.inner.poll_next_unpin(cx)
+        }
+    }
+
+    fn counted() -> (
+        Counted,
+        Arc<AtomicUsize>,
+        futures::channel::mpsc::UnboundedSender<u32>,
+    ) {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let polls = Arc::new(AtomicUsize::new(0));
+        (
+            Counted {
+                polls: polls.clone(),
+                inner: rx,
+            },
+            polls,
+            tx,
+        )
+    }
+
+    fn poll_now<K: Hash + Eq + Clone, S: Stream + Unpin>(
+        map: &mut ReadyMap<K, S>,
+    ) -> Poll<Option<S::Item>> {
+        map.poll_next_item(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn idle_streams_are_not_polled_again_until_woken() {
+        let mut map = ReadyMap::new();
+        let mut idle = Vec::new();
+        for i in 0..16 {
+            let (stream, polls, tx) = counted();
+            map.insert(i, stream);
+            idle.push((polls, tx));
+        }
+        let (busy, busy_polls, busy_tx) = counted();
+        map.insert(99, busy);
+        for n in 0..100 {
+            busy_tx.unbounded_send(n).unwrap();
+        }
+        let mut got = Vec::new();
+        while let Poll::Ready(Some(n)) = poll_now(&mut map) {
+            got.push(n);
+        }
+        assert_eq!(got, (0..100).collect::<Vec<_>>());
+        // Each idle stream was polled once, when it was added; the busy one once per item
+        // and once more to find it empty.
+        for (polls, _) in &idle {
+            assert_eq!(polls.load(Ordering::Relaxed), 1);
+        }
+        assert_eq!(busy_polls.load(Ordering::Relaxed), 101);
+        // A woken idle stream is polled and yields.
+        idle[3].1.unbounded_send(7).unwrap();
+        assert_eq!(poll_now(&mut map), Poll::Ready(Some(7)));
+        assert_eq!(idle[3].0.load(Ordering::Relaxed), 2);
+        assert_eq!(idle[4].0.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn ready_streams_take_turns_and_ended_ones_leave() {
+        let mut map = ReadyMap::new();
+        let mut senders = Vec::new();
+        for key in ["a", "b", "c"] {
+            let (stream, _, tx) = counted();
+            for n in 0..3 {
+                tx.unbounded_send(n).unwrap();
+            }
+            map.insert(key, stream);
+            senders.push(tx);
+        }
+        let mut order = Vec::new();
+        for _ in 0..9 {
+            match poll_now(&mut map) {
+                Poll::Ready(Some(n)) => order.push(n),
+                other => panic!("expected an item, got {other:?}"),
+            }
+        }
+        assert_eq!(order, [0, 0, 0, 1, 1, 1, 2, 2, 2]);
+        // "b" ends: it leaves the map; the others wait.
+        senders.remove(1);
+        assert_eq!(poll_now(&mut map), Poll::Pending);
+        assert_eq!(map.len(), 2);
+        assert!(!map.keys().any(|k| *k == "b"));
+        senders.clear();
+        assert_eq!(poll_now(&mut map), Poll::Ready(None));
+    }
+
+    /// A stream that never yields and keeps the waker it was last polled with.
+    struct Parked(Arc<Mutex<Option<Waker>>>);
+
+    impl Stream for Parked {
+        type Item = u32;
+        fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<u32>> {
+            *self.0.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn a_removed_or_replaced_stream_is_never_polled_again() {
+        let mut map: ReadyMap<&str, Box<dyn Stream<Item = u32> + Unpin>> = ReadyMap::new();
+        let parked = Arc::new(Mutex::new(None));
+        map.insert("k", Box::new(Parked(parked.clone())));
+        assert_eq!(poll_now(&mut map), Poll::Pending);
+        let old_waker = parked.lock().unwrap().take().expect("polled once");
+        let (new, new_polls, new_tx) = counted();
+        map.insert("k", Box::new(new));
+        assert_eq!(poll_now(&mut map), Poll::Pending);
+        assert_eq!(new_polls.load(Ordering::Relaxed), 1);
+        // The replaced stream's waker fires: the stream now in its slot is not polled for it.
+        old_waker.wake();
+        assert_eq!(poll_now(&mut map), Poll::Pending);
+        assert_eq!(new_polls.load(Ordering::Relaxed), 1);
+        new_tx.unbounded_send(2).unwrap();
+        assert_eq!(poll_now(&mut map), Poll::Ready(Some(2)));
+        assert!(map.remove("k"));
+        assert!(
+            new_tx.unbounded_send(3).is_err(),
+            "a removed stream is dropped"
+        );
+        assert_eq!(poll_now(&mut map), Poll::Ready(None));
+        assert_eq!(new_polls.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_wake_from_another_task_reaches_the_map() {
+        let mut map = ReadyMap::new();
+        let (stream, _, tx) = counted();
+        map.insert("k", stream);
+        let sender = tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            tx.unbounded_send(5).unwrap();
+            tx
+        });
+        let got = futures::future::poll_fn(|cx| map.poll_next_item(cx)).await;
+        assert_eq!(got, Some(5));
+        drop(sender.await.unwrap());
+        assert_eq!(map.next().await.map(|(k, _)| k), None);
+    }
+}
