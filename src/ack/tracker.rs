@@ -6,6 +6,7 @@
 
 use crate::telemetry::{AckCounts, ShardMetrics};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
@@ -47,7 +48,7 @@ pub(crate) struct AckPolicy {
     pub(crate) redeliver_dropped: bool,
     /// Set, synchronously, once the subscription is asked to stop or is dropped: a delivery
     /// dropped from then on is abandoned.
-    pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
+    pub(crate) stopping: Arc<AtomicBool>,
     /// Deliveries a record gets before it is dead-lettered instead of delivered again.
     pub(crate) max_attempts: Option<u32>,
     /// Where dead letters go.
@@ -206,10 +207,19 @@ pub(crate) struct ShardAcks {
     /// Notified when the checkpoint candidate becomes SHARD_END.
     finished: Notify,
     /// Replaced by a new ledger (the subscription moved): its deliveries are stale.
-    retired: std::sync::atomic::AtomicBool,
+    retired: AtomicBool,
     /// The subscription stopped reading the shard (handed off, lost, stopping): a delivery
     /// dropped from now on is abandoned, not passed.
-    closed: std::sync::atomic::AtomicBool,
+    closed: AtomicBool,
+    /// Records sent back wait in the retry queue (set and cleared under the state's lock):
+    /// while it is false and no settlement deadline applies, the reader skips
+    /// [`next_retry`](Self::next_retry) for a record it can hand out.
+    retrying: AtomicBool,
+    /// Copies of the ledger's length and of its data bytes in flight, written under the
+    /// state's lock: the reader checks for room without the lock. Only the reader adds
+    /// records, so what it reads is never below the truth, and a settlement it has not seen
+    /// yet only sends it to the lock.
+    room: (AtomicUsize, AtomicUsize),
     /// What drops become.
     policy: AckPolicy,
     /// How far a written checkpoint covers the ledger.
@@ -247,8 +257,10 @@ impl ShardAcks {
             }),
             settled,
             finished: Notify::new(),
-            retired: std::sync::atomic::AtomicBool::new(false),
-            closed: std::sync::atomic::AtomicBool::new(false),
+            retired: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            retrying: AtomicBool::new(false),
+            room: (AtomicUsize::new(0), AtomicUsize::new(0)),
             policy: AckPolicy::default(),
             durability: Durability::default(),
             metrics: ShardMetrics::default(),
@@ -288,17 +300,12 @@ impl ShardAcks {
     /// The subscription stopped reading the shard: deliveries dropped from now on are
     /// abandoned (read again by the next reader), never passed.
     pub(crate) fn close(&self) {
-        self.closed
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.closed.store(true, Ordering::Release);
     }
 
     /// True once the subscription stopped reading the shard, or was asked to stop.
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(std::sync::atomic::Ordering::Acquire)
-            || self
-                .policy
-                .stopping
-                .load(std::sync::atomic::Ordering::Acquire)
+        self.closed.load(Ordering::Acquire) || self.policy.stopping.load(Ordering::Acquire)
     }
 
     /// True when deliveries dropped unsettled are sent back rather than passed.
@@ -313,13 +320,12 @@ impl ShardAcks {
 
     /// Marks the ledger as replaced (the subscription moved): its deliveries are stale.
     pub(crate) fn retire(&self) {
-        self.retired
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.retired.store(true, Ordering::Release);
     }
 
     /// True once the ledger was replaced.
     pub(crate) fn is_retired(&self) -> bool {
-        self.retired.load(std::sync::atomic::Ordering::Acquire)
+        self.retired.load(Ordering::Acquire)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -353,10 +359,17 @@ impl ShardAcks {
     /// [`register`](Self::register), counting `bytes` of data in flight until it is settled.
     pub(crate) fn register_sized(&self, sequence_number: &str, bytes: usize) -> u64 {
         let mut state = self.lock();
-        Self::push_slot(&mut state, sequence_number, bytes, None)
+        self.push_slot(&mut state, sequence_number, bytes, None)
+    }
+
+    /// Copies the ledger's length and bytes in flight for [`has_room`](Self::has_room).
+    fn publish_room(&self, state: &State) {
+        self.room.0.store(state.pending.len(), Ordering::Release);
+        self.room.1.store(state.in_flight_bytes, Ordering::Release);
     }
 
     fn push_slot(
+        &self,
         state: &mut State,
         sequence_number: &str,
         bytes: usize,
@@ -373,6 +386,7 @@ impl ShardAcks {
             open_sub,
         });
         state.in_flight_bytes += bytes;
+        self.publish_room(state);
         index
     }
 
@@ -385,7 +399,7 @@ impl ShardAcks {
         } else {
             record.sub_sequence_number()
         };
-        let index = Self::push_slot(
+        let index = self.push_slot(
             &mut state,
             record.sequence_number(),
             record.data().len(),
@@ -453,6 +467,7 @@ impl ShardAcks {
             if advanced.is_some() {
                 state.settled_through = advanced;
             }
+            self.publish_room(&state);
             (
                 state.waiting_reader.take(),
                 state.ended && state.pending.is_empty(),
@@ -548,12 +563,18 @@ impl ShardAcks {
     /// byte bound, are in flight (a record always passes when none is); otherwise stores
     /// `waker` to be woken by the next settlement and returns false.
     pub(crate) fn has_room(&self, limit: usize, waker: &Waker) -> bool {
+        let fits = |len: usize, bytes: usize| {
+            len < limit
+                && (self.policy.max_in_flight_bytes).is_none_or(|max| bytes < max || bytes == 0)
+        };
+        if fits(
+            self.room.0.load(Ordering::Acquire),
+            self.room.1.load(Ordering::Acquire),
+        ) {
+            return true;
+        }
         let mut state = self.lock();
-        let bytes_ok = self
-            .policy
-            .max_in_flight_bytes
-            .is_none_or(|max| state.in_flight_bytes < max || state.in_flight_bytes == 0);
-        if state.pending.len() < limit && bytes_ok {
+        if fits(state.pending.len(), state.in_flight_bytes) {
             return true;
         }
         state.waiting_reader = Some(waker.clone());
@@ -625,11 +646,19 @@ impl ShardAcks {
                 },
             );
             state.retried += 1;
+            self.retrying.store(true, Ordering::Release);
             state.retry_waker.take()
         };
         if let Some(waker) = waker {
             waker.wake();
         }
+    }
+
+    /// True when [`next_retry`](Self::next_retry) may have something to serve (a record sent
+    /// back, or a settlement deadline to watch); when false, a reader with a record to hand
+    /// out need not ask (it asks before it waits, which registers its waker).
+    pub(crate) fn may_retry(&self) -> bool {
+        self.policy.settle_within.is_some() || self.retrying.load(Ordering::Acquire)
     }
 
     /// The next record to redeliver, if any; registers `waker` for records sent back later.
@@ -659,6 +688,7 @@ impl ShardAcks {
         let front = state.retries.front().map(|r| r.ready_at);
         match front {
             None => {
+                self.retrying.store(false, Ordering::Release);
                 if !state
                     .retry_waker
                     .as_ref()
@@ -670,6 +700,9 @@ impl ShardAcks {
             }
             Some(at) if at <= Instant::now() => {
                 let retry = state.retries.pop_front().expect("front exists");
+                if state.retries.is_empty() {
+                    self.retrying.store(false, Ordering::Release);
+                }
                 if !retry.dead {
                     self.hand_out_again(&mut state, &retry);
                 }

@@ -122,14 +122,17 @@ impl Stream for ShardPump {
         if !this.gate.is_open() {
             return Poll::Ready(close(this.done, this.gate, this.acks, this.events));
         }
-        if let Some(retried) = poll_retries(&mut this, cx) {
+        // Records sent back go first; the ledger says cheaply when there are none.
+        if (this.dead_letter.is_some() || this.acks.may_retry())
+            && let Some(retried) = poll_retries(&mut this, cx)
+        {
             return retried;
         }
         if *this.drained || !this.acks.has_room(*this.max_in_flight, cx.waker()) {
-            return Poll::Pending;
+            return before_waiting(&mut this, cx);
         }
         match this.inner.as_mut().poll_next(cx) {
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => before_waiting(&mut this, cx),
             // The gate was asked at the start of this poll, microseconds ago: a gate closes
             // a third of the lease duration before anyone else may read the shard.
             Poll::Ready(Some(Ok(record))) => {
@@ -151,6 +154,12 @@ impl Stream for ShardPump {
             Poll::Ready(None) => reader_ended(&mut this, cx),
         }
     }
+}
+
+/// The pump has nothing to hand out: asks the ledger for a record sent back meanwhile, which
+/// also registers the task to be woken by the next one sent back.
+fn before_waiting(this: &mut Projection<'_>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+    poll_retries(this, cx).unwrap_or(Poll::Pending)
 }
 
 /// Serves a record sent back for redelivery, when one is due; `None` when the queue lets
