@@ -215,11 +215,12 @@ pub(crate) struct ShardAcks {
     /// while it is false and no settlement deadline applies, the reader skips
     /// [`next_retry`](Self::next_retry) for a record it can hand out.
     retrying: AtomicBool,
-    /// Copies of the ledger's length and of its data bytes in flight, written under the
-    /// state's lock: the reader checks for room without the lock. Only the reader adds
-    /// records, so what it reads is never below the truth, and a settlement it has not seen
-    /// yet only sends it to the lock.
-    room: (AtomicUsize, AtomicUsize),
+    /// A copy of the ledger's length, written under the state's lock: the reader checks for
+    /// room without the lock. Only the reader adds records, so what it reads is never below
+    /// the truth, and a settlement it has not seen yet only sends it to the lock.
+    pending_copy: AtomicUsize,
+    /// A copy of the data bytes in flight, written the same way.
+    bytes_copy: AtomicUsize,
     /// What drops become.
     policy: AckPolicy,
     /// How far a written checkpoint covers the ledger.
@@ -260,7 +261,8 @@ impl ShardAcks {
             retired: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             retrying: AtomicBool::new(false),
-            room: (AtomicUsize::new(0), AtomicUsize::new(0)),
+            pending_copy: AtomicUsize::new(0),
+            bytes_copy: AtomicUsize::new(0),
             policy: AckPolicy::default(),
             durability: Durability::default(),
             metrics: ShardMetrics::default(),
@@ -364,8 +366,10 @@ impl ShardAcks {
 
     /// Copies the ledger's length and bytes in flight for [`has_room`](Self::has_room).
     fn publish_room(&self, state: &State) {
-        self.room.0.store(state.pending.len(), Ordering::Release);
-        self.room.1.store(state.in_flight_bytes, Ordering::Release);
+        self.pending_copy
+            .store(state.pending.len(), Ordering::Release);
+        self.bytes_copy
+            .store(state.in_flight_bytes, Ordering::Release);
     }
 
     fn push_slot(
@@ -568,8 +572,8 @@ impl ShardAcks {
                 && (self.policy.max_in_flight_bytes).is_none_or(|max| bytes < max || bytes == 0)
         };
         if fits(
-            self.room.0.load(Ordering::Acquire),
-            self.room.1.load(Ordering::Acquire),
+            self.pending_copy.load(Ordering::Acquire),
+            self.bytes_copy.load(Ordering::Acquire),
         ) {
             return true;
         }
