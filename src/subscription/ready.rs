@@ -69,8 +69,8 @@ struct Entry<K, S> {
     waker: Waker,
 }
 
-/// Streams keyed by `K`, polled as one stream of `(K, item)` (or of items alone, through
-/// [`poll_next_item`](Self::poll_next_item)); a stream that ends is removed.
+/// Streams keyed by `K`, polled as one stream of their items through
+/// [`poll_next_item`](Self::poll_next_item); a stream that ends is removed.
 #[must_use = "streams do nothing unless polled"]
 pub(crate) struct ReadyMap<K, S> {
     slots: Vec<Option<Entry<K, S>>>,
@@ -201,14 +201,9 @@ where
         }
     }
 
-    /// The next item of any stream, without its key: `Ready(None)` when the map is empty,
-    /// `Pending` when no stream has an item now (a stream's waker wakes the task then).
+    /// The next item of any stream: `Ready(None)` when the map is empty, `Pending` when no
+    /// stream has an item now (a stream's waker wakes the task then).
     pub(crate) fn poll_next_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        self.poll_entry(cx).map(|next| next.map(|(_, item)| item))
-    }
-
-    /// The next item of any stream with the slot of the stream that yielded it.
-    fn poll_entry(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, S::Item)>> {
         self.woken.parent.register(cx.waker());
         loop {
             if self.woken.any.load(Ordering::Acquire) {
@@ -234,7 +229,7 @@ where
                     // It may have more: its next turn comes after the others ready now.
                     entry.queued = true;
                     self.ready.push_back((slot, generation));
-                    return Poll::Ready(Some((slot, item)));
+                    return Poll::Ready(Some(item));
                 }
                 Poll::Ready(None) => {
                     let key = entry.key.clone();
@@ -242,29 +237,6 @@ where
                 }
                 Poll::Pending => {}
             }
-        }
-    }
-}
-
-impl<K, S> Stream for ReadyMap<K, S>
-where
-    K: Hash + Eq + Clone + Unpin,
-    S: Stream + Unpin,
-{
-    type Item = (K, S::Item);
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        match this.poll_entry(cx) {
-            Poll::Ready(Some((slot, item))) => {
-                let key = match this.slots.get(slot) {
-                    Some(Some(entry)) => entry.key.clone(),
-                    _ => unreachable!("the entry that yielded is still held"),
-                };
-                Poll::Ready(Some((key, item)))
-            }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -423,6 +395,7 @@ mod tests {
         let got = futures::future::poll_fn(|cx| map.poll_next_item(cx)).await;
         assert_eq!(got, Some(5));
         drop(sender.await.unwrap());
-        assert_eq!(map.next().await.map(|(k, _)| k), None);
+        let ended = futures::future::poll_fn(|cx| map.poll_next_item(cx)).await;
+        assert_eq!(ended, None);
     }
 }
