@@ -17,7 +17,9 @@
 //! * `four`: `subscription` over four shards, a quarter of the records each (the end-to-end
 //!   drain's shape);
 //! * `wide`: `subscription` over 64 shards, every record in one of them (a busy shard among
-//!   idle ones, which cost per record what the merge spends on them).
+//!   idle ones, which cost per record what the merge spends on them);
+//! * `multi`: a `MultiSubscription` over 20 streams of one shard each, every record in one of
+//!   them (a busy stream among idle ones).
 //!
 //! ```text
 //! cargo bench --bench per_record                      # allocations per record, all modes
@@ -41,8 +43,8 @@ use std::time::Duration;
 use futures::{StreamExt, stream};
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::{
-    AckSink, KinesisPosition, MemoryKinesis, MemoryLeaseStore, ReadSettings, Record, ShardStream,
-    StartingPoint, Subscription,
+    AckSink, Delivery, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore,
+    MultiSubscription, ReadSettings, Record, ShardStream, StartingPoint, StreamSet, Subscription,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tokio::runtime::Runtime;
@@ -154,9 +156,35 @@ fn consume(runtime: &Runtime, mode: &str, records: usize) -> u64 {
             );
             allocations
         }
+        "multi" => {
+            let mut names = vec![STREAM.to_owned()];
+            for i in 1..20 {
+                let name = format!("idle-{i:02}");
+                memory.add_stream(&name, 1).expect("creates the stream");
+                names.push(name);
+            }
+            let api: SharedKinesis = Arc::new(memory);
+            let leases = MemoryLeaseStore::new();
+            let subscription = runtime.block_on(async {
+                MultiSubscription::builder(api, Arc::new(leases.clone()), StreamSet::new(names))
+                    .configure(|each| {
+                        each.start_at(KinesisPosition::horizon())
+                            .read_settings(settings().poll_interval(Duration::from_secs(600)))
+                    })
+                    .start()
+                    .await
+                    .expect("starts")
+            });
+            let stop = subscription.shutdown_handle();
+            let region = Region::new(GLOBAL);
+            measured_subscription(runtime, subscription, records, false);
+            let allocations = region.change().allocations as u64;
+            runtime.block_on(stop.shutdown());
+            allocations
+        }
         other => panic!(
             "unknown mode {other:?}: iter, shard, subscription, durable, deadline, deaggregated, \
-             four or wide"
+             four, wide or multi"
         ),
     }
 }
@@ -191,7 +219,7 @@ fn measured_shard(runtime: &Runtime, api: SharedKinesis, records: usize) {
 #[inline(never)]
 fn measured_subscription(
     runtime: &Runtime,
-    subscription: Subscription,
+    subscription: impl futures::Stream<Item = Result<Delivery<Record>, KinesisError>> + Unpin,
     records: usize,
     durable_flush: bool,
 ) {
@@ -243,6 +271,7 @@ fn main() {
         "deaggregated",
         "four",
         "wide",
+        "multi",
     ] {
         let once = consume(&runtime, mode, records);
         let twice = consume(&runtime, mode, 2 * records);

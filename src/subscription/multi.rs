@@ -21,8 +21,8 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::StreamMap;
 
+use super::ready::ReadyMap;
 use super::{ShutdownHandle, Subscription, SubscriptionBuilder};
 use crate::ack::Delivery;
 use crate::api::SharedKinesis;
@@ -143,7 +143,7 @@ impl MultiSubscriptionBuilder {
                 .map(|name| self.each.for_stream(name.clone()).start()),
         )
         .await;
-        let mut members = StreamMap::new();
+        let mut members = ReadyMap::new();
         let mut running = HashMap::new();
         let mut failed = None;
         for (name, result) in names.into_iter().zip(started) {
@@ -345,7 +345,7 @@ impl Keeper {
 /// stream ends once a graceful stop of every stream is complete, as a [`Subscription`]'s does.
 #[must_use = "streams do nothing unless polled"]
 pub struct MultiSubscription {
-    members: StreamMap<Arc<str>, Subscription>,
+    members: ReadyMap<Arc<str>, Subscription>,
     arrivals: mpsc::UnboundedReceiver<Arrival>,
     closing: bool,
     task: Option<JoinHandle<()>>,
@@ -428,7 +428,7 @@ impl MultiSubscription {
         }
         let names: Vec<Arc<str>> = self.members.keys().cloned().collect();
         for name in names {
-            if let Some(member) = self.members.remove(&name) {
+            if let Some(member) = self.members.take(&name) {
                 member.abort();
             }
         }
@@ -475,8 +475,8 @@ impl Stream for MultiSubscription {
         // Once a stop began, the members yield nothing more and end as each one's stop
         // completes; this stream ends when the background task has stopped them all (the
         // arrivals channel closes).
-        match Pin::new(&mut this.members).poll_next(cx) {
-            Poll::Ready(Some((_, item))) => Poll::Ready(Some(item)),
+        match this.members.poll_next_item(cx) {
+            Poll::Ready(Some(item)) => Poll::Ready(Some(item)),
             // No stream right now, or one ended: the arrivals channel wakes this stream.
             Poll::Ready(None) | Poll::Pending => Poll::Pending,
         }

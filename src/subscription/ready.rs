@@ -157,18 +157,29 @@ where
         self.ready.push_back((slot, generation));
     }
 
+    /// The keys and their streams, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &S)> {
+        (self.slots.iter().flatten()).map(|entry| (&entry.key, &entry.stream))
+    }
+
     /// Removes and drops the stream under `key`, if any.
     pub(crate) fn remove<Q>(&mut self, key: &Q) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let Some(slot) = self.by_key.remove(key) else {
-            return false;
-        };
-        self.slots[slot] = None;
+        self.take(key).is_some()
+    }
+
+    /// Removes the stream under `key` and hands it back, if any.
+    pub(crate) fn take<Q>(&mut self, key: &Q) -> Option<S>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let slot = self.by_key.remove(key)?;
         self.free.push(slot);
-        true
+        self.slots[slot].take().map(|entry| entry.stream)
     }
 
     /// Removes and drops every stream.
@@ -380,6 +391,27 @@ mod tests {
         );
         assert_eq!(poll_now(&mut map), Poll::Ready(None));
         assert_eq!(new_polls.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_taken_stream_comes_back_unpolled_and_leaves_the_map() {
+        let mut map = ReadyMap::new();
+        let (a, a_polls, _a_tx) = counted();
+        let (b, _, b_tx) = counted();
+        map.insert("a", a);
+        map.insert("b", b);
+        let mut keys: Vec<_> = map.iter().map(|(key, _)| *key).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["a", "b"]);
+        let taken = map.take("a").expect("held");
+        assert_eq!(a_polls.load(Ordering::Relaxed), 0);
+        assert!(map.take("a").is_none());
+        assert_eq!(map.iter().map(|(key, _)| *key).collect::<Vec<_>>(), ["b"]);
+        // Its turn in the ready queue is passed over; the other stream still yields.
+        b_tx.unbounded_send(5).unwrap();
+        assert_eq!(poll_now(&mut map), Poll::Ready(Some(5)));
+        assert_eq!(a_polls.load(Ordering::Relaxed), 0);
+        drop(taken);
     }
 
     #[tokio::test]
