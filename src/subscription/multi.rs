@@ -450,35 +450,61 @@ impl Drop for MultiSubscription {
     }
 }
 
+impl MultiSubscription {
+    /// Takes every arrival so far, the waker registered with the channel once it is empty.
+    /// `Err` carries what to yield now (an error, or the end); `Ok` tells whether any arrival
+    /// was taken.
+    fn take_arrivals(&mut self, cx: &mut Context<'_>) -> Result<bool, Option<DeliveryItem>> {
+        let mut taken = false;
+        loop {
+            match self.arrivals.poll_recv(cx) {
+                Poll::Ready(Some(Arrival::Started(name, member))) => {
+                    self.members.insert(name, *member);
+                    taken = true;
+                }
+                Poll::Ready(Some(Arrival::Error(e))) => return Err(Some(Err(e))),
+                Poll::Ready(None) => {
+                    self.closing = true;
+                    self.members.clear();
+                    return Err(None);
+                }
+                Poll::Pending => return Ok(taken),
+            }
+        }
+    }
+}
+
+type DeliveryItem = Result<Delivery<Record>, KinesisError>;
+
 impl Stream for MultiSubscription {
-    type Item = Result<Delivery<Record>, KinesisError>;
+    type Item = DeliveryItem;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         if this.closing {
             return Poll::Ready(None);
         }
-        loop {
-            match this.arrivals.poll_recv(cx) {
-                Poll::Ready(Some(Arrival::Started(name, member))) => {
-                    this.members.insert(name, *member);
-                }
-                Poll::Ready(Some(Arrival::Error(e))) => return Poll::Ready(Some(Err(e))),
-                Poll::Ready(None) => {
-                    this.closing = true;
-                    this.members.clear();
-                    return Poll::Ready(None);
-                }
-                Poll::Pending => break,
-            }
+        // Arrivals first when there are any. An empty channel is told apart cheaply; the
+        // waker is registered with it only when no member has anything to yield, which is
+        // when an arrival must wake this stream.
+        if !this.arrivals.is_empty()
+            && let Err(now) = this.take_arrivals(cx)
+        {
+            return Poll::Ready(now);
         }
-        // Once a stop began, the members yield nothing more and end as each one's stop
-        // completes; this stream ends when the background task has stopped them all (the
-        // arrivals channel closes).
-        match this.members.poll_next_item(cx) {
-            Poll::Ready(Some(item)) => Poll::Ready(Some(item)),
-            // No stream right now, or one ended: the arrivals channel wakes this stream.
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        loop {
+            // Once a stop began, the members yield nothing more and end as each one's stop
+            // completes; this stream ends when the background task has stopped them all (the
+            // arrivals channel closes).
+            if let Poll::Ready(Some(item)) = this.members.poll_next_item(cx) {
+                return Poll::Ready(Some(item));
+            }
+            // No member right now, or none with an item: an arrival wakes this stream too.
+            match this.take_arrivals(cx) {
+                Err(now) => return Poll::Ready(now),
+                Ok(false) => return Poll::Pending,
+                Ok(true) => {}
+            }
         }
     }
 }
