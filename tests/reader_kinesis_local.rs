@@ -103,6 +103,17 @@ async fn each_iterator_type_starts_on_the_right_record() {
         all.iter().map(text).collect::<Vec<_>>(),
         ["r1", "r2", "r3", "r4", "r5", "r6"]
     );
+    // Every field the SDK's answer gave is on the record, and the answer's lag too.
+    for (record, (shard, sequence_number)) in all.iter().zip(&stored) {
+        assert_eq!(record.sequence_number(), sequence_number);
+        assert_eq!(record.shard_id(), shard);
+        assert_eq!(record.partition_key(), "key");
+        assert_eq!(record.stream(), Some(name.as_str()));
+        assert!(
+            record.millis_behind_latest().is_some(),
+            "no lag on {record:?}"
+        );
+    }
 
     let second_arrival = all[1].approximate_arrival().expect("arrival time");
     let ms = second_arrival

@@ -288,14 +288,14 @@ fn records(
         .into_iter()
         .map(|r| {
             let arrival = to_system_time(r.approximate_arrival_timestamp.as_ref());
-            Record::new(
+            Record::read(
                 shard.clone(),
                 r.sequence_number,
                 r.partition_key.unwrap_or_default(),
                 Bytes::from(r.data.into_inner()),
                 arrival,
+                millis_behind_latest,
             )
-            .with_millis_behind_latest(millis_behind_latest)
         })
         .collect()
 }

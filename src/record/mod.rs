@@ -112,6 +112,30 @@ impl Record {
         }))
     }
 
+    /// Builds a record as a GetRecords answer gave it, `millis_behind_latest` that answer's
+    /// lag: its key and sequence number moved from the SDK's strings, with no reference-count
+    /// update after the allocation.
+    pub(crate) fn read(
+        shard_id: Arc<str>,
+        sequence_number: String,
+        partition_key: String,
+        data: Bytes,
+        approximate_arrival: Option<SystemTime>,
+        millis_behind_latest: Option<u64>,
+    ) -> Self {
+        Self(Arc::new(Fields {
+            data,
+            partition_key: Text::Owned(partition_key.into()),
+            sequence_number: Text::Owned(sequence_number.into()),
+            shard_id,
+            stream: None,
+            approximate_arrival,
+            millis_behind_latest,
+            aggregate: None,
+            explicit_hash_key: None,
+        }))
+    }
+
     /// Builds a record whose key and sequence number are shared with other records (the
     /// in-memory transport's stored strings): no allocation for either.
     pub(crate) fn shared(
@@ -120,6 +144,7 @@ impl Record {
         partition_key: Arc<str>,
         data: Bytes,
         approximate_arrival: Option<SystemTime>,
+        millis_behind_latest: Option<u64>,
     ) -> Self {
         Self(Arc::new(Fields {
             data,
@@ -128,7 +153,7 @@ impl Record {
             shard_id,
             stream: None,
             approximate_arrival,
-            millis_behind_latest: None,
+            millis_behind_latest,
             aggregate: None,
             explicit_hash_key: None,
         }))

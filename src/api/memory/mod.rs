@@ -368,6 +368,7 @@ impl MemoryKinesis {
                     r.partition_key.clone(),
                     r.data.clone(),
                     Some(r.arrival),
+                    None,
                 )
             })
             .collect())

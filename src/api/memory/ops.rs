@@ -178,8 +178,8 @@ impl MemoryKinesis {
                     r.partition_key.clone(),
                     r.data.clone(),
                     Some(r.arrival),
+                    Some(millis_behind),
                 )
-                .with_millis_behind_latest(Some(millis_behind))
             })
             .collect();
         let finished = at_end && !shard_state.open;
