@@ -1,6 +1,7 @@
 //! Edge cases of where shards begin, on the in-memory transport and lease store: rows another
 //! instance created at its start, a fresh start at the tip of a resharded stream, a seek that
-//! a crash interrupts, and a stream recreated under the same name.
+//! a crash interrupts, a stream recreated under the same name; and a pipeline that spent the
+//! runtime's budget before waiting for the next record.
 
 mod support;
 
@@ -147,4 +148,65 @@ async fn a_seek_back_survives_a_crash_before_anything_is_settled() {
     let got = read_until(&mut b, &first, "the instance taking over").await;
     assert_eq!(got.len(), first.len(), "each record once: {got:?}");
     b.shutdown().await;
+}
+
+/// A pipeline run the way `#[tokio::main]` runs its main future (a multi-thread runtime's
+/// `block_on`) that spent the task's coop budget (as any tokio channel, lock or socket
+/// spends it) waits for the next record as usual. With the budget spent, a caught-up shard
+/// reader's timer answers `Pending` and wakes itself during the poll; the merge of shards must
+/// hand that back to the task instead of polling the reader again at once, forever.
+#[test]
+fn a_pipeline_that_spent_the_runtime_budget_waits_for_the_next_record() {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    // Its own thread, so a merge that never returns fails the test instead of hanging it.
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let all_read = runtime.block_on(async {
+            let memory = MemoryKinesis::new();
+            memory.add_stream(STREAM, 1).unwrap();
+            let mut expected = write(&memory, "before", 20);
+            let api: SharedKinesis = Arc::new(memory.clone());
+            let store = MemoryLeaseStore::new();
+            let mut sub = builder(&api, &store, "a")
+                .start_at(KinesisPosition::horizon())
+                .start()
+                .await
+                .unwrap();
+            let mut seen = BTreeSet::new();
+            for round in 0..5 {
+                while seen.len() < expected.len() {
+                    let delivery = sub.next().await.expect("open").expect("no error item");
+                    seen.insert(String::from_utf8_lossy(delivery.data()).into_owned());
+                    delivery.ack();
+                }
+                // Caught up: the budget is spent, and the next record comes a moment later.
+                while tokio::task::coop::has_budget_remaining() {
+                    tokio::task::coop::consume_budget().await;
+                }
+                let later = memory.clone();
+                let tag = format!("after-{round}");
+                expected.insert(format!("{tag}:00000"));
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    write(&later, &tag, 1)
+                });
+            }
+            while seen.len() < expected.len() {
+                let delivery = sub.next().await.expect("open").expect("no error item");
+                seen.insert(String::from_utf8_lossy(delivery.data()).into_owned());
+                delivery.ack();
+            }
+            sub.shutdown().await;
+            seen == expected
+        });
+        let _ = done_tx.send(all_read);
+    });
+    let all_read = done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the pipeline read every record without hanging");
+    assert!(all_read);
 }

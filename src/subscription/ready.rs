@@ -214,12 +214,17 @@ where
 
     /// The next item of any stream: `Ready(None)` when the map is empty, `Pending` when no
     /// stream has an item now (a stream's waker wakes the task then).
+    ///
+    /// Each call polls every stream at most once. The streams woken so far are queued once,
+    /// at the start: a stream woken during the call (one that wakes itself while polled, as a
+    /// tokio resource does when the task's budget is spent) waits for the next call, which its
+    /// wake asks the task for. Re-polling it in the same call could never end.
     pub(crate) fn poll_next_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
         self.woken.parent.register(cx.waker());
+        if self.woken.any.load(Ordering::Acquire) {
+            self.take_woken();
+        }
         loop {
-            if self.woken.any.load(Ordering::Acquire) {
-                self.take_woken();
-            }
             let Some((slot, generation)) = self.ready.pop_front() else {
                 return if self.by_key.is_empty() {
                     Poll::Ready(None)
@@ -412,6 +417,54 @@ mod tests {
         assert_eq!(poll_now(&mut map), Poll::Ready(Some(5)));
         assert_eq!(a_polls.load(Ordering::Relaxed), 0);
         drop(taken);
+    }
+
+    /// A tokio channel as a stream: each receive spends the task's coop budget.
+    struct Budgeted(tokio::sync::mpsc::UnboundedReceiver<u32>);
+
+    impl Stream for Budgeted {
+        type Item = u32;
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<u32>> {
+            self.0.poll_recv(cx)
+        }
+    }
+
+    /// In a multi-thread runtime's `block_on` (what `#[tokio::main]` runs the main future
+    /// in), a tokio resource polled with the task's budget spent answers `Pending` and wakes
+    /// its waker at once, during the poll. The map must hand that back to the task rather
+    /// than poll the stream again in the same call, or it never returns.
+    #[test]
+    fn a_stream_that_wakes_itself_while_polled_does_not_hold_the_map() {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        // Its own thread, so a map that never returns fails the test instead of hanging it.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .build()
+                .expect("a runtime");
+            let got = runtime.block_on(async {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                for i in 0..1_000 {
+                    tx.send(i).expect("open");
+                }
+                drop(tx);
+                let mut map = ReadyMap::new();
+                map.insert("k", Budgeted(rx));
+                let mut got = 0;
+                while std::future::poll_fn(|cx| map.poll_next_item(cx))
+                    .await
+                    .is_some()
+                {
+                    got += 1;
+                }
+                got
+            });
+            let _ = done_tx.send(got);
+        });
+        let got = done_rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the map returned to its task and read every item");
+        assert_eq!(got, 1_000);
     }
 
     #[tokio::test]
