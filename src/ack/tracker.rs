@@ -693,13 +693,7 @@ impl ShardAcks {
         match front {
             None => {
                 self.retrying.store(false, Ordering::Release);
-                if !state
-                    .retry_waker
-                    .as_ref()
-                    .is_some_and(|w| w.will_wake(waker))
-                {
-                    state.retry_waker = Some(waker.clone());
-                }
+                register(&mut state.retry_waker, waker);
                 RetryPoll::Nothing(state.deadlines.front().map(|d| d.at))
             }
             Some(at) if at <= Instant::now() => {
@@ -724,7 +718,12 @@ impl ShardAcks {
                     _ => RetryPoll::Ready(retry.index, retry.record, retry.attempts + 1),
                 }
             }
-            Some(at) => RetryPoll::Waiting(at),
+            Some(at) => {
+                // A record sent back meanwhile may go ahead of the one waited for, with a
+                // shorter delay: its send-back wakes the reader.
+                register(&mut state.retry_waker, waker);
+                RetryPoll::Waiting(at)
+            }
         }
     }
 
@@ -792,6 +791,13 @@ impl ShardAcks {
             delivered: state.delivered,
             delivered_bytes: state.delivered_bytes,
         }
+    }
+}
+
+/// Keeps `waker` in `slot`, unless the one there wakes the same task.
+fn register(slot: &mut Option<Waker>, waker: &Waker) {
+    if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+        *slot = Some(waker.clone());
     }
 }
 
@@ -888,6 +894,37 @@ mod tests {
 
     fn poll(acks: &ShardAcks) -> RetryPoll {
         acks.next_retry(futures::task::noop_waker_ref())
+    }
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_sent_back_ahead_of_a_waiting_one_wakes_the_reader() {
+        let acks = acks();
+        let third = acks.register_delivery(&record("3"));
+        let fifth = acks.register_delivery(&record("5"));
+        let back = |delay| SendBack {
+            delay,
+            attempts: 1,
+            ..SendBack::default()
+        };
+        acks.requeue(fifth, record("5"), back(Duration::from_secs(30)));
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(wakes.clone());
+        assert!(matches!(acks.next_retry(&waker), RetryPoll::Waiting(_)));
+        // The reader now sleeps until record 5's delay is over; record 3, sent back with no
+        // delay, goes ahead of it and must not wait for that.
+        acks.requeue(third, record("3"), back(Duration::ZERO));
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "the reader was woken");
+        assert!(matches!(acks.next_retry(&waker), RetryPoll::Ready(i, _, 2) if i == third));
     }
 
     #[tokio::test(start_paused = true)]
