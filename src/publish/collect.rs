@@ -187,14 +187,22 @@ impl Collector {
         };
         {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut started = false;
             loop {
                 if let Some(sender) = queue.as_ref() {
                     match sender.send(request) {
                         Ok(()) => break,
-                        // The task's runtime shut down: start one on the caller's.
-                        Err(mpsc::error::SendError(back)) => request = back,
+                        // The task's runtime shut down: start one on the caller's, once. A
+                        // task started on a runtime that is shutting down is dropped at once.
+                        Err(mpsc::error::SendError(back)) if !started => request = back,
+                        Err(_) => {
+                            return Err(KinesisError::PublisherStopped {
+                                stream: direct.stream().to_owned(),
+                            });
+                        }
                     }
                 }
+                started = true;
                 let (sender, receiver) = mpsc::unbounded_channel();
                 tokio::spawn(collect(
                     receiver,
@@ -458,6 +466,37 @@ mod tests {
                 .unwrap()
                 .len(),
             3
+        );
+    }
+
+    /// The collecting task is gone with its runtime, and a new one cannot start on a runtime
+    /// that is shutting down (tokio drops such a task inside `spawn`): the publish answers
+    /// that the publisher stopped, rather than spawning again and again under the lock.
+    #[test]
+    fn a_publish_on_a_runtime_shutting_down_says_the_publisher_stopped() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = Publisher::new(Arc::new(kinesis), "orders");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(publisher.publish("a", "1")).unwrap();
+        let handle = runtime.handle().clone();
+        runtime.shutdown_background();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        // Its own thread, so a publish that never returns fails the test instead of hanging it.
+        std::thread::spawn(move || {
+            let answer = handle.block_on(publisher.publish("b", "2"));
+            let _ = done_tx.send(answer);
+        });
+        let answer = done_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the publish returned");
+        assert!(
+            matches!(answer, Err(KinesisError::PublisherStopped { .. })),
+            "{answer:?}"
         );
     }
 
