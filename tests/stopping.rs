@@ -9,13 +9,13 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::lease::{Lease, LeaseStore};
 use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{
-    AckSink, Delivery, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore, Record,
-    Subscription, SubscriptionBuilder,
+    AckSink, Delivery, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore,
+    OutgoingRecord, Publisher, Record, Subscription, SubscriptionBuilder,
 };
 
 const STREAM: &str = "life";
@@ -121,12 +121,16 @@ async fn the_stream_ends_only_once_the_stop_is_complete() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ack_sink_waiting_on_a_shard_dropped_with_the_worker_row_fails_instead_of_hanging() {
+/// Five deliveries of a shard the instance (`owner`) then dropped, because another declared
+/// it gone (released its worker row): no checkpoint can cover them any more. Background
+/// checkpoints are far apart, so only a sink's close would write one.
+async fn deliveries_of_a_dropped_shard(
+    api: &SharedKinesis,
+    store: &MemoryLeaseStore,
+    owner: &str,
+) -> (Subscription, Vec<Delivery<Record>>) {
     support::events::record_events();
-    let (_memory, api, store) = setup(1, 5);
-    // Background checkpoints far apart: only the sink's close would write one.
-    let mut sub = builder(&api, &store, "gone")
+    let mut sub = builder(api, store, owner)
         .checkpoint_interval(Duration::from_secs(600))
         .start()
         .await
@@ -135,31 +139,66 @@ async fn an_ack_sink_waiting_on_a_shard_dropped_with_the_worker_row_fails_instea
     while held.len() < 5 {
         held.push(next(&mut sub).await);
     }
-    // Another instance declares this one gone (releases its worker row): this one drops its
-    // shards at its next worker-row renewal, their leases being possibly another's now.
-    for row in rows(&store).await {
-        if row.shard_id == "worker:gone" {
+    // This instance drops its shards at its next worker-row renewal, their leases being
+    // possibly another's now.
+    for row in rows(store).await {
+        if row.shard_id == format!("worker:{owner}") {
             store.release(&row).await.unwrap();
         }
     }
     let dropped = "this instance's worker row was released or removed by another instance (it \
                    was not renewed for the lease duration): its shards may be another's now and \
                    are dropped; their unsettled records are read again";
+    // Other tests of this binary run beside this one: keep to this instance's lines.
     support::eventually("the instance drops its shards", PATIENCE, async || {
-        !support::events::events(dropped).is_empty()
+        (support::events::events(dropped).iter())
+            .any(|fields| fields.get("owner").map(String::as_str) == Some(owner))
     })
     .await;
-    let closed = tokio::time::timeout(
-        PATIENCE,
-        futures::stream::iter(held.into_iter().map(Ok)).forward(AckSink::new()),
-    )
-    .await
-    .expect("the ack sink's close does not hang on a shard the instance dropped");
-    let error = closed.expect_err("no checkpoint can cover what was settled");
-    assert!(
-        matches!(error, KinesisError::LeaseStore(_)) && error.to_string().contains(STREAM),
-        "the lost lease is named: {error}"
-    );
+    (sub, held)
+}
+
+/// The close of `sink` fails (naming the lost lease) without hanging, and so does a second
+/// close: the deliveries are still not covered.
+async fn closes_fail_twice<S: futures::Sink<Delivery<T>, Error = KinesisError> + Unpin, T>(
+    mut sink: S,
+    deliveries: Vec<Delivery<T>>,
+) {
+    for delivery in deliveries {
+        sink.feed(delivery).await.unwrap();
+    }
+    for close in ["the first", "a second"] {
+        let closed = tokio::time::timeout(PATIENCE, sink.close())
+            .await
+            .unwrap_or_else(|_| panic!("{close} close hung on a shard the instance dropped"));
+        let Err(error) = closed else {
+            panic!("{close} close succeeded: no checkpoint can cover what was settled");
+        };
+        assert!(
+            matches!(error, KinesisError::LeaseStore(_)) && error.to_string().contains(STREAM),
+            "{close} close names the lost lease: {error}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_sink_waiting_on_a_shard_dropped_with_the_worker_row_fails_instead_of_hanging() {
+    let (_memory, api, store) = setup(1, 5);
+    let (mut sub, held) = deliveries_of_a_dropped_shard(&api, &store, "gone").await;
+    closes_fail_twice(AckSink::new(), held).await;
+    sub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publishing_sink_closing_on_a_dropped_shard_fails_every_time() {
+    let (memory, api, store) = setup(1, 5);
+    memory.add_stream("copy", 1).unwrap();
+    let (mut sub, held) = deliveries_of_a_dropped_shard(&api, &store, "gone-publishing").await;
+    let copies = held
+        .into_iter()
+        .map(|d| d.map(|r| OutgoingRecord::new(r.partition_key(), r.data().clone())))
+        .collect();
+    closes_fail_twice(Publisher::new(api, "copy").delivery_sink(), copies).await;
     sub.shutdown().await;
 }
 

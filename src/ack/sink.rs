@@ -15,7 +15,7 @@ use crate::error::KinesisError;
 
 /// What an [`AckSink`] keeps of the deliveries it settled: per shard ledger, the highest one,
 /// to wait for a checkpoint covering it.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Receipts {
     shards: Vec<(Arc<ShardAcks>, u64)>,
 }
@@ -49,6 +49,14 @@ impl Receipts {
 
     fn is_empty(&self) -> bool {
         self.shards.is_empty()
+    }
+
+    /// Notes again every delivery `earlier` noted (those of a wait that failed: still not
+    /// covered, so a later wait must fail or cover them too).
+    pub(crate) fn restore(&mut self, earlier: Self) {
+        for (acks, index) in &earlier.shards {
+            self.note((acks, *index));
+        }
     }
 
     /// Waits until a written checkpoint covers every delivery noted (asking each shard for a
@@ -125,7 +133,9 @@ impl<T> Settle for Vec<Delivery<T>> {
 /// ([`KinesisError::LeaseStore`] naming the stream and shard), the lease table could not be
 /// written (its error), a seek moved the shard ([`KinesisError::Superseded`]), or the
 /// subscription stopped before writing ([`KinesisError::Stopped`]). The deliveries stay
-/// settled; the shard's next reader delivers those the checkpoint does not cover again.
+/// settled; the shard's next reader delivers those the checkpoint does not cover again. A
+/// failed flush or close keeps what it waited for, so a second close never reports those
+/// deliveries durable: it fails again, or succeeds only once a checkpoint covers them.
 ///
 /// ```
 /// use futures::{SinkExt, StreamExt};
@@ -145,7 +155,8 @@ pub struct AckSink {
     settlement: Settlement,
     durable_flush: bool,
     receipts: Receipts,
-    waiting: Option<BoxFuture<'static, Result<(), KinesisError>>>,
+    /// A wait under way, with the receipts it waits for (noted again if it fails).
+    waiting: Option<(Receipts, BoxFuture<'static, Result<(), KinesisError>>)>,
 }
 
 impl fmt::Debug for AckSink {
@@ -197,11 +208,17 @@ impl AckSink {
             if self.receipts.is_empty() {
                 return Poll::Ready(Ok(()));
             }
-            self.waiting = Some(std::mem::take(&mut self.receipts).covered());
+            let receipts = std::mem::take(&mut self.receipts);
+            self.waiting = Some((receipts.clone(), receipts.covered()));
         }
-        let waiting = self.waiting.as_mut().expect("set above");
+        let (_, waiting) = self.waiting.as_mut().expect("set above");
         let result = futures::ready!(waiting.as_mut().poll(cx));
-        self.waiting = None;
+        let (receipts, _) = self.waiting.take().expect("set above");
+        if result.is_err() {
+            // Still not covered: a later flush or close waits for them again (and fails
+            // again while their shards cannot write), instead of reporting them durable.
+            self.receipts.restore(receipts);
+        }
         Poll::Ready(result)
     }
 }

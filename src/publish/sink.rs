@@ -145,7 +145,8 @@ enum Until {
 /// says so: a restart reads none of them again. A close fails when that cannot be reached
 /// (the lease was lost, the table could not be written, the subscription stopped first);
 /// the deliveries stay acked and the shard's next reader delivers again those the checkpoint
-/// does not cover. A sink of plain records has nothing to wait for.
+/// does not cover; a second close fails again rather than report them durable. A sink of
+/// plain records has nothing to wait for.
 ///
 /// **Acks.** A delivery is acked once PutRecords stored its record, never before. When a
 /// batch fails for good, its stored records are acked and the tokens of all others (the
@@ -193,8 +194,8 @@ pub struct PublishSink<T = OutgoingRecord> {
     failed: Option<KinesisError>,
     /// The deliveries acked: what the close waits to see covered by written checkpoints.
     receipts: Receipts,
-    /// The close's wait for those checkpoints.
-    durable: Option<BoxFuture<'static, Result<(), KinesisError>>>,
+    /// The close's wait for those checkpoints, with the receipts it waits for.
+    durable: Option<(Receipts, BoxFuture<'static, Result<(), KinesisError>>)>,
     _items: PhantomData<fn(T)>,
 }
 
@@ -396,11 +397,17 @@ impl<T: Publishable> Sink<T> for PublishSink<T> {
                 ready!(this.poll_drain(cx, Until::Empty));
             }
             this.outcome()?;
-            this.durable = Some(mem::take(&mut this.receipts).covered());
+            let receipts = mem::take(&mut this.receipts);
+            this.durable = Some((receipts.clone(), receipts.covered()));
         }
-        let durable = this.durable.as_mut().expect("set above");
+        let (_, durable) = this.durable.as_mut().expect("set above");
         let result = ready!(durable.as_mut().poll(cx));
-        this.durable = None;
+        let (receipts, _) = this.durable.take().expect("set above");
+        if result.is_err() {
+            // Still not covered: a second close waits for them again rather than reporting
+            // them durable.
+            this.receipts.restore(receipts);
+        }
         Poll::Ready(result)
     }
 }
