@@ -1,7 +1,8 @@
 //! Collection: publishes from many tasks share PutRecords calls ([`Publisher::collect`]).
 //!
-//! A collecting publisher hands each publish (its records, checked) to one background task
-//! per publisher, started at the first publish on the caller's tokio runtime. The task fills a
+//! A collecting publisher hands each publish (its records, checked) to a background task: one
+//! per publisher and tokio runtime it publishes from, started there at the runtime's first
+//! publish (a publish never waits on a runtime that is not running). The task fills a
 //! *batch* with whole publishes in arrival order until it holds a call's worth
 //! ([`max_records_per_call`](Publisher::max_records_per_call) or
 //! [`max_bytes_per_call`](Publisher::max_bytes_per_call)) or half of the records outstanding
@@ -149,7 +150,8 @@ pub(crate) struct Collector {
     aggregation: Option<(Aggregate, Arc<SharedMap>)>,
     /// Records handed over and not answered yet (queued, batched or on their way).
     outstanding: Arc<AtomicUsize>,
-    queue: Mutex<Option<mpsc::UnboundedSender<Request>>>,
+    /// The collecting task's queue on each tokio runtime publishes came from.
+    queues: Mutex<Vec<(tokio::runtime::Id, mpsc::UnboundedSender<Request>)>>,
 }
 
 impl Collector {
@@ -158,7 +160,7 @@ impl Collector {
             settings,
             aggregation: aggregate.map(|a| (a, Arc::default())),
             outstanding: Arc::default(),
-            queue: Mutex::new(None),
+            queues: Mutex::new(Vec::new()),
         }
     }
 
@@ -186,14 +188,17 @@ impl Collector {
             answer,
         };
         {
-            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            // A publish goes to the task on its own runtime: a task on another one may not be
+            // running (a runtime kept but not driven), and the publish would wait for ever.
+            let runtime = tokio::runtime::Handle::current().id();
+            let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
             let mut started = false;
             loop {
-                if let Some(sender) = queue.as_ref() {
-                    match sender.send(request) {
+                if let Some(at) = queues.iter().position(|(id, _)| *id == runtime) {
+                    match queues[at].1.send(request) {
                         Ok(()) => break,
-                        // The task's runtime shut down: start one on the caller's, once. A
-                        // task started on a runtime that is shutting down is dropped at once.
+                        // The task stopped with its runtime's shutdown: start one again, once.
+                        // A task started on a runtime that is shutting down is dropped at once.
                         Err(mpsc::error::SendError(back)) if !started => request = back,
                         Err(_) => {
                             return Err(KinesisError::PublisherStopped {
@@ -203,6 +208,7 @@ impl Collector {
                     }
                 }
                 started = true;
+                queues.retain(|(_, sender)| !sender.is_closed());
                 let (sender, receiver) = mpsc::unbounded_channel();
                 tokio::spawn(collect(
                     receiver,
@@ -211,7 +217,7 @@ impl Collector {
                     self.aggregation.clone(),
                     self.outstanding.clone(),
                 ));
-                *queue = Some(sender);
+                queues.push((runtime, sender));
             }
         }
         answered.await.unwrap_or_else(|_| {
@@ -453,7 +459,7 @@ mod tests {
         let publisher = Publisher::new(Arc::new(kinesis.clone()), "orders").max_records_per_call(2);
         let started = |p: &Publisher| {
             let collector = p.collector.as_ref().expect("collecting");
-            collector.queue.lock().unwrap().is_some()
+            !collector.queues.lock().unwrap().is_empty()
         };
         let two = || vec![OutgoingRecord::new("a", "1"), OutgoingRecord::new("b", "2")];
         publisher.publish_batch(two()).await.unwrap();
@@ -467,6 +473,41 @@ mod tests {
                 .len(),
             3
         );
+    }
+
+    /// A publish from a runtime other than the one the collecting task started on is not
+    /// left to that task, which does not run while its runtime is kept but not driven (here a
+    /// current-thread runtime used once, for a first publish at start-up).
+    #[test]
+    fn a_publish_does_not_wait_on_a_runtime_that_is_not_running() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = Publisher::new(Arc::new(kinesis.clone()), "orders");
+        let start_up = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        start_up.block_on(publisher.publish("k", "1")).unwrap();
+        let work = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let published = work.block_on(async {
+            tokio::time::timeout(Duration::from_secs(10), publisher.publish("k", "2")).await
+        });
+        assert!(
+            matches!(published, Ok(Ok(_))),
+            "the second publish: {published:?}"
+        );
+        assert_eq!(
+            kinesis
+                .records("orders", "shardId-000000000000")
+                .unwrap()
+                .len(),
+            2
+        );
+        drop(start_up);
     }
 
     /// The collecting task is gone with its runtime, and a new one cannot start on a runtime

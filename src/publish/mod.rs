@@ -344,9 +344,11 @@ impl Publisher {
     /// [module docs](self) for what it keeps of the ordering guarantee. **On by default**,
     /// with [`Collect::default`] (no linger: a lone publish goes at once).
     /// [`without_collect`](Self::without_collect) turns it off. Clones share one collecting
-    /// task, started on the tokio runtime of the first publish; a clone given other sending
-    /// settings afterwards ([`retry`](Self::retry), [`key_order`](Self::key_order), the
-    /// per-call bounds, `collect`) collects on its own.
+    /// task per tokio runtime they publish from, started there at that runtime's first
+    /// publish (so each runtime's publishes are batched apart, and none waits on a runtime
+    /// that is not running; [`Collect::max_calls_in_flight`] applies to each); a clone given
+    /// other sending settings afterwards ([`retry`](Self::retry),
+    /// [`key_order`](Self::key_order), the per-call bounds, `collect`) collects on its own.
     #[must_use]
     pub fn collect(mut self, settings: Collect) -> Self {
         let aggregate = self.collector.as_ref().and_then(|c| c.aggregate());
