@@ -58,9 +58,21 @@ impl std::fmt::Debug for Record {
 /// A string field of a record: moved from the SDK's `String` (no copy), or shared with other
 /// records (no allocation).
 #[derive(Clone, PartialEq, Eq)]
-enum Text {
+pub(crate) enum Text {
     Owned(Box<str>),
     Shared(Arc<str>),
+}
+
+impl From<String> for Text {
+    fn from(text: String) -> Self {
+        Self::Owned(text.into())
+    }
+}
+
+impl From<Arc<str>> for Text {
+    fn from(text: Arc<str>) -> Self {
+        Self::Shared(text)
+    }
 }
 
 impl Deref for Text {
@@ -99,57 +111,32 @@ impl Record {
         data: impl Into<Bytes>,
         approximate_arrival: Option<SystemTime>,
     ) -> Self {
-        Self(Arc::new(Fields {
-            data: data.into(),
-            partition_key: Text::Owned(partition_key.into()),
-            sequence_number: Text::Owned(sequence_number.into()),
+        Self::read(
             shard_id,
-            stream: None,
+            Text::Owned(sequence_number.into()),
+            Text::Owned(partition_key.into()),
+            data.into(),
             approximate_arrival,
-            millis_behind_latest: None,
-            aggregate: None,
-            explicit_hash_key: None,
-        }))
+            None,
+        )
     }
 
     /// Builds a record as a GetRecords answer gave it, `millis_behind_latest` that answer's
-    /// lag: its key and sequence number moved from the SDK's strings, with no reference-count
-    /// update after the allocation.
+    /// lag, with no reference-count update after the allocation. Its key and sequence number
+    /// are moved from the SDK's strings (`String`), or shared with other records (`Arc<str>`:
+    /// the in-memory transport's stored strings, no allocation for either).
     pub(crate) fn read(
         shard_id: Arc<str>,
-        sequence_number: String,
-        partition_key: String,
+        sequence_number: impl Into<Text>,
+        partition_key: impl Into<Text>,
         data: Bytes,
         approximate_arrival: Option<SystemTime>,
         millis_behind_latest: Option<u64>,
     ) -> Self {
         Self(Arc::new(Fields {
             data,
-            partition_key: Text::Owned(partition_key.into()),
-            sequence_number: Text::Owned(sequence_number.into()),
-            shard_id,
-            stream: None,
-            approximate_arrival,
-            millis_behind_latest,
-            aggregate: None,
-            explicit_hash_key: None,
-        }))
-    }
-
-    /// Builds a record whose key and sequence number are shared with other records (the
-    /// in-memory transport's stored strings): no allocation for either.
-    pub(crate) fn shared(
-        shard_id: Arc<str>,
-        sequence_number: Arc<str>,
-        partition_key: Arc<str>,
-        data: Bytes,
-        approximate_arrival: Option<SystemTime>,
-        millis_behind_latest: Option<u64>,
-    ) -> Self {
-        Self(Arc::new(Fields {
-            data,
-            partition_key: Text::Shared(partition_key),
-            sequence_number: Text::Shared(sequence_number),
+            partition_key: partition_key.into(),
+            sequence_number: sequence_number.into(),
             shard_id,
             stream: None,
             approximate_arrival,

@@ -362,7 +362,7 @@ impl MemoryKinesis {
         Ok(stream_state.shards[index]
             .records()
             .map(|r| {
-                Record::shared(
+                Record::read(
                     id.clone(),
                     r.sequence_number.clone(),
                     r.partition_key.clone(),

@@ -172,7 +172,7 @@ impl MemoryKinesis {
         let records = shard_state
             .span_records(span)
             .map(|r| {
-                Record::shared(
+                Record::read(
                     shard.clone(),
                     r.sequence_number.clone(),
                     r.partition_key.clone(),
