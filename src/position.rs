@@ -192,6 +192,8 @@ pub enum Checkpoint {
 enum Settled<'a> {
     /// Nothing settled: a start position, or no checkpoint.
     Nothing,
+    /// Everything before this sequence number passed over: a start at it (a seek to it, say).
+    Before(&'a str),
     /// Through the KPL aggregate at this sequence number's user record (`Some`), or the whole
     /// record (`None`).
     Through(&'a str, Option<u64>),
@@ -211,6 +213,16 @@ impl Settled<'_> {
                 let rank = |sub: Option<u64>| sub.map_or((1, 0), |k| (0, k));
                 cmp_sequence(a, b).then(rank(a_sub).cmp(&rank(b_sub)))
             }
+            (Self::Before(a), Self::Before(b)) => cmp_sequence(a, b),
+            // Any part of the record at the start (or past it) is past the start.
+            (Self::Through(a, _), Self::Before(b)) => {
+                if cmp_sequence(a, b).is_lt() {
+                    Ordering::Less
+                } else {
+                    Ordering::Greater
+                }
+            }
+            (Self::Before(_), Self::Through(..)) => other.cmp(self).reverse(),
         }
     }
 }
@@ -227,6 +239,8 @@ impl Checkpoint {
             | Self::Initial(StartingPoint::AfterSubSequence(seq, sub)) => {
                 Settled::Through(seq, Some(*sub))
             }
+            Self::Start(StartingPoint::AtSequence(seq))
+            | Self::Initial(StartingPoint::AtSequence(seq)) => Settled::Before(seq),
             Self::ShardEnd => Settled::End,
             Self::Start(_) | Self::Initial(_) => Settled::Nothing,
         }
@@ -235,8 +249,9 @@ impl Checkpoint {
     /// Whether this checkpoint settles more of the shard than `other` (nothing settled when
     /// `None`). Sequence numbers compare as numbers; within one KPL aggregate a higher
     /// sub-sequence number is further, and the whole record further than any of its user
-    /// records; a finished shard is furthest; a start position (nothing settled yet) is
-    /// behind every settled record.
+    /// records; a finished shard is furthest; a start at a sequence number passed over every
+    /// record before it (so a record at or past it is ahead of it, one before it is not); any
+    /// other start position (nothing settled yet) is behind every settled record.
     ///
     /// ```
     /// use kinesis_dataflow::position::Checkpoint;
@@ -430,6 +445,29 @@ impl SettledPosition {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_at_a_sequence_number_passed_over_everything_before_it() {
+        let at = |seq: &str| Checkpoint::Start(StartingPoint::AtSequence(seq.into()));
+        let through = |seq: &str| Checkpoint::Sequence(seq.into());
+        let inside = |seq: &str, sub| Checkpoint::SubSequence(seq.into(), sub);
+        let start = at("70");
+        assert!(!through("20").is_ahead_of(Some(&start)));
+        assert!(!through("69").is_ahead_of(Some(&start)));
+        assert!(through("70").is_ahead_of(Some(&start)));
+        assert!(inside("70", 0).is_ahead_of(Some(&start)));
+        assert!(through("71").is_ahead_of(Some(&start)));
+        assert!(start.is_ahead_of(Some(&through("69"))));
+        assert!(!start.is_ahead_of(Some(&through("70"))));
+        assert!(start.is_ahead_of(None));
+        assert!(at("71").is_ahead_of(Some(&start)) && !start.is_ahead_of(Some(&start)));
+        assert!(!start.is_ahead_of(Some(&Checkpoint::ShardEnd)));
+        let initial = Checkpoint::Initial(StartingPoint::AtSequence("70".into()));
+        assert!(!through("20").is_ahead_of(Some(&initial)));
+        // A start at a time or at the horizon settles nothing comparable.
+        let horizon = Checkpoint::Start(StartingPoint::TrimHorizon);
+        assert!(through("20").is_ahead_of(Some(&horizon)));
+    }
 
     #[test]
     fn sequence_position_applies_to_its_own_shard_only() {

@@ -182,3 +182,30 @@ async fn start_at_goes_first_and_a_failing_source_is_asked_again() {
     assert!(calls.load(Ordering::SeqCst) >= 2);
     sub.shutdown().await;
 }
+
+/// A seek to a sequence number (or a `start_at` one) is recorded in the row as where the
+/// reader begins: every record before it is passed over on purpose. A takeover before anything
+/// settles must open there, not after an older position of the source (which would deliver
+/// what the seek passed over); a source at or past the seek's point still goes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_records_a_seek_to_a_sequence_goes_before_an_older_source_position() {
+    use kinesis_dataflow::StartingPoint;
+    let cases = [
+        (2, ["r-7", "r-8"]), // the source is behind the seek: the seek holds
+        (7, ["r-8", "r-9"]), // the source settled the seek's own record: right after it
+    ];
+    for (stored, expected) in cases {
+        let (memory, seqs) = stream();
+        let begins = StartingPoint::AtSequence(seqs[7].clone());
+        let store = store_at(Some(Checkpoint::Start(begins))).await;
+        let mut sub = subscription(&memory, &store)
+            .position_source(source(Some(Checkpoint::Sequence(seqs[stored].clone()))))
+            .start()
+            .await
+            .unwrap();
+        let (got, errors) = first(&mut sub, 2).await;
+        assert_eq!(got, expected, "the source at r-{stored}");
+        assert!(errors.is_empty(), "{errors:?}");
+        sub.shutdown().await;
+    }
+}

@@ -34,7 +34,10 @@ pub type PositionSourceError = Box<dyn std::error::Error + Send + Sync>;
 /// shard (one frozen past its lease); the source makes a restart open where the effects end,
 /// so nothing is delivered again in the usual case. A `start_at(..)` position given at
 /// startup goes ahead of both; a start position (nothing settled) or a finished shard from
-/// the source is ignored. An error of the source releases the lease with a
+/// the source is ignored. A row that records a start at a sequence number (a seek to it, or a
+/// `start_at` one, with nothing settled since) counts every record before it as passed over,
+/// so an older stored position does not undo the seek; a seek to a time cannot be compared
+/// and does not hold against the source (see the settling guide). An error of the source releases the lease with a
 /// [`KinesisError::PositionSource`](crate::KinesisError::PositionSource) item on the stream;
 /// the shard is taken again at a later listing.
 pub trait PositionSource: Send + Sync + fmt::Debug {
