@@ -12,6 +12,9 @@ use tokio::sync::Notify;
 
 use crate::error::KinesisError;
 
+/// How often a waiter asks for a write again while the writes cover no more than before.
+const ASK_AGAIN: std::time::Duration = std::time::Duration::from_millis(100);
+
 #[derive(Debug, Default)]
 struct State {
     /// Every ledger index below this is covered by a written checkpoint.
@@ -38,9 +41,14 @@ impl Durability {
     /// A checkpoint covering every index below `below` was written.
     pub(crate) fn written(&self, below: u64) {
         let mut state = self.lock();
+        let grew = below > state.below;
         state.below = state.below.max(below);
         drop(state);
-        self.changed.notify_waiters();
+        // A write that covers no more (an earlier delivery is still unsettled) wakes nobody:
+        // the waiters would only ask again at once.
+        if grew {
+            self.changed.notify_waiters();
+        }
     }
 
     /// No checkpoint covering what is settled now will be written, because of `error`.
@@ -53,7 +61,9 @@ impl Durability {
         self.changed.notify_waiters();
     }
 
-    /// Waits until a written checkpoint covers index `index`, asking for a write meanwhile.
+    /// Waits until a written checkpoint covers index `index`, asking for a write meanwhile:
+    /// again after each write that covered more, and every [`ASK_AGAIN`] while none does (an
+    /// earlier delivery still unsettled holds the checkpoint back until it is settled).
     pub(crate) async fn covered(&self, index: u64) -> Result<(), KinesisError> {
         loop {
             let changed = self.changed.notified();
@@ -67,7 +77,7 @@ impl Durability {
                 }
             }
             self.wanted.notify_one();
-            changed.await;
+            let _ = tokio::time::timeout(ASK_AGAIN, changed).await;
         }
     }
 
@@ -103,5 +113,31 @@ mod tests {
             waiting.await.unwrap(),
             Err(KinesisError::Stopped { .. })
         ));
+    }
+
+    /// While a delivery before the one waited for is unsettled, the keeper's writes cover no
+    /// more; the waiter must not ask for a write again at once each time (the keeper and the
+    /// waiter would then take turns as fast as they can).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_that_covers_no_more_does_not_set_the_waiter_asking_again_at_once() {
+        let durability = std::sync::Arc::new(Durability::default());
+        durability.written(3);
+        let waiting = tokio::spawn({
+            let durability = durability.clone();
+            async move { durability.covered(5).await }
+        });
+        // The keeper: each time a write is wanted, it writes the same checkpoint again.
+        let mut asked = 0;
+        let window = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
+        while asked < 10_000 {
+            match tokio::time::timeout_at(window, durability.flush_wanted()).await {
+                Ok(()) => asked += 1,
+                Err(_) => break,
+            }
+            durability.written(3);
+        }
+        assert!(asked < 100, "asked {asked} times in half a second");
+        durability.written(6);
+        assert!(waiting.await.unwrap().is_ok());
     }
 }
