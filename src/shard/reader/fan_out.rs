@@ -251,11 +251,14 @@ impl Reader {
     /// One GetRecords while bridging; what it hands on moves where the next subscription
     /// starts.
     async fn bridge_step(&mut self) -> Option<Step> {
+        let before = self.last_read.clone();
         let step = self.poll().await;
         if let Some(bridge) = &mut self.fan().bridge {
             bridge.reads += 1;
         }
-        if matches!(step, Some(Step::Batch(..)))
+        // Also when the read handed nothing on but passed over records (the user records of
+        // an aggregate before the opening point): the subscription starts after them.
+        if (matches!(step, Some(Step::Batch(..))) || self.last_read != before)
             && let Some(last) = self.last_read.clone()
         {
             self.fan().continuation = Some(last);
@@ -371,5 +374,69 @@ impl Reader {
             .await
             .ok()?;
         (out.records.is_empty() && out.next_shard_iterator.is_none()).then_some(out.child_shards)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use futures::StreamExt;
+
+    use crate::api::SharedKinesis;
+    use crate::{MemoryKinesis, ReadSettings, ShardStream, StartingPoint};
+
+    const SHARD: &str = "shardId-000000000000";
+
+    fn open(api: SharedKinesis, start: StartingPoint) -> ShardStream {
+        ShardStream::builder(api, "s", SHARD)
+            .settings(
+                ReadSettings::default()
+                    .fan_out("app")
+                    .deaggregate(true)
+                    .poll_interval(Duration::from_millis(100)),
+            )
+            .open(start)
+            .unwrap()
+    }
+
+    /// The next record's data, `None` when none comes within `secs`.
+    async fn next_data(stream: &mut ShardStream, secs: u64) -> Option<String> {
+        match tokio::time::timeout(Duration::from_secs(secs), stream.next()).await {
+            Ok(Some(Ok(r))) => Some(String::from_utf8_lossy(r.data()).into_owned()),
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => None,
+        }
+    }
+
+    /// A reader that opens after the last user record of an aggregate, refused a subscription
+    /// (another holder's is open), bridges by GetRecords and reads the aggregate only to pass
+    /// over it. Its subscription, once granted, must start after the aggregate, not at it.
+    #[tokio::test(start_paused = true)]
+    async fn a_bridge_that_only_passed_over_an_aggregate_subscribes_after_it() {
+        let memory = MemoryKinesis::new();
+        memory.add_stream("s", 1).unwrap();
+        let (_, before) = memory.put("s", "k", "zero").unwrap();
+        let users = [
+            ("k", None, &b"u0"[..]),
+            ("k", None, b"u1"),
+            ("k", None, b"u2"),
+        ];
+        let (_, aggregate) = memory.put("s", "k", crate::kpl::aggregate(users)).unwrap();
+        let api: SharedKinesis = Arc::new(memory.clone());
+        // Another holder's subscription is open.
+        let mut holder = open(api.clone(), StartingPoint::AfterSequence(before));
+        assert_eq!(next_data(&mut holder, 30).await.as_deref(), Some("u0"));
+        let mut reader = open(api, StartingPoint::AfterSubSequence(aggregate, 2));
+        assert_eq!(next_data(&mut reader, 3).await, None);
+        drop(holder);
+        assert_eq!(
+            next_data(&mut reader, 10).await,
+            None,
+            "the aggregate's user records were all passed over already"
+        );
+        memory.put("s", "k", "after").unwrap();
+        assert_eq!(next_data(&mut reader, 10).await.as_deref(), Some("after"));
     }
 }
