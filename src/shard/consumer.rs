@@ -34,8 +34,12 @@ pub async fn register_consumer(
                         tracing::info!(stream, consumer = name, "registered the fan-out consumer");
                         consumer
                     }
-                    // Registered meanwhile by another instance.
-                    Err(KinesisError::ResourceInUse { .. }) => continue,
+                    // Registered meanwhile by another instance, or the stream is not ACTIVE
+                    // (it is being resharded, say): asked again a moment later.
+                    Err(KinesisError::ResourceInUse { .. }) => {
+                        wait_or_give_up(deadline, stream, name, "refused registration").await?;
+                        continue;
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -116,5 +120,62 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, KinesisError::StreamNotFound { .. }), "{e:?}");
+    }
+
+    /// Answers every consumer registration with ResourceInUse and every description with
+    /// "not found", as the service does while the stream is not ACTIVE; counts the calls, and
+    /// after 10,000 refuses with another error so a loop that never waits still ends.
+    #[derive(Default)]
+    struct NotActive(std::sync::atomic::AtomicUsize);
+
+    impl crate::api::layer::KinesisLayer for NotActive {
+        fn around<'a, T: Send + 'a>(
+            &'a self,
+            call: crate::api::layer::ApiCall<'a>,
+            next: crate::api::ApiFuture<'a, T>,
+        ) -> crate::api::ApiFuture<'a, T> {
+            let crate::api::layer::ApiCall::Consumer { operation, .. } = call else {
+                return next;
+            };
+            let calls = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let (stream, message) = ("s".to_owned(), "stream UPDATING".to_owned());
+            Box::pin(async move {
+                Err(match operation {
+                    _ if calls >= 10_000 => KinesisError::AccessDenied {
+                        operation,
+                        stream,
+                        message,
+                        source: None,
+                    },
+                    Operation::RegisterStreamConsumer => KinesisError::ResourceInUse {
+                        operation,
+                        stream,
+                        message,
+                        source: None,
+                    },
+                    _ => KinesisError::StreamNotFound {
+                        operation,
+                        stream,
+                        region: "memory".to_owned(),
+                        source: None,
+                    },
+                })
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_registration_refused_while_the_stream_is_not_active_is_waited_for() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("s", 1).unwrap();
+        let layered =
+            crate::api::layer::Layered::new(std::sync::Arc::new(kinesis), NotActive::default());
+        let e = register_consumer(&layered, "s", "app").await.unwrap_err();
+        assert!(
+            matches!(&e, KinesisError::Service { message, .. } if message.contains("app")),
+            "gave up after the activation timeout, naming the consumer: {e:?}"
+        );
+        let calls = layered.layer().0.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(calls < 1_000, "{calls} calls: one pair a second at most");
     }
 }
