@@ -439,4 +439,34 @@ mod tests {
         memory.put("s", "k", "after").unwrap();
         assert_eq!(next_data(&mut reader, 10).await.as_deref(), Some("after"));
     }
+
+    /// A seek suspends an idle reader's subscription (its read task parked on the event
+    /// stream) and, when the seek fails, resumes it. The parked read must be woken by both:
+    /// otherwise nothing polls it again and the shard is read no more, with no error.
+    #[tokio::test(start_paused = true)]
+    async fn a_suspended_and_resumed_reader_reads_on() {
+        let memory = MemoryKinesis::new();
+        memory.add_stream("s", 1).unwrap();
+        memory.put("s", "k", "a").unwrap();
+        let api: SharedKinesis = Arc::new(memory.clone());
+        // Reads run as a task of their own (the default), which only a wake brings back.
+        let settings = ReadSettings::default()
+            .fan_out("app")
+            .deaggregate(true)
+            .poll_interval(Duration::from_millis(100))
+            .background_reads(true);
+        let mut reader = ShardStream::builder(api, "s", SHARD)
+            .settings(settings)
+            .open(StartingPoint::TrimHorizon)
+            .unwrap();
+        assert_eq!(next_data(&mut reader, 30).await.as_deref(), Some("a"));
+        // Caught up: the read task waits for the subscription's next event.
+        let waited = tokio::time::timeout(Duration::from_millis(3_003), reader.next()).await;
+        assert!(waited.is_err(), "{waited:?}");
+        let hang_up = reader.hang_up().expect("a fan-out reader");
+        hang_up.suspend();
+        hang_up.resume();
+        memory.put("s", "k", "b").unwrap();
+        assert_eq!(next_data(&mut reader, 120).await.as_deref(), Some("b"));
+    }
 }
