@@ -1,7 +1,7 @@
 //! Edge cases of where shards begin, on the in-memory transport and lease store: rows another
 //! instance created at its start, a fresh start at the tip of a resharded stream, a seek that
-//! a crash interrupts, a stream recreated under the same name; and a pipeline that spent the
-//! runtime's budget before waiting for the next record.
+//! a crash interrupts, a stream recreated under the same name, a seek racing a lost lease; and a
+//! pipeline that spent the runtime's budget before waiting for the next record.
 
 mod support;
 
@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kinesis_dataflow::api::SharedKinesis;
-use kinesis_dataflow::lease::{Lease, LeaseStore};
+use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
+use kinesis_dataflow::lease::{Lease, LeaseFuture, LeaseStore};
 use kinesis_dataflow::{
-    KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription, SubscriptionBuilder,
+    AckSink, KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription, SubscriptionBuilder,
 };
 
 const STREAM: &str = "edges";
@@ -209,4 +210,94 @@ fn a_pipeline_that_spent_the_runtime_budget_waits_for_the_next_record() {
         .recv_timeout(Duration::from_secs(60))
         .expect("the pipeline read every record without hanging");
     assert!(all_read);
+}
+
+/// Holds the first renewal of `SHARD0` after it is armed until told to go on.
+#[derive(Default)]
+struct HeldRenewal {
+    armed: std::sync::atomic::AtomicBool,
+    started: tokio::sync::Notify,
+    go: tokio::sync::Notify,
+}
+
+impl LeaseLayer for HeldRenewal {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        use std::sync::atomic::Ordering;
+        Box::pin(async move {
+            if let LeaseCall::Renew { lease } = &call
+                && lease.shard_id == SHARD0
+                && self.armed.swap(false, Ordering::SeqCst)
+            {
+                self.started.notify_one();
+                self.go.notified().await;
+            }
+            next.await
+        })
+    }
+}
+
+const SHARD0: &str = "shardId-000000000000";
+
+/// A seek that moves a shard's reader while its keeper is losing the lease (another owner
+/// took the row during a renewal): the loss must still end the shard here. Before, the
+/// loss was ignored as a report of the old reader, and the new reader went on with no keeper:
+/// nothing renewed or checkpointed it, and a sink's close over its deliveries waited for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_while_a_seek_moves_the_reader_ends_the_shard_here() {
+    use futures::SinkExt;
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, 1).unwrap();
+    write(&memory, "r", 20);
+    let api: SharedKinesis = Arc::new(memory);
+    let raw = MemoryLeaseStore::new();
+    let hold = Arc::new(HeldRenewal::default());
+    let store = LayeredStore::new(Arc::new(raw.clone()), hold.clone());
+    let mut sub = support::reading::fast(&api, Arc::new(store), STREAM, "a")
+        .initial_position(KinesisPosition::horizon())
+        .list_interval(Duration::from_secs(60))
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        sub.next().await.unwrap().unwrap().ack();
+    }
+    hold.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(10), hold.started.notified())
+        .await
+        .expect("a renewal started");
+    // While the renewal is on its way, another owner takes the row, and a seek comes.
+    let ids = [SHARD0.to_owned()];
+    let row = raw.get(STREAM, &ids).await.unwrap().pop().unwrap();
+    raw.take(&row, "other").await.unwrap();
+    let seeker = sub.seeker();
+    let seek = tokio::spawn(async move { seeker.seek(KinesisPosition::horizon()).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    hold.go.notify_one();
+    let _ = tokio::time::timeout(Duration::from_secs(10), seek).await;
+    let mut after = Vec::new();
+    support::eventually("the shard is let go", Duration::from_secs(10), async || {
+        while let Ok(Some(Ok(d))) =
+            tokio::time::timeout(Duration::from_millis(50), sub.next()).await
+        {
+            after.push(d);
+        }
+        sub.shards().is_empty()
+    })
+    .await;
+    if let Some(delivery) = after.pop() {
+        let mut sink = AckSink::new();
+        sink.feed(delivery).await.unwrap();
+        let close =
+            SinkExt::<kinesis_dataflow::Delivery<kinesis_dataflow::Record>>::close(&mut sink);
+        let closed = tokio::time::timeout(Duration::from_secs(15), close)
+            .await
+            .expect("the close does not wait for a checkpoint nobody will write");
+        assert!(closed.is_err(), "no checkpoint covers it: {closed:?}");
+    }
+    drop(after);
+    sub.shutdown().await;
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::keeper::{Keeper, Report};
+use super::keeper::{Keeper, KeeperId, Report};
 use super::take::Taken;
 use super::{Command, Coordinator, Held};
 use crate::ack::ShardAcks;
@@ -167,10 +167,15 @@ impl Coordinator {
             .is_some_and(|held| Arc::ptr_eq(&held.gate, gate))
     }
 
+    /// True when `keeper` is the shard's current keeper.
+    fn is_current_keeper(&self, shard: &str, keeper: KeeperId) -> bool {
+        (self.shards.held.get(shard)).is_some_and(|held| held.keeper.id() == keeper)
+    }
+
     pub(super) fn on_report(&mut self, report: Report) {
         match report {
-            Report::Lost(shard, gate) => {
-                if self.is_current(&shard, &gate) {
+            Report::Lost(shard, keeper) => {
+                if self.is_current_keeper(&shard, keeper) {
                     self.shared.leases.lost();
                     self.forget(&shard);
                     // The table changed under this instance: list it again rather than at
@@ -178,15 +183,15 @@ impl Coordinator {
                     self.list_soon();
                 }
             }
-            Report::Expired(shard, gate) => {
-                if self.is_current(&shard, &gate) {
+            Report::Expired(shard, keeper) => {
+                if self.is_current_keeper(&shard, keeper) {
                     self.shared.leases.lost();
                     tracing::error!(shard = %shard, "cannot renew the lease; stopped reading before it can expire for others");
                     self.give_back(&shard, Duration::ZERO);
                 }
             }
-            Report::Finished(shard, gate) => {
-                if self.is_current(&shard, &gate)
+            Report::Finished(shard, keeper) => {
+                if self.is_current_keeper(&shard, keeper)
                     && let Some(held) = self.detach(&shard)
                 {
                     held.keeper.forget();

@@ -29,15 +29,15 @@ const SETTLE_POLL: Duration = Duration::from_millis(20);
 /// What a keeper tells the coordinator on its own.
 #[derive(Debug)]
 pub(crate) enum Report {
-    /// Another instance took the lease (a conditional write failed): the keeper (of the
-    /// reader behind this gate) has stopped.
-    Lost(Arc<str>, Arc<LeaseGate>),
-    /// The lease could not be renewed for two thirds of the lease duration: the shard's
-    /// reader stopped at that deadline. The keeper waits to be told what to do.
-    Expired(Arc<str>, Arc<LeaseGate>),
-    /// The shard is finished: SHARD_END is written and the lease released; the keeper has
+    /// Another instance took the lease (a conditional write failed): this keeper has
     /// stopped.
-    Finished(Arc<str>, Arc<LeaseGate>),
+    Lost(Arc<str>, KeeperId),
+    /// The lease could not be renewed for two thirds of the lease duration: the shard's
+    /// reader stopped at that deadline. This keeper waits to be told what to do.
+    Expired(Arc<str>, KeeperId),
+    /// The shard is finished: SHARD_END is written and the lease released; this keeper has
+    /// stopped.
+    Finished(Arc<str>, KeeperId),
     /// The shard was handed back as ordered: checkpoint written, lease released.
     Released(Arc<str>),
 }
@@ -64,9 +64,23 @@ struct Timing {
     checkpoint_every: Duration,
 }
 
+/// Which keeper a report comes from. A keeper's reader may change under it (a seek gives
+/// it a new ledger and gate), so reports name the keeper, not the reader: a report of a
+/// keeper that is not the shard's current one is stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeeperId(u64);
+
+impl KeeperId {
+    fn next() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Self(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 /// The coordinator's handle on a keeper.
 #[derive(Debug)]
 pub(crate) struct Keeper {
+    id: KeeperId,
     orders: UnboundedSender<Order>,
     task: JoinHandle<()>,
 }
@@ -83,7 +97,9 @@ impl Keeper {
         reports: UnboundedSender<Report>,
     ) -> Self {
         let (orders, inbox) = unbounded_channel();
+        let id = KeeperId::next();
         let task = KeeperTask {
+            id,
             shard: acks.shard().clone(),
             store: shared.store.clone(),
             lease,
@@ -107,9 +123,15 @@ impl Keeper {
             current_since: Instant::now(),
         };
         Self {
+            id,
             orders,
             task: tokio::spawn(task.run(inbox)),
         }
+    }
+
+    /// The keeper's identity in its reports.
+    pub(crate) fn id(&self) -> KeeperId {
+        self.id
     }
 
     /// Hands the shard back (see [`Order::Release`]); the returned task ends when it is done.
@@ -130,6 +152,7 @@ impl Keeper {
 }
 
 struct KeeperTask {
+    id: KeeperId,
     shard: Arc<str>,
     store: SharedLeaseStore,
     lease: Lease,
@@ -277,7 +300,7 @@ impl KeeperTask {
             self.no_more_writes();
             let _ = self
                 .reports
-                .send(Report::Expired(self.shard.clone(), self.gate.clone()));
+                .send(Report::Expired(self.shard.clone(), self.id));
         }
         false
     }
@@ -434,9 +457,7 @@ impl KeeperTask {
     fn lost(&mut self) -> bool {
         self.report_ledger();
         self.acks.durability().failed(self.lost_error().into());
-        let _ = self
-            .reports
-            .send(Report::Lost(self.shard.clone(), self.gate.clone()));
+        let _ = self.reports.send(Report::Lost(self.shard.clone(), self.id));
         true
     }
 
@@ -471,7 +492,7 @@ impl KeeperTask {
         self.give_back().await;
         let _ = self
             .reports
-            .send(Report::Finished(self.shard.clone(), self.gate.clone()));
+            .send(Report::Finished(self.shard.clone(), self.id));
     }
 
     /// Waits up to `wait` for in-flight deliveries, renewing meanwhile, then writes the
