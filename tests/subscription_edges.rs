@@ -1,7 +1,8 @@
 //! Edge cases of where shards begin, on the in-memory transport and lease store: rows another
 //! instance created at its start, a fresh start at the tip of a resharded stream, a seek that
-//! a crash interrupts, a stream recreated under the same name, a seek racing a lost lease; and a
-//! pipeline that spent the runtime's budget before waiting for the next record.
+//! a crash interrupts, a stream recreated under the same name, a seek racing a lost lease, a
+//! take under way when the instance is declared gone; and a pipeline that spent the runtime's
+//! budget before waiting for the next record.
 
 mod support;
 
@@ -299,5 +300,77 @@ async fn a_lease_lost_while_a_seek_moves_the_reader_ends_the_shard_here() {
         assert!(closed.is_err(), "no checkpoint covers it: {closed:?}");
     }
     drop(after);
+    sub.shutdown().await;
+}
+
+/// An instance whose take of a shard is still under way (here, waiting on its position
+/// source) when another declares it gone (releases its worker row) and takes the shard at
+/// once must not read the shard when its own take completes: the lease is the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_under_way_when_the_instance_is_declared_gone_is_not_read() {
+    use kinesis_dataflow::subscription::{PositionSourceError, position_source_fn};
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, 1).unwrap();
+    let first = memory.put(STREAM, "k", "r0").unwrap().1;
+    write(&memory, "r", 5);
+    let api: SharedKinesis = Arc::new(memory);
+    let store = MemoryLeaseStore::new();
+    // Read before: the take records no start of its own (which would find the lease moved).
+    let mut row = Lease::new(STREAM.to_owned(), SHARD0.to_owned(), Vec::new());
+    row.checkpoint = Some(kinesis_dataflow::position::Checkpoint::Sequence(first));
+    store.create(&row).await.unwrap();
+    let asked = Arc::new(tokio::sync::Notify::new());
+    let go = Arc::new(tokio::sync::Notify::new());
+    let source = position_source_fn({
+        let (asked, go) = (asked.clone(), go.clone());
+        move |_stream: String, _shard: String| {
+            let (asked, go) = (asked.clone(), go.clone());
+            async move {
+                asked.notify_one();
+                go.notified().await;
+                Ok::<_, PositionSourceError>(None)
+            }
+        }
+    });
+    let starting = tokio::spawn(
+        builder(&api, &store, "b")
+            .initial_position(KinesisPosition::horizon())
+            .lease_duration(Duration::from_secs(30))
+            .position_source(source)
+            .start(),
+    );
+    tokio::time::timeout(Duration::from_secs(10), asked.notified())
+        .await
+        .expect("the shard is taken and its source asked");
+    // Another instance declares "b" gone, and "b" makes its worker row anew.
+    let worker = |rows: &[Lease]| rows.iter().find(|r| r.shard_id == "worker:b").cloned();
+    let row = worker(&store.list(STREAM).await.unwrap()).expect("b's worker row");
+    store.release(&row).await.unwrap();
+    support::eventually(
+        "b makes its worker row anew",
+        Duration::from_secs(10),
+        async || {
+            let rows = store.list(STREAM).await.unwrap();
+            worker(&rows)
+                .is_some_and(|r| r.owner.as_deref() == Some("b") && r.counter > row.counter)
+        },
+    )
+    .await;
+    // The other takes the shard at once, then "b"'s take completes.
+    let ids = [SHARD0.to_owned()];
+    let shard = store.get(STREAM, &ids).await.unwrap().pop().unwrap();
+    assert_eq!(shard.owner.as_deref(), Some("b"));
+    store.take(&shard, "a").await.unwrap();
+    go.notify_one();
+    let mut sub = tokio::time::timeout(Duration::from_secs(10), starting)
+        .await
+        .expect("b started")
+        .unwrap()
+        .unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
+    assert!(
+        !matches!(read, Ok(Some(Ok(_)))),
+        "b read a shard whose lease is a's: {read:?}"
+    );
     sub.shutdown().await;
 }

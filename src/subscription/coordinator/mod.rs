@@ -158,7 +158,7 @@ struct Held {
 /// A job that finished.
 enum Done {
     Listing(Result<Listing, ListingFailure>),
-    Take(String, TakeOutcome),
+    Take(String, TakeOutcome, u64),
     Worker(WorkerDone),
     Deleted(Vec<(Lease, Result<(), LeaseError>)>),
     Watched(Result<BTreeMap<String, Lease>, LeaseError>),
@@ -248,6 +248,9 @@ struct Outbox {
 struct Shards {
     held: BTreeMap<String, Held>,
     taking: BTreeSet<String>,
+    /// Moves each time this instance learns its shards may be another's (its worker row was
+    /// taken away): a take begun before is not installed when it completes.
+    epoch: u64,
     releasing: Vec<(String, JoinHandle<()>)>,
     /// When this instance handed shards off to balance, within the last listing interval.
     handed_off: VecDeque<Instant>,
@@ -395,7 +398,7 @@ impl Coordinator {
         match done {
             Done::Listing(Ok(listing)) => self.on_listing(listing),
             Done::Listing(Err(failure)) => self.on_listing_failed(failure),
-            Done::Take(shard, outcome) => self.on_take(shard, outcome),
+            Done::Take(shard, outcome, epoch) => self.on_take(shard, outcome, epoch),
             Done::Worker(done) => self.on_worker(done),
             Done::Deleted(results) => self.on_deleted(results),
             Done::Watched(read) => self.on_watched(read),

@@ -33,6 +33,10 @@ impl Coordinator {
             WorkerDone::Lost => true,
             WorkerDone::Deleted | WorkerDone::Failed(_) => false,
         };
+        if forget {
+            // Takes under way are not installed either.
+            self.shards.epoch += 1;
+        }
         if forget && !self.shards.held.is_empty() {
             tracing::warn!(
                 held = self.shards.held.len(),

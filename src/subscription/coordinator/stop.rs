@@ -83,7 +83,7 @@ impl Coordinator {
         pending: &mut BTreeSet<String>,
     ) {
         match done {
-            Done::Take(shard, TakeOutcome::Taken(taken)) => {
+            Done::Take(shard, TakeOutcome::Taken(taken), _) => {
                 let store = self.shared.store.clone();
                 pending.insert(shard.clone());
                 hand_backs.push(

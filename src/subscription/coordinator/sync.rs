@@ -338,15 +338,24 @@ impl Coordinator {
             self.startup.pending.insert(shard.clone());
         }
         let shared = self.shared.clone();
+        let epoch = self.shards.epoch;
         self.inbox.jobs.push(Box::pin(async move {
             let outcome = take::take(shared, lease, opening).await;
-            Done::Take(shard, outcome)
+            Done::Take(shard, outcome, epoch)
         }));
     }
 
-    pub(super) fn on_take(&mut self, shard: String, outcome: TakeOutcome) {
+    pub(super) fn on_take(&mut self, shard: String, outcome: TakeOutcome, epoch: u64) {
         self.shards.taking.remove(&shard);
         match outcome {
+            TakeOutcome::Taken(_) if epoch != self.shards.epoch => {
+                // Begun before this instance's shards were dropped (its worker row was taken
+                // away): another may have taken the lease since, at once. Not read; the lease
+                // is the others' to take when it expires, or this instance's again at a listing.
+                tracing::warn!(shard = %shard, "a take begun before this instance's shards were dropped is not read; the shard may be another's now");
+                self.no_longer_starting(&shard);
+                self.list_soon();
+            }
             TakeOutcome::Taken(taken) => {
                 self.shared.leases.taken(taken.sent.elapsed());
                 self.no_longer_starting(&shard);
