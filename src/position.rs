@@ -316,6 +316,10 @@ impl Checkpoint {
     pub fn decode(text: &str) -> Option<Self> {
         let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
         if let Some(start) = text.strip_prefix("INITIAL:") {
+            // One level only: a chain of prefixes is corrupt, and must not recurse.
+            if start.starts_with("INITIAL:") {
+                return None;
+            }
             return match Self::decode(start)? {
                 Self::Start(point) => Some(Self::Initial(point)),
                 _ => None,
@@ -504,6 +508,14 @@ mod tests {
         );
         assert_eq!(Checkpoint::decode("INITIAL:SHARD_END"), None);
         assert_eq!(Checkpoint::decode("INITIAL:42"), None);
+    }
+
+    #[test]
+    fn a_corrupt_chain_of_initial_prefixes_is_refused_without_recursing() {
+        assert_eq!(Checkpoint::decode("INITIAL:INITIAL:TRIM_HORIZON"), None);
+        // A lease row may hold up to 400 KB; a corrupt one must not overflow the stack.
+        let chain = "INITIAL:".repeat(50_000) + "TRIM_HORIZON";
+        assert_eq!(Checkpoint::decode(&chain), None);
     }
 
     #[test]
