@@ -516,3 +516,90 @@ async fn a_broker_registered_under_a_label_describes_its_server_and_runs() {
     assert_eq!(*LABELED.lock().unwrap(), [7]);
     tb.shutdown().await.unwrap();
 }
+
+static SEEKS_ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// On shipment 1, the first time: seeks to the tip, then sends the record back.
+#[subscriber(KinesisStream::new("seeking").create_if_missing(1))]
+async fn seeks_then_retries(
+    shipment: &Shipment,
+    ctx: &mut ruststream::runtime::Context<'_, kinesis_dataflow::broker::KinesisContext>,
+) -> HandlerOutcome {
+    if shipment.seq == 1 && first_time(&SEEKS_ONCE) {
+        let seeker = ctx.context(kinesis_dataflow::broker::SeekHandle).clone();
+        ruststream::Seeker::seek(&seeker, kinesis_dataflow::KinesisPosition::latest())
+            .await
+            .expect("the seek is taken");
+        HandlerOutcome::retry()
+    } else {
+        HandlerOutcome::ack()
+    }
+}
+
+/// A record sent back after a seek moved past it is not read again, so the test harness must
+/// not wait for its redelivery: the publish returns.
+#[tokio::test(start_paused = true)]
+async fn a_send_back_after_a_seek_does_not_hold_the_publish() {
+    let app =
+        RustStream::new(AppInfo::new("seeking", "0.1.0")).with_broker(KinesisBroker::new(), |b| {
+            b.include(seeks_then_retries);
+        });
+    let tb = TestApp::start(app).await.expect("starts");
+    let broker = tb.broker::<KinesisBroker>();
+    tokio::time::timeout(
+        Duration::from_secs(600),
+        broker.publish("seeking", &shipment("ada", 1)),
+    )
+    .await
+    .expect("the publish returns: nothing is owed after the seek")
+    .unwrap();
+    let seqs: Vec<u64> = broker
+        .subscriber("seeking")
+        .received::<Shipment>()
+        .iter()
+        .map(|s| s.seq)
+        .collect();
+    assert_eq!(seqs, [1], "the seek moved past the record sent back");
+    tb.shutdown().await.unwrap();
+}
+
+/// Never handles any shipment: one attempt, then the dead letters.
+#[subscriber(KinesisStream::new("spent").create_if_missing(1))]
+async fn spent_at_once(shipment: &Shipment) -> HandlerOutcome {
+    let _ = shipment;
+    HandlerOutcome::retry()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_publish_returns_once_the_spent_records_dead_letter_is_written() {
+    let kinesis = MemoryKinesis::new();
+    let app = RustStream::new(AppInfo::new("spent", "0.1.0")).with_broker(
+        KinesisBroker::in_memory(kinesis.clone()),
+        |b| {
+            b.include(spent_at_once)
+                .max_attempts(ruststream::nonzero!(1u32))
+                .dead_letter("spent-dead");
+        },
+    );
+    let tb = TestApp::start(app).await.expect("starts");
+    let broker = tb.broker::<KinesisBroker>();
+    broker
+        .publish("spent", &shipment("ada", 1))
+        .await
+        .unwrap();
+    let iterator = kinesis
+        .get_shard_iterator(
+            "spent-dead",
+            "shardId-000000000000",
+            &kinesis_dataflow::StartingPoint::TrimHorizon,
+        )
+        .await
+        .unwrap();
+    let shard: std::sync::Arc<str> = "shardId-000000000000".into();
+    let stored = kinesis
+        .get_records("spent-dead", &shard, iterator, 100)
+        .await
+        .unwrap();
+    assert_eq!(stored.records.len(), 1, "the dead letter is stored when the publish returns");
+    tb.shutdown().await.unwrap();
+}

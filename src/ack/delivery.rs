@@ -184,6 +184,13 @@ impl AckToken {
         self.acks.is_retired()
     }
 
+    /// True when a send-back now requeues the record; false when it would be abandoned
+    /// (the shard's ledger is closed: a seek, a lost lease or a stop), so it is not read
+    /// again from this ledger.
+    pub(crate) fn requeues(&self) -> bool {
+        !self.settled && self.record.is_some() && !self.acks.is_closed()
+    }
+
     fn settle(&mut self, how: Settlement) {
         if !self.settled {
             self.settled = true;
@@ -334,6 +341,11 @@ impl<T> Delivery<T> {
     #[must_use]
     pub fn is_stale(&self) -> bool {
         self.token.is_stale()
+    }
+
+    /// True when [`retry`](Self::retry) now requeues the record (see the token's).
+    pub(crate) fn requeues(&self) -> bool {
+        self.token.requeues()
     }
 
     /// Sends the record this value came from back to be delivered again at once (as the

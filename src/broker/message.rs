@@ -132,7 +132,9 @@ impl KinesisMessage {
                 .shared
                 .max_attempts
                 .is_some_and(|max| self.attempt >= u64::from(max));
-            if !spent {
+            // A record the core abandons (its ledger closed by a seek, a lost lease or a
+            // stop) is not read again from here: nothing is owed.
+            if !spent && delivery.requeues() {
                 self.shared.inner.harness.requeued(
                     &self.shared.stream,
                     delivery.shard_id_shared(),
