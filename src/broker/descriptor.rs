@@ -10,7 +10,9 @@ use ruststream::{
 
 use super::connection::{ConnectedKinesis, Connection};
 use super::dead_letters::{Spent, StreamDeadLetters};
+use super::read_limit::{BatchLimited, ReadLimit};
 use super::subscriber::KinesisSubscriber;
+use crate::api::SharedKinesis;
 use crate::error::KinesisError;
 use crate::position::KinesisPosition;
 use crate::shard::ReadSettings;
@@ -49,6 +51,8 @@ pub struct KinesisStream {
     start_at: Option<KinesisPosition>,
     initial_position: Option<KinesisPosition>,
     read: ReadSettings,
+    /// `batch_size` (or `read_settings`) was given: it outranks a batch subscription's size.
+    batch_size_set: bool,
     list_interval: Option<Duration>,
     lease_duration: Option<Duration>,
     worker_timeout: Option<Duration>,
@@ -69,6 +73,7 @@ impl KinesisStream {
             start_at: None,
             initial_position: None,
             read: ReadSettings::default(),
+            batch_size_set: false,
             list_interval: None,
             lease_duration: None,
             worker_timeout: None,
@@ -113,9 +118,12 @@ impl KinesisStream {
         self
     }
 
-    /// How many records one GetRecords call asks for: 1 to 10,000 (default 1,000).
+    /// How many records one GetRecords call asks for: 1 to 10,000. Without it, 1,000, or
+    /// the mount site's batch size for a batch subscription (`&[T]` bodies) from the moment
+    /// its batches open; given, it holds for batch subscriptions too.
     pub fn batch_size(mut self, records: u32) -> Self {
         self.read = self.read.batch_size(records);
+        self.batch_size_set = true;
         self
     }
 
@@ -146,6 +154,7 @@ impl KinesisStream {
     /// `fan_out`).
     pub fn read_settings(mut self, settings: ReadSettings) -> Self {
         self.read = settings;
+        self.batch_size_set = true;
         self
     }
 
@@ -261,11 +270,13 @@ impl KinesisStream {
         let task_inner = inner.clone();
         let stream: std::sync::Arc<str> = std::sync::Arc::from(self.name.as_str());
         let max_wait = self.max_wait;
+        let read_limit = ReadLimit::default();
+        let limit = (!self.batch_size_set).then(|| read_limit.clone());
         // Every call (and the subscription's background task) runs on the connection's
         // runtime: the caller's may be a short-lived one.
         let subscription = inner
             .runtime
-            .spawn(async move { self.start(&task_inner, create, spent).await })
+            .spawn(async move { self.start(&task_inner, create, spent, limit).await })
             .await
             .map_err(|_| KinesisError::ShutDown)??;
         inner.register(subscription.shutdown_handle())?;
@@ -276,6 +287,7 @@ impl KinesisStream {
             max_wait,
             claim,
             max_attempts,
+            read_limit,
         ))
     }
 
@@ -284,6 +296,7 @@ impl KinesisStream {
         inner: &Arc<Connection>,
         create: Option<u32>,
         spent: Option<Spent>,
+        limit: Option<ReadLimit>,
     ) -> Result<Subscription, KinesisError> {
         if let Some(shards) = create {
             inner.ensure_stream(&self.name, shards).await?;
@@ -291,7 +304,12 @@ impl KinesisStream {
         if let Some(spent) = &spent {
             dead_letter_stream(inner, &spent.destination, create).await?;
         }
-        let mut builder = Subscription::builder(inner.api.clone(), inner.store.clone(), self.name)
+        // A batch subscription's size becomes the GetRecords limit once its batches open.
+        let api: SharedKinesis = match limit {
+            Some(limit) => Arc::new(BatchLimited::new(inner.api.clone(), limit)),
+            None => inner.api.clone(),
+        };
+        let mut builder = Subscription::builder(api, inner.store.clone(), self.name)
             .read_settings(self.read)
             .runtime(inner.runtime.clone())
             .application(inner.application.as_str())

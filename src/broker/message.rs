@@ -110,6 +110,12 @@ impl KinesisMessage {
             .map_or_else(tracing::Span::none, Delivery::span)
     }
 
+    /// True when a seek moved the record's shard after it was read: it is no longer the
+    /// next record, and settling it moves nothing.
+    pub(crate) fn is_stale(&self) -> bool {
+        self.delivery.as_ref().is_some_and(Delivery::is_stale)
+    }
+
     /// The shard the record was read from (present until the message is settled).
     pub(crate) fn shard(&self) -> Option<&Arc<str>> {
         self.delivery.as_ref().map(|d| d.shard_id_shared())

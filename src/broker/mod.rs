@@ -115,6 +115,7 @@ pub mod envelope;
 pub mod in_process;
 mod message;
 mod publisher;
+mod read_limit;
 mod seeker;
 mod subscriber;
 

@@ -13,6 +13,7 @@ use ruststream::{BatchSubscriber, Subscriber};
 use super::connection::{Connection, StreamClaim};
 use super::in_process::Taken;
 use super::message::{KinesisMessage, Shared};
+use super::read_limit::ReadLimit;
 use super::seeker::KinesisSeeker;
 use crate::ack::Delivery;
 use crate::error::KinesisError;
@@ -37,6 +38,8 @@ pub struct KinesisSubscriber {
     messages: std::sync::Mutex<MessageStream>,
     seeker: KinesisSeeker,
     max_wait: Duration,
+    /// The GetRecords limit a batch subscription sets to its size.
+    read_limit: ReadLimit,
 }
 
 impl fmt::Debug for KinesisSubscriber {
@@ -56,6 +59,7 @@ impl KinesisSubscriber {
         max_wait: Duration,
         claim: StreamClaim,
         max_attempts: Option<u32>,
+        read_limit: ReadLimit,
     ) -> Self {
         inner.harness.opened(&stream);
         let seeker = KinesisSeeker::new(subscription.seeker(), inner.clone());
@@ -68,6 +72,7 @@ impl KinesisSubscriber {
             }),
             seeker,
             max_wait,
+            read_limit,
         }
     }
 
@@ -103,6 +108,8 @@ impl BatchSubscriber for KinesisSubscriber {
         size: NonZeroUsize,
     ) -> impl Stream<Item = Result<Vec<KinesisMessage>, KinesisError>> + Send + '_ {
         let max_wait = self.max_wait;
+        // GetRecords asks for a batch's worth (unless the descriptor set `batch_size`).
+        self.read_limit.set(size.get());
         let messages = Box::pin(self.messages().stream());
         futures::stream::unfold((messages, Carry::Nothing), move |state| {
             next_batch(state, size.get(), max_wait)
@@ -134,8 +141,9 @@ where
     let first = match carry {
         Carry::Error(e) => return Some((Err(e), (messages, Carry::Nothing))),
         Carry::Ended => return None,
-        Carry::Message(first) => *first,
-        Carry::Nothing => match messages.next().await? {
+        // A seek since it was read: it is no longer the next record of its shard.
+        Carry::Message(first) if !first.is_stale() => *first,
+        Carry::Message(_) | Carry::Nothing => match messages.next().await? {
             Ok(first) => first,
             Err(e) => return Some((Err(e), (messages, Carry::Nothing))),
         },
