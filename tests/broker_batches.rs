@@ -77,7 +77,10 @@ async fn a_batch_subscription_asks_get_records_for_its_batch_size() {
         .filter(|call| call.operation == Operation::GetRecords)
         .map(|call| call.limit)
         .collect();
-    assert!(!limits.is_empty(), "GetRecords was called after the batches opened");
+    assert!(
+        !limits.is_empty(),
+        "GetRecords was called after the batches opened"
+    );
     assert!(
         limits.iter().all(|limit| *limit == Some(6)),
         "GetRecords limits after the batch stream opened: {limits:?}"
@@ -142,7 +145,11 @@ async fn a_seek_drops_the_record_a_batch_carried_over() {
         .expect("the stream goes on")
         .expect("no error");
     assert!(bodies(&first).iter().all(|b| b.starts_with("old")));
-    assert!(first.len() < 10, "one shard's records: {:?}", bodies(&first));
+    assert!(
+        first.len() < 10,
+        "one shard's records: {:?}",
+        bodies(&first)
+    );
     for message in first {
         message.ack().await.unwrap();
     }

@@ -583,10 +583,7 @@ async fn a_publish_returns_once_the_spent_records_dead_letter_is_written() {
     );
     let tb = TestApp::start(app).await.expect("starts");
     let broker = tb.broker::<KinesisBroker>();
-    broker
-        .publish("spent", &shipment("ada", 1))
-        .await
-        .unwrap();
+    broker.publish("spent", &shipment("ada", 1)).await.unwrap();
     let iterator = kinesis
         .get_shard_iterator(
             "spent-dead",
@@ -600,6 +597,10 @@ async fn a_publish_returns_once_the_spent_records_dead_letter_is_written() {
         .get_records("spent-dead", &shard, iterator, 100)
         .await
         .unwrap();
-    assert_eq!(stored.records.len(), 1, "the dead letter is stored when the publish returns");
+    assert_eq!(
+        stored.records.len(),
+        1,
+        "the dead letter is stored when the publish returns"
+    );
     tb.shutdown().await.unwrap();
 }

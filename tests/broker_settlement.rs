@@ -400,3 +400,58 @@ async fn a_retry_declaration_is_refused_when_half_or_its_stream_is_missing() {
         assert!(err.to_string().contains(named), "{named}: {err}");
     }
 }
+
+/// A spent message whose payload fills a Kinesis record: with the origin headers it would not
+/// fit, so its dead letter goes without the payload, naming its size, and the shard goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_too_big_for_a_record_goes_without_its_payload() {
+    use kinesis_dataflow::broker::dead_letters::{OMITTED_BYTES_HEADER, ORIGIN_SEQUENCE_HEADER};
+    let kinesis = MemoryKinesis::new();
+    kinesis.add_stream("dead", 1).unwrap();
+    let c = KinesisBroker::in_memory(kinesis.clone())
+        .connect()
+        .await
+        .unwrap();
+    let declared = ruststream::RetryDeclaration::new()
+        .with_max_attempts(std::num::NonZeroU32::new(1).unwrap())
+        .with_dead_letter("dead");
+    let mut sub = stream("payments")
+        .create_if_missing(1)
+        .declare_retry(&declared)
+        .subscribe(&c)
+        .await
+        .unwrap();
+    let mut dead = stream("dead").subscribe(&c).await.unwrap();
+    let size = 1024 * 1024 - "acct-1".len() - 64;
+    c.publisher()
+        .publish(
+            OutgoingMessage::new("payments", &vec![b'x'; size]),
+            Some(&KinesisOptions::partition_key("acct-1")),
+        )
+        .await
+        .unwrap();
+    publish(&c, "payments", "acct-1", "after").await;
+
+    let first = next(&mut sub).await;
+    let sequence_number = first.record().unwrap().sequence_number().to_owned();
+    first.nack(true).await.unwrap();
+    let after = next(&mut sub).await;
+    assert_eq!(after.payload(), b"after", "the shard goes on");
+    after.ack().await.unwrap();
+
+    let letter = next(&mut dead).await;
+    assert!(letter.payload().is_empty());
+    let header = |name: &str| {
+        letter
+            .headers()
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(header(ORIGIN_SEQUENCE_HEADER), Some(sequence_number));
+    assert!(
+        header(OMITTED_BYTES_HEADER).is_some_and(|n| n.parse::<usize>().unwrap() >= size),
+        "{:?}",
+        header(OMITTED_BYTES_HEADER)
+    );
+    letter.ack().await.unwrap();
+}

@@ -183,3 +183,72 @@ async fn dead_letters_land_in_a_stream_with_their_origin() {
     assert_eq!(letter.attempts, 2);
     assert_eq!(letter.last_error.as_deref(), Some("attempt 2 failed"));
 }
+
+/// Reads until `after` is handed out, failing every other record; `None` when `after` does
+/// not come within the (paused) clock's 10 minutes.
+async fn fail_all_until_after(sub: Subscription) -> Option<()> {
+    let mut deliveries = sub.errors_to(|e| panic!("no errors expected: {e}"));
+    tokio::time::timeout(Duration::from_secs(600), async {
+        loop {
+            let delivery = deliveries.next().await.expect("running");
+            if delivery.data().as_ref() == b"after" {
+                delivery.ack();
+                return;
+            }
+            delivery.fail("never handled");
+        }
+    })
+    .await
+    .ok()
+}
+
+/// A record whose envelope cannot fit in a Kinesis record (its data base64-encoded passes
+/// 1 MiB), and a KPL user record with an empty partition key (which PutRecords refuses), are
+/// dead-lettered in a form the stream takes: the shard goes on.
+#[tokio::test(start_paused = true)]
+async fn a_letter_the_stream_cannot_take_as_it_is_goes_in_a_form_it_can() {
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, 1).unwrap();
+    memory.add_stream("dead", 1).unwrap();
+    let (_, big_seq) = memory.put(STREAM, "acct-1", vec![b'x'; 900_000]).unwrap();
+    let aggregate = kinesis_dataflow::kpl::aggregate([("", None, b"keyless".as_slice())]);
+    memory.put(STREAM, "outer", aggregate).unwrap();
+    memory.put(STREAM, "acct-1", "after").unwrap();
+    let api: SharedKinesis = Arc::new(memory.clone());
+    let sub = support::reading::fast(&api, Arc::new(MemoryLeaseStore::new()), STREAM, "a")
+        .initial_position(KinesisPosition::horizon())
+        .read_settings(kinesis_dataflow::ReadSettings::default().deaggregate(true))
+        .max_attempts(1)
+        .dead_letters(Publisher::new(api.clone(), "dead"))
+        .start()
+        .await
+        .unwrap();
+    let handle = sub.shutdown_handle();
+    assert!(
+        fail_all_until_after(sub).await.is_some(),
+        "the shard went on past both dead letters"
+    );
+    handle.shutdown().await;
+
+    let mut reader = ShardStream::builder(api.clone(), "dead", "shardId-000000000000")
+        .open(StartingPoint::TrimHorizon)
+        .unwrap();
+    let big = reader.next().await.unwrap().unwrap();
+    assert_eq!(big.partition_key(), "acct-1");
+    let letter = DeadLetter::from_envelope(big.data()).unwrap();
+    assert_eq!(&*letter.sequence_number, big_seq.as_str());
+    assert!(letter.data.is_empty(), "the data is left out");
+    assert_eq!(letter.omitted_bytes, Some(900_000), "and its size is named");
+    let keyless = reader.next().await.unwrap().unwrap();
+    assert_eq!(
+        keyless.partition_key(),
+        "shardId-000000000000",
+        "the shard's id as key"
+    );
+    let letter = DeadLetter::from_envelope(keyless.data()).unwrap();
+    assert_eq!(
+        &*letter.partition_key, "",
+        "the envelope keeps the original key"
+    );
+    assert_eq!(&*letter.data, b"keyless");
+}

@@ -30,7 +30,12 @@ pub const ENVELOPE_FORMAT: &str = "kinesis-dataflow.dead-letter/v1";
 /// | `last_error` | what the last failure said (`fail(..)`, `dead_letter(..)`), or `null` |
 /// | `arrival` | the record's approximate arrival, RFC 3339 milliseconds, or `null` |
 /// | `dead_lettered_at` | when this instance gave up on it, RFC 3339 milliseconds |
-/// | `data_base64` | the record's data, standard base64 |
+/// | `data_base64` | the record's data, standard base64 (empty when left out) |
+/// | `data_omitted_bytes` | only when the data was left out, its size: the envelope with the data would not fit in one Kinesis record (1 MiB); read the record at `shard`/`sequence_number` of `stream` while it is retained |
+///
+/// A dead-letter stream's record is put under the original partition key, or under the
+/// shard's id when the original's is not one PutRecords takes (a KPL user record may have an
+/// empty key); the envelope keeps the original.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {
     /// The stream it was read from.
@@ -51,6 +56,9 @@ pub struct DeadLetter {
     pub arrival: Option<SystemTime>,
     /// When this instance gave up on it.
     pub dead_lettered_at: SystemTime,
+    /// Set when the data was left out of the envelope (it would not fit in a Kinesis
+    /// record): the data's size. [`data`](Self::data) is then empty.
+    pub omitted_bytes: Option<usize>,
 }
 
 fn rfc3339(time: SystemTime) -> String {
@@ -76,6 +84,29 @@ impl DeadLetter {
             last_error,
             arrival: record.approximate_arrival(),
             dead_lettered_at: SystemTime::now(),
+            omitted_bytes: None,
+        }
+    }
+
+    /// The same letter without its data, naming the data's size instead.
+    #[must_use]
+    pub fn without_data(&self) -> Self {
+        Self {
+            data: Bytes::new(),
+            omitted_bytes: Some(self.omitted_bytes.unwrap_or(self.data.len())),
+            ..self.clone()
+        }
+    }
+
+    /// The partition key a dead-letter stream's record is put under: the original one, or
+    /// the shard's id when the original is empty or longer than Kinesis takes.
+    #[must_use]
+    pub fn destination_key(&self) -> &str {
+        let chars = self.partition_key.chars().count();
+        if (1..=crate::publish::MAX_PARTITION_KEY_CHARS).contains(&chars) {
+            &self.partition_key
+        } else {
+            &self.shard
         }
     }
 
@@ -94,6 +125,10 @@ impl DeadLetter {
             "dead_lettered_at": rfc3339(self.dead_lettered_at),
             "data_base64": aws_smithy_types::base64::encode(&self.data),
         });
+        let mut value = value;
+        if let Some(omitted) = self.omitted_bytes {
+            value["data_omitted_bytes"] = omitted.into();
+        }
         serde_json::to_vec(&value).expect("a JSON value serializes")
     }
 
@@ -148,6 +183,14 @@ impl DeadLetter {
             arrival: time("arrival")?,
             dead_lettered_at: time("dead_lettered_at")?
                 .ok_or_else(|| bad("dead_lettered_at", "missing"))?,
+            omitted_bytes: match &value["data_omitted_bytes"] {
+                serde_json::Value::Null => None,
+                n => Some(
+                    n.as_u64()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .ok_or_else(|| bad("data_omitted_bytes", "not a count"))?,
+                ),
+            },
         })
     }
 }
@@ -158,6 +201,11 @@ impl DeadLetter {
 /// A write that fails is retried with backoff (from 100 ms, doubling to 30 s) for as long as
 /// the shard is held; meanwhile the shard waits, so nothing of it is handed out past the dead
 /// letter and nothing is dropped.
+///
+/// So a destination should fail only for what time can mend. The library's own (a
+/// [`Publisher`](crate::Publisher), the broker face's dead-letter streams) write a letter
+/// that PutRecords would refuse in a form it takes: without the data, naming its size, and
+/// under the shard's id when the original partition key is not one Kinesis takes.
 pub trait DeadLetters: Send + Sync + fmt::Debug {
     /// Writes `letter`; resolves once it is stored.
     fn send(&self, letter: DeadLetter) -> BoxFuture<'static, Result<(), KinesisError>>;

@@ -28,6 +28,10 @@ pub const ATTEMPTS_HEADER: &str = "x-dead-letter-attempts";
 pub const LAST_ERROR_HEADER: &str = "x-dead-letter-last-error";
 /// The header with when a dead letter was given up on, in milliseconds since the Unix epoch.
 pub const DEAD_LETTERED_AT_HEADER: &str = "x-dead-letter-at-ms";
+/// The header present when a dead letter's payload was left out, with the payload's size in
+/// bytes: the message with it would not fit in a Kinesis record (1 MiB). Read the original at
+/// its origin while the stream retains it.
+pub const OMITTED_BYTES_HEADER: &str = "x-dead-letter-omitted-bytes";
 
 /// A registration's retry declaration, as a subscription takes it: both halves or none.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,10 +117,29 @@ impl DeadLetters for StreamDeadLetters {
             if let Some(error) = &letter.last_error {
                 headers.insert(LAST_ERROR_HEADER, Bytes::from(error.clone()));
             }
-            let message = OutgoingMessage::new(destination.as_str(), &letter.data[offset..])
-                .with_headers(headers);
-            let options = KinesisOptions::partition_key(letter.partition_key.to_string());
-            publisher.publish(message, Some(&options)).await
+            let options = KinesisOptions::partition_key(letter.destination_key().to_owned());
+            let payload = &letter.data[offset..];
+            let message =
+                OutgoingMessage::new(destination.as_str(), payload).with_headers(headers.clone());
+            match publisher.publish(message, Some(&options)).await {
+                // Too big with the origin headers: a write that can never succeed would hold
+                // the shard for good, so the payload is left out and its size named.
+                Err(KinesisError::InvalidRecord { reason, .. }) => {
+                    tracing::warn!(
+                        stream = %letter.stream,
+                        shard = %letter.shard,
+                        sequence_number = %letter.sequence_number,
+                        bytes = payload.len(),
+                        %reason,
+                        "dead letter written without its payload: it does not fit in a record"
+                    );
+                    headers.insert(OMITTED_BYTES_HEADER, Bytes::from(payload.len().to_string()));
+                    let message =
+                        OutgoingMessage::new(destination.as_str(), &[][..]).with_headers(headers);
+                    publisher.publish(message, Some(&options)).await
+                }
+                other => other,
+            }
         })
     }
 }
