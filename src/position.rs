@@ -2,7 +2,7 @@
 //!
 //! | item | what it is |
 //! |---|---|
-//! | [`KinesisPosition`] | a position a user names: `horizon()`, `latest()`, `timestamp(ms)`, `sequence(shard, seq)` |
+//! | [`KinesisPosition`] | a position a user names: `horizon()`, `latest()`, `timestamp(ms)`, `sequence(shard, seq)`, `sub_sequence(shard, seq, sub)` |
 //! | [`StartingPoint`] | one iterator request: the five GetShardIterator types |
 //! | [`Checkpoint`] | what the lease store keeps per shard: a sequence number, or the shard's end |
 //!
@@ -55,6 +55,16 @@ pub enum KinesisPosition {
         /// The record's sequence number.
         sequence_number: String,
     },
+    /// One user record of a KPL aggregate, which is read first: the aggregate's earlier user
+    /// records are left out (AT_SEQUENCE_NUMBER, then skipping them).
+    SubSequence {
+        /// The shard the sequence number belongs to.
+        shard: String,
+        /// The aggregate's sequence number.
+        sequence_number: String,
+        /// The user record's sub-sequence number (0 for the aggregate's first).
+        sub_sequence_number: u64,
+    },
 }
 
 impl KinesisPosition {
@@ -86,6 +96,36 @@ impl KinesisPosition {
         }
     }
 
+    /// AT_SEQUENCE_NUMBER inside a KPL aggregate: its user record `sub` (0 for the first) of
+    /// the aggregate `seq` of `shard`, read first.
+    ///
+    /// ```
+    /// use kinesis_dataflow::{KinesisPosition, StartingPoint};
+    ///
+    /// let third = KinesisPosition::sub_sequence("shardId-000000000000", "4959", 2);
+    /// assert_eq!(
+    ///     third.for_shard("shardId-000000000000"),
+    ///     Some(StartingPoint::AfterSubSequence("4959".into(), 1))
+    /// );
+    /// ```
+    #[must_use]
+    pub fn sub_sequence(shard: impl Into<String>, seq: impl Into<String>, sub: u64) -> Self {
+        Self::SubSequence {
+            shard: shard.into(),
+            sequence_number: seq.into(),
+            sub_sequence_number: sub,
+        }
+    }
+
+    /// The shard a position of one record names; `None` for a position of every shard.
+    #[must_use]
+    pub fn shard(&self) -> Option<&str> {
+        match self {
+            Self::Sequence { shard, .. } | Self::SubSequence { shard, .. } => Some(shard),
+            Self::Horizon | Self::Latest | Self::Timestamp(_) => None,
+        }
+    }
+
     /// Where this position opens `shard`, or `None` when it names another shard.
     #[must_use]
     pub fn for_shard(&self, shard: &str) -> Option<StartingPoint> {
@@ -101,6 +141,21 @@ impl KinesisPosition {
                     return None;
                 }
                 StartingPoint::AtSequence(sequence_number.clone())
+            }
+            Self::SubSequence {
+                shard: named,
+                sequence_number,
+                sub_sequence_number,
+            } => {
+                if named != shard {
+                    return None;
+                }
+                match sub_sequence_number.checked_sub(1) {
+                    Some(before) => {
+                        StartingPoint::AfterSubSequence(sequence_number.clone(), before)
+                    }
+                    None => StartingPoint::AtSequence(sequence_number.clone()),
+                }
             }
         })
     }

@@ -455,3 +455,46 @@ async fn a_dead_letter_too_big_for_a_record_goes_without_its_payload() {
     );
     letter.ack().await.unwrap();
 }
+
+/// A KPL user record's position opens inside its aggregate: seeking to the third user record
+/// delivers it again, not the aggregate's first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeking_to_a_user_records_position_delivers_that_user_record() {
+    use ruststream::{Positioned, Seekable, Seeker};
+    let kinesis = MemoryKinesis::new();
+    kinesis.add_stream("bundled", 1).unwrap();
+    let users: Vec<(&str, Option<&str>, &[u8])> = vec![
+        ("u", None, b"u0"),
+        ("u", None, b"u1"),
+        ("u", None, b"u2"),
+        ("u", None, b"u3"),
+    ];
+    kinesis
+        .put("bundled", "outer", kinesis_dataflow::kpl::aggregate(users))
+        .unwrap();
+    let c = KinesisBroker::in_memory(kinesis.clone())
+        .connect()
+        .await
+        .unwrap();
+    let mut sub = stream("bundled")
+        .deaggregate(true)
+        .start_at(kinesis_dataflow::KinesisPosition::horizon())
+        .subscribe(&c)
+        .await
+        .unwrap();
+    let seeker = sub.seeker();
+    let mut third = None;
+    for expected in ["u0", "u1", "u2"] {
+        let message = next(&mut sub).await;
+        assert_eq!(message.payload(), expected.as_bytes());
+        if expected == "u2" {
+            third = Some(message.position());
+        }
+        message.ack().await.unwrap();
+    }
+    seeker.seek(third.unwrap()).await.unwrap();
+    let again = next(&mut sub).await;
+    assert_eq!(again.payload(), b"u2", "the seek opens at that user record");
+    again.ack().await.unwrap();
+    assert_eq!(next(&mut sub).await.payload(), b"u3");
+}

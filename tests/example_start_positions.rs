@@ -253,6 +253,7 @@ fn command_line(position: &KinesisPosition) -> String {
             shard,
             sequence_number,
         } => format!("sequence:{shard}:{sequence_number}"),
+        other => panic!("the example takes no position like {other:?}"),
     }
 }
 

@@ -267,7 +267,7 @@ impl Positioned for KinesisMessage {
     /// shard.
     fn position(&self) -> KinesisPosition {
         match &self.delivery {
-            Some(d) => KinesisPosition::sequence(d.shard_id(), d.sequence_number()),
+            Some(d) => position_of(d.shard_id(), d.sequence_number(), d.sub_sequence_number()),
             // Only a settled message has no record, and settling consumes it.
             None => KinesisPosition::latest(),
         }
@@ -289,8 +289,10 @@ pub struct KinesisContext {
     pub stream: Arc<str>,
     /// The shard id.
     pub shard_id: Arc<str>,
-    /// The record's sequence number.
+    /// The record's sequence number (a KPL aggregate's, for one of its user records).
     pub sequence_number: String,
+    /// A KPL user record's sub-sequence number within its aggregate (`deaggregate(true)`).
+    pub sub_sequence_number: Option<u64>,
     /// The record's partition key.
     pub partition_key: String,
     /// When the service accepted the record (approximate).
@@ -310,6 +312,7 @@ impl BuildContext<KinesisMessage> for KinesisContext {
             sequence_number: record
                 .map(|r| r.sequence_number().to_owned())
                 .unwrap_or_default(),
+            sub_sequence_number: record.and_then(Record::sub_sequence_number),
             partition_key: record
                 .map(|r| r.partition_key().to_owned())
                 .unwrap_or_default(),
@@ -419,12 +422,21 @@ context_key!(
     MillisBehindLatest, millis_behind_latest, Option<u64>, Option<u64>, |c| c.millis_behind_latest, |c| c.millis_behind_latest
 );
 context_key!(
-    /// The record's position ([`KinesisPosition::sequence`], built when read): seeking to it delivers the record
-    /// again.
+    /// The record's position ([`KinesisPosition::sequence`], or
+    /// [`KinesisPosition::sub_sequence`] for a KPL user record, built when read): seeking to it
+    /// delivers the record again.
     Position, position, KinesisPosition, KinesisPosition,
-    |c| KinesisPosition::sequence(&*c.shard_id, c.sequence_number.as_str()),
-    |c| KinesisPosition::sequence(&*c.shard_id, c.sequence_number.as_str())
+    |c| position_of(&c.shard_id, &c.sequence_number, c.sub_sequence_number),
+    |c| position_of(&c.shard_id, &c.sequence_number, c.sub_sequence_number)
 );
+
+/// The position that opens at one record: inside its aggregate for a KPL user record.
+fn position_of(shard: &str, sequence_number: &str, sub: Option<u64>) -> KinesisPosition {
+    match sub {
+        Some(sub) => KinesisPosition::sub_sequence(shard, sequence_number, sub),
+        None => KinesisPosition::sequence(shard, sequence_number),
+    }
+}
 context_key!(
     /// The seeker of the subscription that delivered the record.
     SeekHandle, seeker, KinesisSeeker, &'a KinesisSeeker, |c| c.seeker.clone(), |c| &c.seeker

@@ -113,7 +113,7 @@ impl Coordinator {
         &self,
         to: &KinesisPosition,
     ) -> Result<Vec<(String, StartingPoint)>, KinesisError> {
-        if let KinesisPosition::Sequence { shard, .. } = to {
+        if let Some(shard) = to.shard() {
             if !self.shards.held.contains_key(shard) {
                 return Err(KinesisError::SeekRefused {
                     stream: self.shared.stream.to_string(),
@@ -128,7 +128,7 @@ impl Coordinator {
             }
             return Ok(to
                 .for_shard(shard)
-                .map(|start| vec![(shard.clone(), start)])
+                .map(|start| vec![(shard.to_owned(), start)])
                 .unwrap_or_default());
         }
         Ok(self
