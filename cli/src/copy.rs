@@ -2,10 +2,15 @@
 //! layout, so an application that began on a single-key table can move while it is stopped.
 //!
 //! It reads every row of the source (every stream), refuses while an instance still renews a
-//! row, and creates each shard's row in the destination as it is (checkpoint, parents, counter,
-//! starting sequence number), without its owner. Instance rows are left behind: instances
-//! write their own when they start. A row already in the destination is kept; one that differs
-//! from the source's is reported, and the copy fails.
+//! row, then fences the source: it takes every row (shard, instance and roster rows) under an
+//! owner of its own, so an instance that was only frozen (a paused process or VM) finds its
+//! leases lost at its next write instead of renewing and checkpointing on the old table while
+//! the application runs on the new one. Only then does it create each shard's row in the
+//! destination as it is (checkpoint, parents, counter, starting sequence number), without its
+//! owner, and it reads the source again afterwards: a row that moved or vanished meanwhile
+//! fails the copy. Instance rows are not copied: instances write their own when they start. A
+//! row already in the destination is kept; one that differs from the source's is reported, and
+//! the copy fails.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,7 +20,10 @@ use clap::builder::NonEmptyStringValueParser;
 use kinesis_dataflow::DynamoLeaseStore;
 use kinesis_dataflow::lease::{KeyLayout, Lease, LeaseRow, LeaseStore};
 
-use crate::{Failure, args, aws};
+use crate::{Failure, args, aws, time};
+
+/// The owner prefix `lease-table copy` takes the source table's rows as, to fence them.
+pub const COPY_OWNER_PREFIX: &str = "kinesis-dataflow-copy-";
 
 /// `lease-table copy --help`, after the options.
 pub const COPY_AFTER_HELP: &str = "\
@@ -25,9 +33,12 @@ shard (partition key streamName, sort key shardId), so a listing reads one strea
 Query instead of scanning the whole table. Instance rows (worker:...) are not copied.
 
 Stop the application first: while any row's counter moves within --lease-duration the copy is
-refused, writing nothing (exit 3). Then start the application on the new table. A row already
-in the destination is kept; one that differs from the source is reported (exit 1). Running the
-copy again after a failure finishes it.";
+refused, writing nothing (exit 3). Before writing, the copy takes every row of --from (owner
+kinesis-dataflow-copy-...) and leaves them taken, so an instance that was only paused loses its
+leases at its next write to the old table; a row that moved or vanished by the time the copy
+is written fails the copy (exit 1). Then start the application on the new table, never again
+on the old one. A row already in the destination is kept; one that differs from the source is
+reported (exit 1). Running the copy again after a failure finishes it.";
 
 /// `lease-table`'s commands.
 #[derive(Debug, clap::Subcommand)]
@@ -98,28 +109,36 @@ pub fn plan(rows: &[LeaseRow]) -> Vec<Lease> {
         .collect()
 }
 
-/// The rows whose counter moved between two reads: `stream/shard (owner)`.
+/// The rows that moved between two reads, `stream/shard (owner)`: a counter that changed, a
+/// row that appeared, and a row that vanished (`stream/shard (owner, deleted)`).
 pub fn moved(before: &[LeaseRow], after: &[LeaseRow]) -> Vec<String> {
-    let counters: BTreeMap<(&str, &str), u64> = before
+    let key = |r: &LeaseRow| (r.lease.stream.clone(), r.lease.shard_id.clone());
+    let counters: BTreeMap<(String, String), u64> =
+        before.iter().map(|r| (key(r), r.lease.counter)).collect();
+    let found: BTreeMap<(String, String), u64> =
+        after.iter().map(|r| (key(r), r.lease.counter)).collect();
+    let owner = |r: &LeaseRow| {
+        r.lease
+            .owner
+            .clone()
+            .unwrap_or_else(|| "no owner".to_owned())
+    };
+    let changed = after
         .iter()
+        .filter(|r| counters.get(&key(r)) != Some(&r.lease.counter))
+        .map(|r| format!("{}/{} ({})", r.lease.stream, r.lease.shard_id, owner(r)));
+    let vanished = before
+        .iter()
+        .filter(|r| !found.contains_key(&key(r)))
         .map(|r| {
-            (
-                (r.lease.stream.as_str(), r.lease.shard_id.as_str()),
-                r.lease.counter,
+            format!(
+                "{}/{} ({}, deleted)",
+                r.lease.stream,
+                r.lease.shard_id,
+                owner(r)
             )
-        })
-        .collect();
-    after
-        .iter()
-        .filter(|r| {
-            counters.get(&(r.lease.stream.as_str(), r.lease.shard_id.as_str()))
-                != Some(&r.lease.counter)
-        })
-        .map(|r| {
-            let owner = r.lease.owner.as_deref().unwrap_or("no owner");
-            format!("{}/{} ({owner})", r.lease.stream, r.lease.shard_id)
-        })
-        .collect()
+        });
+    changed.chain(vanished).collect()
 }
 
 /// Whether a destination row is the copy of `wanted` (the counter aside).
@@ -168,7 +187,27 @@ pub async fn run(args: &CopyArgs) -> Result<(), Failure> {
             args.to
         )));
     }
-    let (created, kept, differing) = write(&to, &copies).await?;
+    let me = format!(
+        "{COPY_OWNER_PREFIX}{}-{}",
+        std::process::id(),
+        time::now_ms()
+    );
+    let fenced = fence(&from, &rows, &me).await?;
+    let (created, kept, differing) = write(&to, &plan(&fenced)).await?;
+    let after = from
+        .list_every_stream()
+        .await
+        .map_err(|e| Failure::failed(e.to_string()))?;
+    let since = moved(&fenced, &after);
+    if !since.is_empty() {
+        return Err(Failure::failed(format!(
+            "rows of `{}` moved while the copy was written: {}; an instance still writes it: \
+             stop the application, then run the copy again (the rows of `{}` are kept)",
+            args.from,
+            since.join(", "),
+            args.to
+        )));
+    }
     if !differing.is_empty() {
         return Err(Failure::failed(format!(
             "{} rows of `{}` differ from `{}`'s and were left as they are: {}",
@@ -217,6 +256,59 @@ async fn read_still(table: &DynamoLeaseStore, wait: Duration) -> Result<Vec<Leas
         )));
     }
     Ok(again)
+}
+
+/// Takes every row of `table` for `me`, on condition that it is as `rows` read it, so that
+/// whoever held it fails its next write (renewal, checkpoint) as lost: the rows as taken. A
+/// row written meanwhile refuses the copy; the rows taken so far are released.
+async fn fence(
+    table: &DynamoLeaseStore,
+    rows: &[LeaseRow],
+    me: &str,
+) -> Result<Vec<LeaseRow>, Failure> {
+    let mut fenced = Vec::with_capacity(rows.len());
+    for row in rows {
+        match table.take(&row.lease, me).await {
+            Ok(lease) => fenced.push(LeaseRow {
+                lease,
+                last_written_ms: None,
+            }),
+            Err(e) => {
+                let mut released = Vec::new();
+                for taken in &fenced {
+                    if let Err(e) = table.release(&taken.lease).await {
+                        released.push(format!(
+                            "{}/{}: {e}",
+                            taken.lease.stream, taken.lease.shard_id
+                        ));
+                    }
+                }
+                let leases = if released.is_empty() {
+                    "the rows taken so far were released".to_owned()
+                } else {
+                    format!(
+                        "releasing some rows taken failed ({}): they are free again once they \
+                         expire",
+                        released.join(", ")
+                    )
+                };
+                let what = format!("{}/{}", row.lease.stream, row.lease.shard_id);
+                return Err(if e.is_lost() {
+                    Failure::refused(format!(
+                        "instances still write `{}`: {what} moved; stop the application first \
+                         (nothing copied; {leases})",
+                        table.table()
+                    ))
+                } else {
+                    Failure::failed(format!(
+                        "taking {what} of `{}` failed: {e} (nothing copied; {leases})",
+                        table.table()
+                    ))
+                });
+            }
+        }
+    }
+    Ok(fenced)
 }
 
 /// Creates each row; the rows created, the rows already there as wanted, and those that differ.
@@ -293,6 +385,11 @@ mod tests {
             row("a", "s2", None, 0),
         ];
         assert_eq!(moved(&before, &new), ["a/s2 (no owner)"]);
+        // A row that vanished meanwhile was deleted by someone.
+        assert_eq!(
+            moved(&before, &after[..1]),
+            ["a/s0 (i-1)", "a/s1 (no owner, deleted)"]
+        );
     }
 
     #[test]

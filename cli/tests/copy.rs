@@ -190,3 +190,63 @@ async fn a_single_key_table_is_copied_while_stopped_and_the_application_resumes_
     got.sort();
     assert_eq!(got, second.into_iter().collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_frozen_through_the_copy_can_no_longer_write_the_old_table() {
+    use kinesis_dataflow::lease::Lease;
+    use kinesis_dataflow::position::Checkpoint;
+
+    support::init_tracing();
+    let dynamodb = support::dynamodb_client();
+    let old = support::unique_name("copy-frozen-old");
+    let new = support::unique_name("copy-frozen-new");
+    support::create_table_keyed_by(&dynamodb, &old, "leaseKey").await;
+    let old_store = DynamoLeaseStore::new(dynamodb.clone(), &old).unwrap();
+
+    // An instance holds a lease on the old table, then freezes (no renewal) past the watch.
+    let mut lease = Lease::new("frozen", "shardId-000000000000", vec![]);
+    lease.checkpoint = Some(Checkpoint::Sequence("42".into()));
+    assert!(old_store.create(&lease).await.unwrap());
+    let held = old_store.take(&lease, "frozen").await.unwrap();
+
+    let copy = [
+        "lease-table",
+        "copy",
+        "--from",
+        &old,
+        "--to",
+        &new,
+        "--lease-duration",
+        "1",
+    ];
+    let done = cli(&copy).await.ok();
+    assert!(
+        done.stdout.contains("copied 1 shard rows of 1 streams"),
+        "{done:#?}"
+    );
+
+    // Resumed, it can write the old table no more: neither renew nor checkpoint.
+    let renewed = old_store.renew(&held).await;
+    assert!(
+        matches!(&renewed, Err(e) if e.is_lost()),
+        "a renewal after the copy: {renewed:?}"
+    );
+    let checkpointed = old_store
+        .checkpoint(&held, &Checkpoint::Sequence("43".into()))
+        .await;
+    assert!(
+        matches!(&checkpointed, Err(e) if e.is_lost()),
+        "a checkpoint after the copy: {checkpointed:?}"
+    );
+
+    // The copy holds the checkpoint, without an owner.
+    let new_store = DynamoLeaseStore::new(dynamodb.clone(), &new).unwrap();
+    let rows = new_store.list("frozen").await.unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].checkpoint, lease.checkpoint);
+    assert_eq!(rows[0].owner, None);
+
+    // Run again, the copy finishes harmlessly over its own fence.
+    let again = cli(&copy).await.ok();
+    assert!(again.stdout.contains("(1 already there)"), "{again:#?}");
+}
