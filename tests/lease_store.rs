@@ -146,6 +146,7 @@ both_stores!(
     worker_limits_round_trip,
     writes_by_a_non_holder_are_lost,
     delete_is_conditional_on_owner_and_counter,
+    a_checkpoint_that_does_not_decode_is_refused,
 );
 
 async fn prepare_is_idempotent(store: SharedLeaseStore) {
@@ -447,6 +448,38 @@ async fn get_reads_the_named_rows_as_they_are_now(store: SharedLeaseStore) {
             .expect("get nothing")
             .is_empty()
     );
+}
+
+async fn a_checkpoint_that_does_not_decode_is_refused(store: SharedLeaseStore) {
+    let held = held_by(&store, "a").await;
+    for bad in [
+        Checkpoint::Sequence(String::new()),
+        Checkpoint::SubSequence("abc".into(), 3),
+    ] {
+        let text = format!("{:?}", bad.encode());
+        let err = store.checkpoint(&held, &bad).await.unwrap_err();
+        assert!(
+            matches!(err, LeaseError::Invalid { .. }) && err.to_string().contains(&text),
+            "a checkpoint of {text}: {err:?}"
+        );
+        let mut lease = Lease::new(STREAM, shard(7), vec![]);
+        lease.checkpoint = Some(bad.clone());
+        let err = store.create(&lease).await.unwrap_err();
+        assert!(
+            matches!(err, LeaseError::Invalid { .. }) && err.to_string().contains(&text),
+            "a row created with a checkpoint of {text}: {err:?}"
+        );
+        // Nothing was written: the row is as it was, and the stream still lists.
+        let rows = store
+            .list(STREAM)
+            .await
+            .unwrap_or_else(|err| panic!("list after {text}: {err} ({})", logs()));
+        assert_eq!(rows, vec![held.clone()], "{}", logs());
+    }
+    // The holder goes on.
+    let next = Checkpoint::Sequence("5".into());
+    let moved = store.checkpoint(&held, &next).await.expect("checkpoint");
+    assert_eq!(moved.checkpoint, Some(next));
 }
 
 async fn worker_limits_round_trip(store: SharedLeaseStore) {

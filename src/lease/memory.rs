@@ -33,6 +33,23 @@ fn call_of(operation: &str) -> Operation {
     }
 }
 
+/// Refuses a checkpoint the DynamoDB table could not read back, as that store does.
+fn check_storable(
+    operation: &'static str,
+    lease: &Lease,
+    checkpoint: &Checkpoint,
+) -> Result<(), LeaseError> {
+    match super::unstorable(lease, checkpoint) {
+        None => Ok(()),
+        Some(message) => Err(LeaseError::Invalid {
+            table: TABLE.to_owned(),
+            operation: call_of(operation),
+            message,
+            source: None,
+        }),
+    }
+}
+
 /// An in-process lease table: the same conditional semantics as the DynamoDB table, for one
 /// process (several consumers sharing one store) and for tests.
 ///
@@ -191,6 +208,9 @@ impl MemoryLeaseStore {
 
     fn do_create(&self, lease: &Lease) -> Result<bool, LeaseError> {
         self.check_available("create")?;
+        if let Some(checkpoint) = &lease.checkpoint {
+            check_storable("create", lease, checkpoint)?;
+        }
         let mut state = self.lock();
         let key = (lease.stream.clone(), lease.shard_id.clone());
         if state.rows.contains_key(&key) {
@@ -318,6 +338,8 @@ impl LeaseStore for MemoryLeaseStore {
     ) -> LeaseFuture<'a, Lease> {
         Box::pin(async move {
             self.delay().await;
+            self.check_available(CHECKPOINT)?;
+            check_storable(CHECKPOINT, lease, checkpoint)?;
             self.write_held(CHECKPOINT, lease, |row| {
                 row.checkpoint = Some(checkpoint.clone());
             })

@@ -65,6 +65,20 @@ pub(crate) const WORKER_ROW_PREFIX: &str = "worker:";
 /// checkpoints: a holder that finds its lease taken by such an owner says that a reset took it.
 pub const RESET_OWNER_PREFIX: &str = "kinesis-dataflow-reset-";
 
+/// Why `checkpoint` cannot be written into `lease`'s row: its text ([`Checkpoint::encode`])
+/// does not read back as the same checkpoint ([`Checkpoint::decode`]), so the row would fail
+/// every later listing of its stream. `None` when it can be written.
+pub(crate) fn unstorable(lease: &Lease, checkpoint: &Checkpoint) -> Option<String> {
+    let text = checkpoint.encode();
+    (Checkpoint::decode(&text).as_ref() != Some(checkpoint)).then(|| {
+        format!(
+            "the checkpoint {text:?} of shard `{}` of stream `{}` does not read back as a \
+             checkpoint (sequence numbers are decimal digits); nothing was written",
+            lease.shard_id, lease.stream
+        )
+    })
+}
+
 /// One row of the lease table: one shard of one stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {

@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::ConsumedCapacity;
 
-use super::{Lease, LeaseError, LeaseFuture, LeaseStore};
+use super::{Lease, LeaseError, LeaseFuture, LeaseStore, unstorable};
 use crate::position::Checkpoint;
 pub use inspect::LeaseRow;
 pub use layout::KeyLayout;
@@ -286,12 +286,18 @@ impl LeaseStore for DynamoLeaseStore {
         lease: &'a Lease,
         checkpoint: &'a Checkpoint,
     ) -> LeaseFuture<'a, Lease> {
-        Box::pin(self.update_held(
-            lease,
-            "SET #counter = :counter, #written = :now, #checkpoint = :checkpoint",
-            Some(("#checkpoint", CHECKPOINT)),
-            Some((":checkpoint", checkpoint_value(checkpoint))),
-        ))
+        Box::pin(async move {
+            if let Some(why) = unstorable(lease, checkpoint) {
+                return Err(self.invalid(crate::error::Operation::UpdateItem, &why));
+            }
+            self.update_held(
+                lease,
+                "SET #counter = :counter, #written = :now, #checkpoint = :checkpoint",
+                Some(("#checkpoint", CHECKPOINT)),
+                Some((":checkpoint", checkpoint_value(checkpoint))),
+            )
+            .await
+        })
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, Lease> {

@@ -9,7 +9,7 @@ use super::DynamoLeaseStore;
 use super::errors::is_condition_failure;
 use super::row::{COUNTER, OWNER, WRITTEN, now_ms, number, parse_row, to_item};
 use crate::error::Operation;
-use crate::lease::{Lease, LeaseError};
+use crate::lease::{Lease, LeaseError, unstorable};
 
 /// The most keys one `BatchGetItem` call may name.
 const BATCH_GET_KEYS: usize = 100;
@@ -73,6 +73,13 @@ impl DynamoLeaseStore {
 
     pub(super) async fn do_create(&self, lease: &Lease) -> Result<bool, LeaseError> {
         let call = Operation::PutItem;
+        if let Some(why) = lease
+            .checkpoint
+            .as_ref()
+            .and_then(|checkpoint| unstorable(lease, checkpoint))
+        {
+            return Err(self.invalid(call, &why));
+        }
         let layout = self.key_layout().await?;
         let put = self
             .client
