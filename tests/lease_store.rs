@@ -147,6 +147,7 @@ both_stores!(
     writes_by_a_non_holder_are_lost,
     delete_is_conditional_on_owner_and_counter,
     a_checkpoint_that_does_not_decode_is_refused,
+    get_reads_a_repeated_id_once,
 );
 
 async fn prepare_is_idempotent(store: SharedLeaseStore) {
@@ -448,6 +449,28 @@ async fn get_reads_the_named_rows_as_they_are_now(store: SharedLeaseStore) {
             .expect("get nothing")
             .is_empty()
     );
+}
+
+async fn get_reads_a_repeated_id_once(store: SharedLeaseStore) {
+    for i in 0..3 {
+        assert!(
+            store
+                .create(&Lease::new(STREAM, shard(i), vec![]))
+                .await
+                .expect("create")
+        );
+    }
+    // Repeated ids, within one batch and across the batches of more than 100 ids.
+    let wanted: Vec<String> = [shard(2), shard(0), shard(2), shard(9)]
+        .into_iter()
+        .chain((0..120).map(|i| shard(i % 2)))
+        .collect();
+    let rows = store
+        .get(STREAM, &wanted)
+        .await
+        .unwrap_or_else(|err| panic!("get with repeated ids: {err} ({})", logs()));
+    let ids: Vec<String> = rows.iter().map(|r| r.shard_id.clone()).collect();
+    assert_eq!(ids, [shard(0), shard(1), shard(2)], "{}", logs());
 }
 
 async fn a_checkpoint_that_does_not_decode_is_refused(store: SharedLeaseStore) {

@@ -24,7 +24,8 @@ impl DynamoLeaseStore {
     }
 
     /// Reads the named rows with `BatchGetItem` (consistent reads, 100 keys a call, keys the
-    /// service left unprocessed asked for again).
+    /// service left unprocessed asked for again). An id named twice is read once: the service
+    /// refuses a call that names a key twice.
     pub(super) async fn do_get(
         &self,
         stream: &str,
@@ -32,6 +33,9 @@ impl DynamoLeaseStore {
     ) -> Result<Vec<Lease>, LeaseError> {
         let call = Operation::BatchGetItem;
         let layout = self.key_layout().await?;
+        let mut ids: Vec<&String> = ids.iter().collect();
+        ids.sort_unstable();
+        ids.dedup();
         let mut leases = Vec::new();
         for chunk in ids.chunks(BATCH_GET_KEYS) {
             let keys = chunk.iter().map(|id| layout.key(stream, id)).collect();
