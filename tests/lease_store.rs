@@ -9,12 +9,15 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextMut;
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeSerializationInterceptorContextMut, FinalizerInterceptorContextMut,
+};
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::operation::create_table::CreateTableInput;
+use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
 use aws_sdk_dynamodb::types::{AttributeValue, BillingMode, KeyType, TableStatus};
 use futures::StreamExt;
 use kinesis_dataflow::error::Operation;
@@ -721,6 +724,56 @@ impl Intercept for RenameTableOnCreate {
         }
         Ok(())
     }
+}
+
+/// Reports every ACTIVE table as UPDATING (as DynamoDB does while a table's settings change,
+/// the table fully usable all along).
+#[derive(Debug)]
+struct ActiveIsUpdating;
+
+impl Intercept for ActiveIsUpdating {
+    fn name(&self) -> &'static str {
+        "ActiveIsUpdating"
+    }
+
+    fn modify_before_attempt_completion(
+        &self,
+        context: &mut FinalizerInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let described = context
+            .output_or_error_mut()
+            .and_then(|answer| answer.as_mut().ok())
+            .and_then(|output| output.downcast_mut::<DescribeTableOutput>())
+            .and_then(|output| output.table.as_mut());
+        if let Some(table) = described
+            && table.table_status == Some(TableStatus::Active)
+        {
+            table.table_status = Some(TableStatus::Updating);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_accepts_an_updating_table() {
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        support::dynamodb_config_builder()
+            .interceptor(ActiveIsUpdating)
+            .build(),
+    );
+    let table = support::unique_name("leases");
+    // Created by the store, then found ready though it is UPDATING; and again once it exists.
+    let store = DynamoLeaseStore::new(client, &table).expect("a valid table name");
+    for _ in 0..2 {
+        store
+            .prepare()
+            .await
+            .unwrap_or_else(|err| panic!("prepare an UPDATING table: {err} ({})", logs()));
+    }
+    store.check_table().await.expect("check_table");
+    assert!(store.list(STREAM).await.expect("list").is_empty());
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use crate::lease::LeaseError;
 
 /// The prefix of [`DynamoLeaseStore::default_table_name`].
 pub(super) const DEFAULT_TABLE_PREFIX: &str = "kinesis-dataflow";
-/// How long [`LeaseStore::prepare`] waits for a table to become ACTIVE.
+/// How long [`LeaseStore::prepare`] waits for a table to become usable.
 ///
 /// [`LeaseStore::prepare`]: crate::lease::LeaseStore::prepare
 const TABLE_READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -26,8 +26,8 @@ const TABLE_POLL_FIRST: Duration = Duration::from_millis(20);
 const TABLE_POLL_MAX: Duration = Duration::from_secs(1);
 
 impl DynamoLeaseStore {
-    /// Creates the table in `layout` when it is missing, then waits until it is ACTIVE. The
-    /// library's lease tables are by-stream; a KCL table is single-key.
+    /// Creates the table in `layout` when it is missing, then waits until it is usable (ACTIVE,
+    /// or UPDATING). The library's lease tables are by-stream; a KCL table is single-key.
     pub(crate) async fn prepare_as(&self, layout: KeyLayout) -> Result<(), LeaseError> {
         self.do_prepare(layout).await
     }
@@ -39,7 +39,7 @@ impl DynamoLeaseStore {
         loop {
             let status = self.describe_table().await?.map(|(status, _)| status);
             match &status {
-                Some(TableStatus::Active) => return Ok(()),
+                Some(status) if is_usable(status) => return Ok(()),
                 // Missing: create it once, then wait for it (it may take a moment to show up
                 // in DescribeTable, or another instance may be creating it too).
                 None if !created => {
@@ -55,7 +55,7 @@ impl DynamoLeaseStore {
                     table: self.table.to_string(),
                     operation: Operation::DescribeTable,
                     message: format!(
-                        "the table is not ACTIVE after {} s (status: {status})",
+                        "the table is not ACTIVE (nor UPDATING) after {} s (status: {status})",
                         TABLE_READY_TIMEOUT.as_secs()
                     ),
                     source: None,
@@ -151,6 +151,12 @@ impl DynamoLeaseStore {
     }
 }
 
+/// Whether a table of this status serves reads and writes: ACTIVE, and UPDATING (its settings
+/// changing: capacity, indexes, streams, replicas), which DynamoDB serves as usual.
+pub(super) fn is_usable(status: &TableStatus) -> bool {
+    matches!(status, TableStatus::Active | TableStatus::Updating)
+}
+
 /// Whether DynamoDB allows `c` in a table name.
 pub(super) fn is_table_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
@@ -201,6 +207,22 @@ mod tests {
                 "{err:?}"
             );
             assert!(text.contains(hint), "{text}");
+        }
+    }
+
+    #[test]
+    fn active_and_updating_tables_are_usable() {
+        assert!(is_usable(&TableStatus::Active));
+        assert!(is_usable(&TableStatus::Updating));
+        for status in [
+            TableStatus::Creating,
+            TableStatus::Deleting,
+            TableStatus::Archiving,
+            TableStatus::Archived,
+            TableStatus::InaccessibleEncryptionCredentials,
+            TableStatus::from("(no status)"),
+        ] {
+            assert!(!is_usable(&status), "{status:?}");
         }
     }
 
