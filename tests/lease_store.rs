@@ -1120,3 +1120,69 @@ async fn a_reserved_word_clash_is_a_clear_error_naming_the_table_and_the_call() 
     );
     assert!(!err.is_retryable());
 }
+
+/// Gives every call up after `0`, as the subscription bounds its calls.
+struct GiveUpAfter(Duration);
+
+impl kinesis_dataflow::lease::layer::LeaseLayer for GiveUpAfter {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: kinesis_dataflow::lease::layer::LeaseCall<'a>,
+        next: kinesis_dataflow::lease::LeaseFuture<'a, T>,
+    ) -> kinesis_dataflow::lease::LeaseFuture<'a, T> {
+        let limit = self.0;
+        Box::pin(async move {
+            tokio::time::timeout(limit, next).await.unwrap_or_else(|_| {
+                Err(LeaseError::Unavailable {
+                    table: "(test)".to_owned(),
+                    operation: call.operation(),
+                    message: format!("no answer within {limit:?}"),
+                    source: None,
+                })
+            })
+        })
+    }
+}
+
+/// A single-key table whose one Scan takes longer than a call may: the store learns from the
+/// Scans cut short to read the table in parallel segments, so a listing gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_cut_short_by_the_time_limit_still_sizes_the_next_one() {
+    use support::proxy::{self, Fault, FaultProxy, Rule};
+
+    let client = support::dynamodb_client();
+    let table = support::unique_name("slow-scan");
+    support::create_table_keyed_by(&client, &table, "leaseKey").await;
+    let direct = DynamoLeaseStore::new(client, &table).unwrap();
+    fill(&direct, 1, 60).await;
+
+    let dynamodb = FaultProxy::start(&support::dynamodb_endpoint()).await;
+    let slow = dynamodb.add(Rule::on("Scan", Fault::Latency(Duration::from_millis(250))));
+    // Pages of 5 rows: one Scan of the whole table reads 13 pages, one after the other.
+    let store = DynamoLeaseStore::new(
+        aws_sdk_dynamodb::Client::from_conf(proxy::dynamodb_config_builder(&dynamodb).build()),
+        &table,
+    )
+    .unwrap()
+    .with_scan_page_size(5);
+    let bounded = kinesis_dataflow::lease::layer::LayeredStore::new(
+        Arc::new(store),
+        GiveUpAfter(Duration::from_secs(1)),
+    );
+    // As a subscription does first: the table's layout is known from then on.
+    bounded.prepare().await.expect("prepare");
+    let mut outcomes = Vec::new();
+    for _ in 0..6 {
+        outcomes.push(bounded.list("s00").await.map(|rows| rows.len()));
+    }
+    assert!(dynamodb.injected(slow) > 0, "{}", dynamodb.summary());
+    assert!(
+        outcomes.iter().any(|o| matches!(o, Ok(60))),
+        "no listing got through: {outcomes:?} ({})",
+        logs()
+    );
+    // A listing cut short names the call it was making.
+    if let Some(Err(err)) = outcomes.iter().find(|o| o.is_err()) {
+        assert!(err.to_string().contains("Scan"), "{err}");
+    }
+}

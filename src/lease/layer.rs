@@ -49,9 +49,13 @@ pub enum LeaseCall<'a> {
     /// [`LeaseStore::prepare`].
     Prepare,
     /// [`LeaseStore::list`].
+    #[non_exhaustive]
     List {
         /// The stream.
         stream: &'a str,
+        /// The call the store makes for it ([`LeaseStore::list_operation`]): a Query, or a
+        /// Scan of a single-key DynamoDB table.
+        operation: Operation,
     },
     /// [`LeaseStore::get`].
     Get {
@@ -103,7 +107,7 @@ impl LeaseCall<'_> {
     pub fn operation(&self) -> Operation {
         match self {
             Self::Prepare => Operation::DescribeTable,
-            Self::List { .. } => Operation::Query,
+            Self::List { operation, .. } => *operation,
             Self::Get { .. } => Operation::BatchGetItem,
             Self::Create { .. } => Operation::PutItem,
             Self::Delete { .. } => Operation::DeleteItem,
@@ -188,8 +192,15 @@ impl<L: LeaseLayer> LeaseStore for LayeredStore<L> {
     }
 
     fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>> {
-        self.layer
-            .around(LeaseCall::List { stream }, self.inner.list(stream))
+        let call = LeaseCall::List {
+            stream,
+            operation: self.inner.list_operation(),
+        };
+        self.layer.around(call, self.inner.list(stream))
+    }
+
+    fn list_operation(&self) -> Operation {
+        self.inner.list_operation()
     }
 
     fn get<'a>(&'a self, stream: &'a str, ids: &'a [String]) -> LeaseFuture<'a, Vec<Lease>> {

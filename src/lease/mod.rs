@@ -49,6 +49,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use crate::error::Operation;
 use crate::position::Checkpoint;
 
 /// The future every lease store call returns.
@@ -163,6 +164,12 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Every lease of `stream`.
     fn list<'a>(&'a self, stream: &'a str) -> LeaseFuture<'a, Vec<Lease>>;
+
+    /// The call [`list`](Self::list) makes, as errors and [`layer`]s name it: a Query by
+    /// default; [`DynamoLeaseStore`] on a single-key table (its layout known) makes a Scan.
+    fn list_operation(&self) -> Operation {
+        Operation::Query
+    }
 
     /// The rows of `stream` with these ids, read consistently, in id order (rows that do not
     /// exist are left out). A subscription reads a few rows this way many times a second (the worker

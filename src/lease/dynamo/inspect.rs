@@ -2,7 +2,7 @@
 //! table is there without creating it, and read rows with the time of their last write.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity, TableStatus};
 
@@ -71,7 +71,7 @@ impl DynamoLeaseStore {
             KeyLayout::ByStream => self.query_stream(stream).await?,
             KeyLayout::SingleKey => self.scan_for_stream(stream).await?,
         };
-        let call = self.list_operation();
+        let call = self.list_call();
         let mut rows = items
             .iter()
             .map(|item| row_with_write_time(&self.table, call, item))
@@ -89,7 +89,7 @@ impl DynamoLeaseStore {
     /// As [`list`](crate::lease::LeaseStore::list).
     pub async fn list_every_stream(&self) -> Result<Vec<LeaseRow>, LeaseError> {
         self.key_layout().await?;
-        let (items, _) = self.scan_segment(None, 0, 1).await?;
+        let (items, _) = self.scan_segment(None, 0, 1, None).await?;
         let mut rows = items
             .iter()
             .map(|item| row_with_write_time(&self.table, Operation::Scan, item))
@@ -100,8 +100,9 @@ impl DynamoLeaseStore {
         Ok(rows)
     }
 
-    /// The call a listing makes on this table: Query, or Scan on a single-key table.
-    fn list_operation(&self) -> Operation {
+    /// The call a listing makes on this table: Query, or Scan on a single-key table (once the
+    /// layout is known).
+    pub(super) fn list_call(&self) -> Operation {
         match self.layout.get() {
             Some(KeyLayout::SingleKey) => Operation::Scan,
             _ => Operation::Query,
@@ -140,12 +141,16 @@ impl DynamoLeaseStore {
     /// The stream's items from a single-key table: a consistent Scan of the whole table,
     /// filtered on the stream, in as many parallel segments as the last Scan read pages (at
     /// most [`MAX_SEGMENTS`]), so a large table is still read within the call's time limit.
+    /// The count grows as pages arrive, not only once a Scan completes: a Scan given up
+    /// because it took too long (the caller's time limit) still sizes the next one.
     async fn scan_for_stream(&self, stream: &str) -> Result<Vec<Item>, LeaseError> {
         let segments = self
             .scan_segments
             .load(Ordering::Relaxed)
             .clamp(1, MAX_SEGMENTS);
-        let reads = (0..segments).map(|segment| self.scan_segment(Some(stream), segment, segments));
+        let pages_read = AtomicU32::new(0);
+        let reads = (0..segments)
+            .map(|segment| self.scan_segment(Some(stream), segment, segments, Some(&pages_read)));
         let read = futures::future::try_join_all(reads).await?;
         let pages: u32 = read.iter().map(|(_, pages)| pages).sum();
         self.scan_segments
@@ -154,12 +159,15 @@ impl DynamoLeaseStore {
     }
 
     /// One segment of a Scan (of `stream`'s rows only, or of every row): its items and its
-    /// pages.
+    /// pages. With `pages_read` (the pages every segment of this Scan read so far), a page
+    /// followed by another raises the segment count of the next Scan to at least the pages
+    /// this one read so far and one more.
     async fn scan_segment(
         &self,
         stream: Option<&str>,
         segment: u32,
         segments: u32,
+        pages_read: Option<&AtomicU32>,
     ) -> Result<(Vec<Item>, u32), LeaseError> {
         let call = Operation::Scan;
         let parallel = segments > 1;
@@ -188,8 +196,15 @@ impl DynamoLeaseStore {
             pages += 1;
             self.count_read(page.consumed_capacity(), page.scanned_count);
             items.extend(page.items.unwrap_or_default());
+            let read = pages_read.map(|read| read.fetch_add(1, Ordering::Relaxed) + 1);
             match page.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
+                Some(key) if !key.is_empty() => {
+                    if let Some(read) = read {
+                        let at_least = read.saturating_add(1).min(MAX_SEGMENTS);
+                        self.scan_segments.fetch_max(at_least, Ordering::Relaxed);
+                    }
+                    start = Some(key);
+                }
                 _ => return Ok((items, pages)),
             }
         }

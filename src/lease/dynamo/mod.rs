@@ -260,6 +260,10 @@ impl LeaseStore for DynamoLeaseStore {
         Box::pin(self.do_list(stream))
     }
 
+    fn list_operation(&self) -> crate::error::Operation {
+        self.list_call()
+    }
+
     fn get<'a>(&'a self, stream: &'a str, ids: &'a [String]) -> LeaseFuture<'a, Vec<Lease>> {
         Box::pin(self.do_get(stream, ids))
     }
