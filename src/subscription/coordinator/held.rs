@@ -194,6 +194,10 @@ impl Coordinator {
                 if self.is_current_keeper(&shard, keeper)
                     && let Some(held) = self.detach(&shard)
                 {
+                    // SHARD_END covers every record of the shard, also those a seek that
+                    // raced the end read again into a ledger the keeper never took over:
+                    // whatever waits for them is done.
+                    held.acks.durability().written(u64::MAX);
                     held.keeper.forget();
                 }
                 // Its children may be eligible now, here and for the others.
