@@ -22,8 +22,8 @@ pub async fn run(args: &KclArgs) -> Result<(), Failure> {
     let migration = connect(args).await?;
     if !args.json {
         eprintln!(
-            "reading stream `{}`, KCL table `{}` and lease table `{}` (when a row has an \
-             owner, both tables are watched up to {:.1} s to see whether it is renewed)",
+            "reading stream `{}`, KCL table `{}` and lease table `{}` (both tables are \
+             watched up to {:.1} s to see whether a KCL worker or an instance writes them)",
             args.target.stream,
             args.kcl_table,
             args.target.table,

@@ -51,17 +51,18 @@ pub struct CommonFlags {
     /// timestamp:<TIME>
     #[arg(long, value_name = "POSITION")]
     unprocessed_from: Option<String>,
-    /// the KCL's failover time: a lease renewed within it belongs to a live KCL worker
+    /// the KCL's failover time: a lease written within it (renewed, taken or created) belongs
+    /// to a live KCL worker
     #[arg(long, value_name = "MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     kcl_failover_ms: u64,
-    /// the application's lease duration (the library's default is 10): a row renewed within
+    /// the application's lease duration (the library's default is 10): a row written within
     /// it belongs to a live instance
     #[arg(long = "lease-duration", value_name = "SECONDS", value_parser = args::lease_duration_ms, default_value = "10")]
     lease_duration_ms: u64,
     /// print the plan and stop
     #[arg(long)]
     dry_run: bool,
-    /// write even while KCL workers renew leases of the stream
+    /// write even while KCL workers write leases of the stream
     #[arg(long)]
     force: bool,
     /// print the plan as one JSON document

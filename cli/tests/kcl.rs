@@ -668,3 +668,40 @@ async fn live_instances_refuse_import_and_export(fx: &Fixture) {
     assert_eq!(fx.app_rows(&fx.app_table).await, before, "nothing written");
     sub.shutdown().await;
 }
+
+/// A KCL worker that takes an ownerless lease while the import watches (as one takes the
+/// rows of an export at once) is alive: the import refuses and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_taking_an_ownerless_lease_during_the_watch_refuses() {
+    support::init_tracing();
+    let fx = Fixture::new("kcl-taken", 1).await;
+    let seq = fx.put("t-0", 1).await;
+    fx.kcl_put(&fx.kcl_table, KclRow::new(&shard(0), &seq, 0).0)
+        .await;
+    let dynamodb = fx.dynamodb.clone();
+    let table = fx.kcl_table.clone();
+    let taking = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        loop {
+            dynamodb
+                .update_item()
+                .table_name(&table)
+                .key("leaseKey", AttributeValue::S(shard(0)))
+                .update_expression("SET leaseOwner = :owner ADD leaseCounter :one")
+                .expression_attribute_values(":owner", AttributeValue::S("kcl-taker".into()))
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .send()
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let refused = fx.import(&[]).await;
+    taking.abort();
+    assert_eq!(refused.code, 3, "{refused:#?}");
+    assert!(
+        refused.stderr.contains("a KCL worker is alive") && refused.stderr.contains("kcl-taker"),
+        "{refused:#?}"
+    );
+    assert!(!fx.table_exists(&fx.app_table).await, "nothing written");
+}

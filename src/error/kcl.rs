@@ -64,9 +64,9 @@ pub enum KclError {
         shards: Vec<(String, String)>,
     },
 
-    /// A KCL worker still renews leases of the stream.
+    /// A KCL worker still writes leases of the stream (renews, takes or creates them).
     #[error(
-        "a KCL worker is alive: {} of KCL lease table `{table}` renewed within {failover_ms} ms \
+        "a KCL worker is alive: {} of KCL lease table `{table}` written within {failover_ms} ms \
          (the KCL's failover time); stop the KCL application first (or let it release its \
          leases), or pass --force if you know it is stopped; nothing was written",
         leases.iter().map(|(k, o)| format!("`{k}` (owner `{o}`)")).collect::<Vec<_>>().join(", ")
@@ -74,7 +74,7 @@ pub enum KclError {
     KclWorkersAlive {
         /// The table name.
         table: String,
-        /// Each lease whose counter moved, with its owner.
+        /// Each lease written while it was watched, with its owner.
         leases: Vec<(String, String)>,
         /// How long the table was watched.
         failover_ms: u64,
@@ -82,7 +82,7 @@ pub enum KclError {
 
     /// Instances of the application still hold leases.
     #[error(
-        "instances of the application are live: {} in lease table `{table}` renewed within \
+        "instances of the application are live: {} in lease table `{table}` written within \
          {lease_duration_ms} ms; stop them first (a graceful stop releases the leases); \
          nothing was written",
         owners.iter().map(|(o, rows)| format!("`{o}` ({})", rows.join(", "))).collect::<Vec<_>>().join("; ")
@@ -90,7 +90,7 @@ pub enum KclError {
     InstancesLive {
         /// The application's lease table.
         table: String,
-        /// Each live owner, with the rows it renewed.
+        /// Each live owner, with the rows it wrote.
         owners: Vec<(String, Vec<String>)>,
         /// How long the table was watched.
         lease_duration_ms: u64,

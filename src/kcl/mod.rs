@@ -27,9 +27,10 @@
 //! - Shards with no lease (children created after the KCL stopped) are left to the usual
 //!   rule: a child is read from its start once its parents are finished.
 //!
-//! Nothing is written while a KCL worker renews a lease of the stream (a counter moves
-//! within the KCL's failover time; [`MigrationOptions::force`] overrides it) or while an
-//! instance of the application renews a row (always refused). The two fleets must never read
+//! Nothing is written while a KCL worker writes a lease of the stream (renews, takes or
+//! creates one within the KCL's failover time, ownerless leases included: a worker takes
+//! those at once; [`MigrationOptions::force`] overrides it) or while an instance of the
+//! application writes a row (always refused). The two fleets must never read
 //! one stream at the same time.
 
 use std::collections::{BTreeMap, HashMap};
@@ -218,8 +219,9 @@ impl Migration {
     }
 
     /// Reads both tables and the stream, watches for live workers and instances (for the
-    /// longer of the KCL's failover time and the lease duration, only when some row has an
-    /// owner), and plans the import. Writes nothing.
+    /// longer of the KCL's failover time and the lease duration, whether or not a row has an
+    /// owner: a KCL worker takes ownerless leases at once), and plans the import. Writes
+    /// nothing.
     ///
     /// # Errors
     ///
@@ -395,9 +397,12 @@ impl Migration {
     /// Reads the stream's shards and both tables, watching both for live owners.
     async fn read_both(&self) -> Result<(plan::Reading, Option<KclStreamId>, Moved), KclError> {
         let shards = list_all_shards(&*self.kinesis, &self.stream).await?;
-        let (kcl, kcl_stream) = self.kcl_leases().await?;
+        let contents = self.kcl.read().await?;
+        let (kcl, kcl_stream) = contents.of_stream(self.kcl.name(), &self.stream)?;
         let app = self.app_rows().await?;
-        let moved = self.watch(&kcl, &app).await?;
+        let moved = self
+            .watch(Some(&watched_kcl(&contents, &self.stream)), &app)
+            .await?;
         let reading = plan::Reading {
             shards,
             kcl,
@@ -411,7 +416,7 @@ impl Migration {
     async fn read_app_only(&self) -> Result<(plan::Reading, Option<KclStreamId>, Moved), KclError> {
         let shards = list_all_shards(&*self.kinesis, &self.stream).await?;
         let app = self.app_rows().await?;
-        let moved = self.watch(&[], &app).await?;
+        let moved = self.watch(None, &app).await?;
         let reading = plan::Reading {
             shards,
             kcl: Vec::new(),
@@ -419,13 +424,6 @@ impl Migration {
             shapes: HashMap::new(),
         };
         Ok((reading, None, moved))
-    }
-
-    async fn kcl_leases(&self) -> Result<(Vec<KclLease>, Option<KclStreamId>), KclError> {
-        self.kcl
-            .read()
-            .await?
-            .of_stream(self.kcl.name(), &self.stream)
     }
 
     /// The application's rows of the stream (none when its table does not exist yet).
@@ -460,29 +458,26 @@ impl Migration {
         })
     }
 
-    /// Waits, when some row has an owner, and reads again: what moved belongs to a live
-    /// KCL worker or instance. The KCL side is not watched under `force`.
-    async fn watch(&self, kcl: &[KclLease], app: &[LeaseRow]) -> Result<Moved, KclError> {
-        let watch_kcl = !self.options.force && kcl.iter().any(|l| l.owner.is_some());
-        let watch_app = app.iter().any(|r| r.lease.owner.is_some());
-        let wait = match (watch_kcl, watch_app) {
-            (false, false) => return Ok((Vec::new(), Vec::new())),
-            (true, false) => self.options.kcl_failover,
-            (false, true) => self.options.lease_duration,
-            (true, true) => self.options.kcl_failover.max(self.options.lease_duration),
+    /// Waits and reads again: a lease or row written meanwhile (renewed, taken, created or
+    /// deleted) belongs to a live KCL worker or instance. It waits even when no row has an
+    /// owner: a KCL worker takes ownerless leases at once, and an instance creates its rows.
+    /// `kcl`: the KCL table's leases of the stream, `None` when the table does not exist; the
+    /// KCL side is not watched under `force`.
+    async fn watch(&self, kcl: Option<&[KclLease]>, app: &[LeaseRow]) -> Result<Moved, KclError> {
+        let kcl = kcl.filter(|_| !self.options.force);
+        let wait = match kcl {
+            Some(_) => self.options.kcl_failover.max(self.options.lease_duration),
+            None => self.options.lease_duration,
         };
         tokio::time::sleep(wait).await;
-        let kcl_moved = if watch_kcl {
-            let again = self.kcl_leases().await?.0;
-            moved_kcl(kcl, &again)
-        } else {
-            Vec::new()
+        let kcl_moved = match kcl {
+            Some(before) => {
+                let again = watched_kcl(&self.kcl.read().await?, &self.stream);
+                moved_kcl(before, &again)
+            }
+            None => Vec::new(),
         };
-        let app_moved = if watch_app {
-            moved_app(app, &self.app_rows().await?)
-        } else {
-            Vec::new()
-        };
+        let app_moved = moved_app(app, &self.app_rows().await?);
         Ok((kcl_moved, app_moved))
     }
 
@@ -542,41 +537,73 @@ fn shard_rows(rows: Vec<LeaseRow>) -> Vec<Lease> {
         .collect()
 }
 
-/// KCL leases held before whose counter or owner changed since: (key, owner).
-fn moved_kcl(before: &[KclLease], after: &[KclLease]) -> Vec<(String, String)> {
-    let after: HashMap<&str, &KclLease> = after.iter().map(|l| (l.lease_key.as_str(), l)).collect();
-    before
+/// The leases of the KCL table a worker of the stream may write: in a single-stream table
+/// all, in a multi-stream table the stream's under any creation time.
+fn watched_kcl(contents: &KclContents, stream: &str) -> Vec<KclLease> {
+    contents
+        .leases
         .iter()
-        .filter(|l| l.owner.is_some())
-        .filter(|l| {
-            after
-                .get(l.lease_key.as_str())
-                .is_some_and(|now| now.counter != l.counter)
-        })
-        .map(|l| (l.lease_key.clone(), l.owner.clone().unwrap_or_default()))
+        .filter(|l| l.stream.as_ref().is_none_or(|id| id.stream == stream))
+        .cloned()
         .collect()
 }
 
-/// The application's owners whose rows' counters moved, with those rows.
-fn moved_app(before: &[LeaseRow], after: &[LeaseRow]) -> Vec<(String, Vec<String>)> {
-    let after: HashMap<&str, &LeaseRow> = after
+/// What a row without an owner is reported as.
+const NO_OWNER: &str = "(no owner)";
+
+/// KCL leases written between the two reads (counter or owner changed, created or deleted):
+/// (key, owner now, else before).
+fn moved_kcl(before: &[KclLease], after: &[KclLease]) -> Vec<(String, String)> {
+    let was: HashMap<&str, &KclLease> = before.iter().map(|l| (l.lease_key.as_str(), l)).collect();
+    let now: HashMap<&str, &KclLease> = after.iter().map(|l| (l.lease_key.as_str(), l)).collect();
+    let owner = |l: &KclLease| l.owner.clone();
+    let mut moved: Vec<(String, String)> = after
         .iter()
-        .map(|r| (r.lease.shard_id.as_str(), r))
+        .filter_map(|now| match was.get(now.lease_key.as_str()) {
+            Some(was) if was.counter == now.counter && was.owner == now.owner => None,
+            was => Some((
+                now.lease_key.clone(),
+                owner(now).or_else(|| was.and_then(|w| owner(w))),
+            )),
+        })
+        .chain(
+            before
+                .iter()
+                .filter(|was| !now.contains_key(was.lease_key.as_str()))
+                .map(|was| (was.lease_key.clone(), owner(was))),
+        )
+        .map(|(key, owner)| (key, owner.unwrap_or_else(|| NO_OWNER.to_owned())))
         .collect();
+    moved.sort();
+    moved
+}
+
+/// The application's rows written between the two reads (counter or owner changed, created
+/// or deleted), by owner (now, else before).
+fn moved_app(before: &[LeaseRow], after: &[LeaseRow]) -> Vec<(String, Vec<String>)> {
+    let id = |r: &LeaseRow| r.lease.shard_id.clone();
+    let was: HashMap<String, &LeaseRow> = before.iter().map(|r| (id(r), r)).collect();
+    let now: HashMap<String, &LeaseRow> = after.iter().map(|r| (id(r), r)).collect();
     let mut owners: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for row in before {
-        let Some(owner) = &row.lease.owner else {
-            continue;
-        };
-        if after
-            .get(row.lease.shard_id.as_str())
-            .is_some_and(|now| now.lease.counter != row.lease.counter)
-        {
-            owners
-                .entry(owner.clone())
-                .or_default()
-                .push(row.lease.shard_id.clone());
+    let mut add = |owner: Option<&String>, row: String| {
+        let owner = owner.map_or_else(|| NO_OWNER.to_owned(), Clone::clone);
+        owners.entry(owner).or_default().push(row);
+    };
+    for row in after {
+        match was.get(&id(row)) {
+            Some(w) if w.lease.counter == row.lease.counter && w.lease.owner == row.lease.owner => {
+            }
+            w => add(
+                row.lease
+                    .owner
+                    .as_ref()
+                    .or_else(|| w.and_then(|w| w.lease.owner.as_ref())),
+                id(row),
+            ),
         }
+    }
+    for row in before.iter().filter(|r| !now.contains_key(&id(r))) {
+        add(row.lease.owner.as_ref(), id(row));
     }
     owners.into_iter().collect()
 }
@@ -589,4 +616,67 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(key: &str, owner: Option<&str>, counter: u64) -> KclLease {
+        KclLease {
+            lease_key: key.to_owned(),
+            stream: None,
+            shard_id: key.to_owned(),
+            owner: owner.map(str::to_owned),
+            counter,
+            owner_switches: 0,
+            checkpoint: KclCheckpoint::TrimHorizon,
+            parents: Vec::new(),
+            children: Vec::new(),
+            hash_range: None,
+        }
+    }
+
+    #[test]
+    fn a_lease_taken_or_created_during_the_watch_moved() {
+        let before = vec![lease("s0", None, 3), lease("s1", Some("w"), 5)];
+        let taken = vec![lease("s0", Some("w2"), 4), lease("s1", Some("w"), 5)];
+        assert_eq!(
+            moved_kcl(&before, &taken),
+            vec![("s0".to_owned(), "w2".to_owned())]
+        );
+        let created = vec![
+            lease("s0", None, 3),
+            lease("s1", Some("w"), 5),
+            lease("s2", None, 0),
+        ];
+        assert_eq!(moved_kcl(&before, &created).len(), 1, "a new row");
+        assert!(moved_kcl(&before, &before).is_empty());
+    }
+
+    fn row(shard: &str, owner: Option<&str>, counter: u64) -> LeaseRow {
+        let mut lease = Lease::new("orders", shard, Vec::new());
+        lease.owner = owner.map(str::to_owned);
+        lease.counter = counter;
+        LeaseRow {
+            lease,
+            last_written_ms: None,
+        }
+    }
+
+    #[test]
+    fn an_application_row_taken_or_created_during_the_watch_moved() {
+        let before = vec![row("s0", None, 3)];
+        let taken = vec![row("s0", Some("i-1"), 4)];
+        assert_eq!(
+            moved_app(&before, &taken),
+            vec![("i-1".to_owned(), vec!["s0".to_owned()])]
+        );
+        let created = vec![row("s0", None, 3), row("s1", Some("i-2"), 1)];
+        assert_eq!(
+            moved_app(&before, &created),
+            vec![("i-2".to_owned(), vec!["s1".to_owned()])]
+        );
+        assert!(moved_app(&before, &before).is_empty());
+    }
 }
