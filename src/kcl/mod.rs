@@ -24,8 +24,11 @@
 //! - A closed shard the KCL has no lease of, with a descendant that has one, was finished:
 //!   the KCL reads children only after their parents and deletes finished leases. It is
 //!   imported as finished, so the application does not read it again.
-//! - Shards with no lease (children created after the KCL stopped) are left to the usual
-//!   rule: a child is read from its start once its parents are finished.
+//! - A child with no lease whose parent the stream no longer lists (past retention) but the
+//!   KCL table still holds is imported from its start (TRIM_HORIZON), as the KCL reads it:
+//!   the application, not seeing that parent, would start the child at its initial position.
+//! - Other shards with no lease (children created after the KCL stopped) are left to the
+//!   usual rule: a child is read from its start once its parents are finished.
 //!
 //! Nothing is written while a KCL worker writes a lease of the stream (renews, takes or
 //! creates one within the KCL's failover time, ownerless leases included: a worker takes

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::api::ShardDescription;
 use crate::error::KclError;
 use crate::lease::Lease;
-use crate::position::Checkpoint;
+use crate::position::{Checkpoint, StartingPoint};
 
 use super::position::{self, RecordShape, Unprocessed};
 use super::row::{KclCheckpoint, KclLease, KclStreamId};
@@ -126,6 +126,7 @@ pub(crate) fn plan_import(
     let children = reading.children();
     let (kcl_rows, app_rows) = reading.by_shard();
     let has_row = |id: &str| kcl_rows.contains_key(id);
+    let listed: BTreeSet<&str> = reading.shards.iter().map(|s| s.shard_id.as_str()).collect();
     let mut needs = Vec::new();
     let mut notes = unlisted_notes(reading);
     let mut plans = Vec::new();
@@ -149,6 +150,16 @@ pub(crate) fn plan_import(
             // The KCL reads a child only after its parents and deletes the leases of
             // finished shards: a descendant with a lease means this shard was finished.
             None if any_descendant(id, &children, &has_row) => Ok(Checkpoint::ShardEnd),
+            // The KCL reads a child from its start once it is done with its parents; the
+            // application, not seeing a parent the stream no longer lists, would take the
+            // child for a shard of its frontier and start it at its initial position.
+            None if shard.parents().any(|p| !listed.contains(p) && has_row(p)) => {
+                notes.push(format!(
+                    "{id} has no KCL lease and a parent the stream no longer lists with one: \
+                     it is read from its start (TRIM_HORIZON), as the KCL would"
+                ));
+                Ok(Checkpoint::Start(StartingPoint::TrimHorizon))
+            }
             None if shard.parents().next().is_some() => Err(
                 "no KCL lease: a child the KCL never opened; the application reads it from \
                  its start once its parents are finished"
@@ -354,7 +365,6 @@ pub(crate) fn refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::position::StartingPoint;
 
     fn shard(id: &str, parents: &[&str], closed: bool) -> ShardDescription {
         ShardDescription {
@@ -411,6 +421,30 @@ mod tests {
             Action::Import(Checkpoint::Sequence("5".into()))
         );
         assert!(matches!(plans[2].action, Action::Leave(_)));
+    }
+
+    #[test]
+    fn a_child_of_an_unlisted_parent_with_a_lease_is_read_from_its_start() {
+        // s0 is past retention; the KCL's lease of it is not finished, and s1 has no lease.
+        let reading = Reading {
+            shards: vec![shard("s1", &["s0"], false), shard("s2", &["gone"], false)],
+            kcl: vec![kcl(
+                "s0",
+                KclCheckpoint::Sequence {
+                    sequence: "5".into(),
+                    sub_sequence: 0,
+                },
+            )],
+            ..Reading::default()
+        };
+        let (plans, notes) = plan_import(&reading, None, 0).expect("a plan");
+        assert_eq!(
+            plans[0].action,
+            Action::Import(Checkpoint::Start(StartingPoint::TrimHorizon))
+        );
+        assert!(notes.iter().any(|n| n.contains("s1")), "{notes:?}");
+        // A parent without a lease says nothing: the usual rule applies.
+        assert!(matches!(plans[1].action, Action::Leave(_)));
     }
 
     #[test]
