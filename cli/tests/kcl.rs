@@ -15,6 +15,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use common::{Run, cli};
 use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
 use kinesis_dataflow::lease::{Lease, LeaseStore};
+use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{AwsKinesis, DynamoLeaseStore, ReadSettings, Subscription};
 use kinesis_dataflow_test_support as support;
 
@@ -704,4 +705,60 @@ async fn a_worker_taking_an_ownerless_lease_during_the_watch_refuses() {
         "{refused:#?}"
     );
     assert!(!fx.table_exists(&fx.app_table).await, "nothing written");
+}
+
+/// The application's rows of the stream: shard id → checkpoint, written as an instance
+/// would leave them.
+async fn app_checkpoints(fx: &Fixture, rows: &[(String, Checkpoint)]) {
+    let store = DynamoLeaseStore::new(fx.dynamodb.clone(), &fx.app_table).unwrap();
+    store.prepare().await.unwrap();
+    for (shard, checkpoint) in rows {
+        let mut lease = Lease::new(&fx.stream, shard.clone(), Vec::new());
+        lease.checkpoint = Some(checkpoint.clone());
+        assert!(store.create(&lease).await.unwrap());
+    }
+}
+
+/// An export into a KCL table that holds no lease of the stream (an empty one, a
+/// multi-stream one of other streams) writes the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_fills_a_kcl_table_without_leases_of_the_stream() {
+    support::init_tracing();
+    let fx = Fixture::new("kcl-fill", 1).await;
+    let seq = fx.put("f-0", 1).await;
+    app_checkpoints(&fx, &[(shard(0), Checkpoint::Sequence(seq.clone()))]).await;
+
+    let empty = fx
+        .kcl("export", &fx.kcl_table, &fx.app_table, &[])
+        .await
+        .ok();
+    assert!(empty.stdout.contains("exported 1 shard"), "{empty:#?}");
+    let items = fx.items(&fx.kcl_table).await;
+    assert_eq!(s_of(&items[&shard(0)], "checkpoint"), seq, "{items:?}");
+
+    let others = support::unique_name("kcl-others");
+    support::create_table_keyed_by(&fx.dynamodb, &others, "leaseKey").await;
+    let other = "123456789012:another-stream:1700000000";
+    fx.kcl_put(
+        &others,
+        KclRow::new(&format!("{other}:{}", shard(0)), "TRIM_HORIZON", 0)
+            .v3()
+            .multi(other, &shard(0))
+            .0,
+    )
+    .await;
+    let multi = fx
+        .kcl(
+            "export",
+            &others,
+            &fx.app_table,
+            &["--multi-stream", "123456789012:1700000001"],
+        )
+        .await
+        .ok();
+    assert!(multi.stdout.contains("exported 1 shard"), "{multi:#?}");
+    let key = format!("123456789012:{}:1700000001:{}", fx.stream, shard(0));
+    let items = fx.items(&others).await;
+    assert_eq!(s_of(&items[&key], "checkpoint"), seq, "{items:?}");
+    assert_eq!(items.len(), 2, "the other stream's row kept: {items:?}");
 }

@@ -237,7 +237,7 @@ impl Migration {
                 table: self.kcl.name().to_owned(),
             });
         }
-        let (mut reading, kcl_stream, moved) = self.read_both().await?;
+        let (mut reading, kcl_stream, moved) = self.read_both(Direction::Import).await?;
         self.check_listed(&reading)?;
         let peeks = reading
             .kcl
@@ -252,11 +252,15 @@ impl Migration {
     }
 
     /// The same for an export: the application's positions into the KCL table. The KCL
-    /// table may be missing when [`MigrationOptions::create`] is set.
+    /// table may be missing when [`MigrationOptions::create`] is set, and may hold no lease
+    /// of the stream (an empty table; with [`MigrationOptions::multi_stream`] a multi-stream
+    /// table of other streams).
     ///
     /// # Errors
     ///
-    /// As [`plan_import`](Self::plan_import); the application's table must exist.
+    /// As [`plan_import`](Self::plan_import), except that a KCL table without leases of the
+    /// stream is refused only when it is a multi-stream table of other streams and
+    /// [`MigrationOptions::multi_stream`] is not set; the application's table must exist.
     pub async fn plan_export(&self) -> Result<Plan, KclError> {
         let exists = self.kcl.exists().await?;
         if !exists && !self.options.create {
@@ -266,7 +270,7 @@ impl Migration {
         }
         self.app.check_table().await?;
         let (mut reading, kcl_stream, moved) = if exists {
-            self.read_both().await?
+            self.read_both(Direction::Export).await?
         } else {
             self.read_app_only().await?
         };
@@ -398,10 +402,13 @@ impl Migration {
     }
 
     /// Reads the stream's shards and both tables, watching both for live owners.
-    async fn read_both(&self) -> Result<(plan::Reading, Option<KclStreamId>, Moved), KclError> {
+    async fn read_both(
+        &self,
+        direction: Direction,
+    ) -> Result<(plan::Reading, Option<KclStreamId>, Moved), KclError> {
         let shards = list_all_shards(&*self.kinesis, &self.stream).await?;
         let contents = self.kcl.read().await?;
-        let (kcl, kcl_stream) = contents.of_stream(self.kcl.name(), &self.stream)?;
+        let (kcl, kcl_stream) = self.planned_kcl(&contents, direction)?;
         let app = self.app_rows().await?;
         let moved = self
             .watch(Some(&watched_kcl(&contents, &self.stream)), &app)
@@ -427,6 +434,40 @@ impl Migration {
             shapes: HashMap::new(),
         };
         Ok((reading, None, moved))
+    }
+
+    /// The KCL table's leases the plan goes by, and the stream's identifier in a multi-stream
+    /// table. An import needs leases of the stream; an export may fill a table that holds
+    /// none: an empty one, or with [`MigrationOptions::multi_stream`] one of other streams.
+    fn planned_kcl(
+        &self,
+        contents: &KclContents,
+        direction: Direction,
+    ) -> Result<(Vec<KclLease>, Option<KclStreamId>), KclError> {
+        let found = contents.of_stream(self.kcl.name(), &self.stream);
+        if direction == Direction::Import {
+            return found;
+        }
+        match found {
+            Err(KclError::NoRows { .. })
+                if contents.leases.is_empty() || self.options.multi_stream.is_some() =>
+            {
+                Ok((Vec::new(), None))
+            }
+            Err(KclError::NoRows {
+                table,
+                stream,
+                detail,
+            }) => Err(KclError::NoRows {
+                table,
+                stream,
+                detail: format!(
+                    "{detail}; give the stream's identifier (--multi-stream ACCOUNT:EPOCH) to \
+                     export into it"
+                ),
+            }),
+            other => other,
+        }
     }
 
     /// The application's rows of the stream (none when its table does not exist yet).
