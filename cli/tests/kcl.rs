@@ -762,3 +762,55 @@ async fn an_export_fills_a_kcl_table_without_leases_of_the_stream() {
     assert_eq!(s_of(&items[&key], "checkpoint"), seq, "{items:?}");
     assert_eq!(items.len(), 2, "the other stream's row kept: {items:?}");
 }
+
+/// `--multi-stream` with a creation time other than the one the table's rows of the stream
+/// are keyed under (the stream was created again): the rows are written under the new keys,
+/// the old rows left as they are, whatever those hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_stream_export_under_another_creation_time_writes_the_new_keys() {
+    support::init_tracing();
+    let fx = Fixture::new("kcl-epoch", 2).await;
+    let (zero, one) = (fx.put("e-0", 1).await, fx.put("e-1", UPPER + 1).await);
+    app_checkpoints(
+        &fx,
+        &[
+            (shard(0), Checkpoint::Sequence(zero.clone())),
+            (shard(1), Checkpoint::Sequence(one.clone())),
+        ],
+    )
+    .await;
+    // Under the old creation time: shard 0 elsewhere, shard 1 where the export would put it.
+    let old = format!("123456789012:{}:1600000000", fx.stream);
+    for (n, checkpoint) in [(0, "TRIM_HORIZON"), (1, one.as_str())] {
+        fx.kcl_put(
+            &fx.kcl_table,
+            KclRow::new(&format!("{old}:{}", shard(n)), checkpoint, 0)
+                .v3()
+                .multi(&old, &shard(n))
+                .0,
+        )
+        .await;
+    }
+    let export = fx
+        .kcl(
+            "export",
+            &fx.kcl_table,
+            &fx.app_table,
+            &["--multi-stream", "123456789012:1700000000"],
+        )
+        .await
+        .ok();
+    assert!(export.stdout.contains("exported 2 shards"), "{export:#?}");
+    let items = fx.items(&fx.kcl_table).await;
+    assert_eq!(items.len(), 4, "{items:?}");
+    let new = format!("123456789012:{}:1700000000", fx.stream);
+    for (n, seq) in [(0, &zero), (1, &one)] {
+        let item = &items[&format!("{new}:{}", shard(n))];
+        assert_eq!(&s_of(item, "checkpoint"), seq, "{item:?}");
+        assert_eq!(n_of(item, "leaseCounter"), 0, "a new row: {item:?}");
+    }
+    assert_eq!(
+        s_of(&items[&format!("{old}:{}", shard(0))], "checkpoint"),
+        "TRIM_HORIZON"
+    );
+}

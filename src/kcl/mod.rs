@@ -283,14 +283,7 @@ impl Migration {
             })
             .collect();
         reading.shapes = self.peek_all(peeks).await?;
-        let stream_id = match &self.options.multi_stream {
-            Some((account, epoch)) => Some(KclStreamId {
-                account: account.clone(),
-                stream: self.stream.to_string(),
-                creation_epoch: *epoch,
-            }),
-            None => kcl_stream,
-        };
+        let stream_id = self.given_stream_id().or(kcl_stream);
         let unprocessed = self.options.unprocessed_from;
         let (shards, notes) = plan::plan_export(&reading, unprocessed, stream_id.as_ref())?;
         Ok(self.plan(Direction::Export, stream_id, shards, notes, moved))
@@ -444,16 +437,25 @@ impl Migration {
         contents: &KclContents,
         direction: Direction,
     ) -> Result<(Vec<KclLease>, Option<KclStreamId>), KclError> {
+        if direction == Direction::Export
+            && let Some(id) = self.given_stream_id()
+        {
+            // The rows at the keys the export writes, whichever creation time the table's
+            // other rows of the stream have.
+            let leases = contents
+                .leases
+                .iter()
+                .filter(|l| l.stream.as_ref() == Some(&id))
+                .cloned()
+                .collect();
+            return Ok((leases, Some(id)));
+        }
         let found = contents.of_stream(self.kcl.name(), &self.stream);
         if direction == Direction::Import {
             return found;
         }
         match found {
-            Err(KclError::NoRows { .. })
-                if contents.leases.is_empty() || self.options.multi_stream.is_some() =>
-            {
-                Ok((Vec::new(), None))
-            }
+            Err(KclError::NoRows { .. }) if contents.leases.is_empty() => Ok((Vec::new(), None)),
             Err(KclError::NoRows {
                 table,
                 stream,
@@ -468,6 +470,16 @@ impl Migration {
             }),
             other => other,
         }
+    }
+
+    /// The stream's identifier given by [`MigrationOptions::multi_stream`].
+    fn given_stream_id(&self) -> Option<KclStreamId> {
+        let (account, epoch) = self.options.multi_stream.as_ref()?;
+        Some(KclStreamId {
+            account: account.clone(),
+            stream: self.stream.to_string(),
+            creation_epoch: *epoch,
+        })
     }
 
     /// The application's rows of the stream (none when its table does not exist yet).

@@ -226,7 +226,13 @@ pub(crate) fn plan_export(
     stream_id: Option<&KclStreamId>,
 ) -> Result<(Vec<ShardPlan>, Vec<String>), KclError> {
     let children = reading.children();
-    let (kcl_rows, app_rows) = reading.by_shard();
+    let (_, app_rows) = reading.by_shard();
+    // The row each shard's lease key names: the one the write replaces.
+    let kcl_rows: HashMap<&str, &KclLease> = reading
+        .kcl
+        .iter()
+        .map(|l| (l.lease_key.as_str(), l))
+        .collect();
     let mut needs = Vec::new();
     let mut notes = unlisted_notes(reading);
     let mut plans = Vec::new();
@@ -234,7 +240,8 @@ pub(crate) fn plan_export(
         let id = shard.shard_id.as_str();
         let closed = shard.ending_sequence_number.is_some();
         let app = app_rows.get(id).map(|l| (*l).clone());
-        let kcl = kcl_rows.get(id).map(|l| (*l).clone());
+        let key = lease_key(stream_id, id);
+        let kcl = kcl_rows.get(key.as_str()).map(|l| (*l).clone());
         let action = match &app {
             None => Action::Leave(
                 "no row in the application's table: the KCL creates its lease when it lists \
@@ -302,10 +309,7 @@ fn kcl_row(
     let id = &shard.shard_id;
     let finished = checkpoint == KclCheckpoint::ShardEnd;
     KclLease {
-        lease_key: match stream_id {
-            Some(stream) => format!("{stream}:{id}"),
-            None => id.clone(),
-        },
+        lease_key: lease_key(stream_id, id),
         stream: stream_id.cloned(),
         shard_id: id.clone(),
         owner: None,
@@ -322,6 +326,15 @@ fn kcl_row(
             shard.starting_hash_key.clone(),
             shard.ending_hash_key.clone(),
         )),
+    }
+}
+
+/// The KCL's lease key of shard `id`: `account:stream:epoch:shard` in multi-stream mode, else
+/// the shard id.
+fn lease_key(stream_id: Option<&KclStreamId>, id: &str) -> String {
+    match stream_id {
+        Some(stream) => format!("{stream}:{id}"),
+        None => id.to_owned(),
     }
 }
 
