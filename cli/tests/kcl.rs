@@ -814,3 +814,24 @@ async fn a_multi_stream_export_under_another_creation_time_writes_the_new_keys()
         "TRIM_HORIZON"
     );
 }
+
+/// A KCL lease of a shard the stream no longer lists (past retention) beside one it lists:
+/// the import leaves it as it is, without reading at its checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_leaves_leases_of_unlisted_shards_unread() {
+    support::init_tracing();
+    let fx = Fixture::new("kcl-unlisted", 1).await;
+    let seq = fx.put("u-0", 1).await;
+    for n in [0, 99] {
+        fx.kcl_put(&fx.kcl_table, KclRow::new(&shard(n), &seq, 0).0)
+            .await;
+    }
+    let import = fx.import(&[]).await.ok();
+    for needle in ["imported 1 shard", "no longer lists", &shard(99)] {
+        assert!(import.stdout.contains(needle), "{needle}: {import:#?}");
+    }
+    assert_eq!(
+        fx.app_rows(&fx.app_table).await,
+        BTreeMap::from([(shard(0), Some(seq))])
+    );
+}

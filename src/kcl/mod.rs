@@ -12,7 +12,7 @@
 //!   after it. An import writes the library's checkpoint of the same record: the whole record
 //!   settled, or inside a KPL aggregate the user records up to that sub-sequence. To tell
 //!   the two apart, it reads the record at the sequence number (one GetShardIterator and
-//!   GetRecords per shard). An export does the same the other way: a whole aggregate settled
+//!   GetRecords per listed shard). An export does the same the other way: a whole aggregate settled
 //!   becomes its last user record's sub-sequence.
 //! - `SHARD_END` is finished both ways; `TRIM_HORIZON` is "nothing processed, from the
 //!   oldest record" both ways.
@@ -36,7 +36,7 @@
 //! application writes a row (always refused). The two fleets must never read
 //! one stream at the same time.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -239,9 +239,12 @@ impl Migration {
         }
         let (mut reading, kcl_stream, moved) = self.read_both(Direction::Import).await?;
         self.check_listed(&reading)?;
+        // Leases of shards the stream no longer lists are left as they are: nothing to read.
+        let listed = listed_ids(&reading);
         let peeks = reading
             .kcl
             .iter()
+            .filter(|l| listed.contains(l.shard_id.as_str()))
             .filter_map(|l| Some((l.shard_id.clone(), position::import_peek(&l.checkpoint)?)))
             .map(|(shard, seq)| (shard, seq.to_owned()))
             .collect();
@@ -274,9 +277,12 @@ impl Migration {
         } else {
             self.read_app_only().await?
         };
+        // Only listed shards are exported.
+        let listed = listed_ids(&reading);
         let peeks = reading
             .app
             .iter()
+            .filter(|l| listed.contains(l.shard_id.as_str()))
             .filter_map(|l| {
                 let seq = position::export_peek(l.checkpoint.as_ref())?;
                 Some((l.shard_id.clone(), seq.to_owned()))
@@ -583,6 +589,11 @@ impl Migration {
         }
         Ok(RecordShape::Gone)
     }
+}
+
+/// The ids of the shards the stream lists.
+fn listed_ids(reading: &plan::Reading) -> HashSet<String> {
+    reading.shards.iter().map(|s| s.shard_id.clone()).collect()
 }
 
 /// The rows of shards (not the instances' worker rows).
