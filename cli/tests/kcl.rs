@@ -592,6 +592,13 @@ async fn bad_input_names_what_is_wrong(fx: &Fixture, seq: &str) {
         .ok();
     assert!(told.stdout.contains("from TRIM_HORIZON"), "{told:#?}");
 
+    // An application table with another key is no lease table.
+    let wrong_key = support::unique_name("kcl-wrong-key");
+    support::create_table_keyed_by(&fx.dynamodb, &wrong_key, "id").await;
+    let wrong = fx.kcl("import", &fx.kcl_table, &wrong_key, &[]).await;
+    assert_eq!(wrong.code, 2, "{wrong:#?}");
+    assert!(wrong.stderr.contains(&wrong_key), "{wrong:#?}");
+
     let export = fx.kcl("export", &fx.kcl_table, app, &[]).await;
     assert_eq!(export.code, 2, "no application table: {export:#?}");
     assert!(export.stderr.contains(app), "{export:#?}");

@@ -121,7 +121,8 @@ pub enum KclError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KclErrorKind {
-    /// Bad input: a table, stream, row or position at fault (exit status 2).
+    /// Bad input: a table, stream, row or position at fault (exit status 2), the
+    /// application's lease table with another key or a malformed row included.
     Input,
     /// Refused while live workers or instances hold leases (exit status 3).
     Refused,
@@ -146,7 +147,11 @@ impl KclError {
             | Self::NoRows { .. }
             | Self::MalformedRow { .. }
             | Self::NeedsPosition { .. }
-            | Self::Lease(LeaseError::TableNotFound { .. })
+            | Self::Lease(
+                LeaseError::TableNotFound { .. }
+                | LeaseError::Invalid { .. }
+                | LeaseError::InvalidConfig { .. },
+            )
             | Self::Kinesis(
                 KinesisError::StreamNotFound { .. } | KinesisError::InvalidArgument { .. },
             ) => KclErrorKind::Input,
@@ -155,5 +160,29 @@ impl KclError {
             }
             Self::Lease(_) | Self::Kinesis(_) => KclErrorKind::Failed,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Operation;
+
+    #[test]
+    fn a_bad_application_table_is_bad_input() {
+        let invalid = KclError::Lease(LeaseError::Invalid {
+            table: "orders".to_owned(),
+            operation: Operation::Scan,
+            message: "lease row `s0`: attribute `leaseCounter` is S, expected N".to_owned(),
+            source: None,
+        });
+        assert_eq!(invalid.kind(), KclErrorKind::Input);
+        let unavailable = KclError::Lease(LeaseError::Unavailable {
+            table: "orders".to_owned(),
+            operation: Operation::Scan,
+            message: "throttled".to_owned(),
+            source: None,
+        });
+        assert_eq!(unavailable.kind(), KclErrorKind::Failed);
     }
 }
