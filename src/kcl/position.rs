@@ -7,6 +7,8 @@
 //! [`Checkpoint::SubSequence`] (part of a KPL aggregate is). Which form is right depends on
 //! the record at that sequence number, so both directions are given its [`RecordShape`].
 
+use std::time::{Duration, UNIX_EPOCH};
+
 use crate::position::Checkpoint;
 use crate::position::StartingPoint;
 
@@ -36,7 +38,8 @@ pub enum Unprocessed {
     /// start may be read.
     Horizon,
     /// From the tip when the command runs: records written between the old application's
-    /// stop and that moment are skipped.
+    /// stop and that moment are skipped. An import records that time less the library's
+    /// clock-skew allowance, as the library takes the tip.
     Latest,
     /// From the first record at or after this time (milliseconds since the Unix epoch).
     Timestamp(u64),
@@ -44,7 +47,10 @@ pub enum Unprocessed {
 
 /// The library checkpoint that resumes exactly where the KCL would: `None` when the KCL's
 /// checkpoint holds no position (`LATEST`, `AT_TIMESTAMP`) and `unprocessed` does not say.
-/// `now_ms` stands for `latest` (the library never records LATEST; it records the time).
+/// `now_ms` (milliseconds since the Unix epoch) stands for `latest`: the library never
+/// records LATEST; it records the time, less its clock-skew allowance
+/// ([`CLOCK_SKEW_ALLOWANCE`](crate::position::CLOCK_SKEW_ALLOWANCE)), as
+/// [`StartingPoint::since`] does.
 #[must_use]
 pub fn from_kcl(
     kcl: &KclCheckpoint,
@@ -76,7 +82,10 @@ pub fn from_kcl(
             Unprocessed::Horizon => Checkpoint::Start(StartingPoint::TrimHorizon),
             // Nothing arrives in a closed shard any more: from its tip it is finished.
             Unprocessed::Latest if closed => Checkpoint::ShardEnd,
-            Unprocessed::Latest => Checkpoint::Start(StartingPoint::AtTimestamp(now_ms)),
+            // As the library takes the tip: from the time, less its clock-skew allowance.
+            Unprocessed::Latest => Checkpoint::Start(StartingPoint::since(
+                UNIX_EPOCH + Duration::from_millis(now_ms),
+            )),
             Unprocessed::Timestamp(ms) => Checkpoint::Start(StartingPoint::AtTimestamp(ms)),
         },
     })
@@ -170,6 +179,7 @@ pub(super) fn export_peek(checkpoint: Option<&Checkpoint>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::position::CLOCK_SKEW_ALLOWANCE;
 
     fn seq(sequence: &str, sub_sequence: u64) -> KclCheckpoint {
         KclCheckpoint::Sequence {
@@ -218,9 +228,10 @@ mod tests {
     fn latest_and_at_timestamp_need_to_be_told_and_never_become_latest() {
         for kcl in [KclCheckpoint::Latest, KclCheckpoint::AtTimestamp] {
             assert_eq!(from_kcl(&kcl, None, false, None, 5), None);
+            // Less the clock-skew allowance, never before the epoch.
             assert_eq!(
                 from_kcl(&kcl, None, false, Some(Unprocessed::Latest), 5),
-                Some(Checkpoint::Start(StartingPoint::AtTimestamp(5)))
+                Some(Checkpoint::Start(StartingPoint::AtTimestamp(0)))
             );
             assert_eq!(
                 from_kcl(&kcl, None, true, Some(Unprocessed::Latest), 5),
@@ -231,6 +242,24 @@ mod tests {
                 Some(Checkpoint::Start(StartingPoint::AtTimestamp(3)))
             );
         }
+    }
+
+    #[test]
+    fn latest_is_now_less_the_clock_skew_allowance() {
+        let now_ms = 1_700_000_000_000;
+        let allowance = u64::try_from(CLOCK_SKEW_ALLOWANCE.as_millis()).expect("small");
+        assert_eq!(
+            from_kcl(
+                &KclCheckpoint::Latest,
+                None,
+                false,
+                Some(Unprocessed::Latest),
+                now_ms
+            ),
+            Some(Checkpoint::Start(StartingPoint::AtTimestamp(
+                now_ms - allowance
+            )))
+        );
     }
 
     #[test]
