@@ -99,7 +99,9 @@ pub enum KclError {
     /// A row changed between the read and the write: a KCL worker or an instance is writing
     /// the table. The rows written before it stay written; run the command again.
     #[error(
-        "row `{row}` of table `{table}` changed since it was read: a KCL worker or an instance          of the application is writing the table; stop it and run the command again (the rows          written before this one hold their new positions)"
+        "row `{row}` of table `{table}` changed since it was read: a KCL worker or an instance \
+         of the application is writing the table; stop it and run the command again (the rows \
+         written before this one hold their new positions)"
     )]
     RowChanged {
         /// The table name.
@@ -167,6 +169,20 @@ impl KclError {
 mod tests {
     use super::*;
     use crate::error::Operation;
+
+    #[test]
+    fn a_changed_row_reads_as_one_sentence() {
+        let changed = KclError::RowChanged {
+            table: "orders-kcl".to_owned(),
+            row: "shardId-000000000000".to_owned(),
+        }
+        .to_string();
+        assert!(!changed.contains("  "), "{changed}");
+        assert!(
+            changed.contains("an instance of the application"),
+            "{changed}"
+        );
+    }
 
     #[test]
     fn a_bad_application_table_is_bad_input() {
