@@ -55,15 +55,22 @@ pub(crate) fn check(
         && !is_hash_key(hash_key)
     {
         return Err(refuse(format!(
-            "the explicit hash key `{hash_key}` is not a decimal number from 0 to 2^128 - 1"
+            "the explicit hash key `{hash_key}` is not a decimal number from 0 to 2^128 - 1 \
+                 written without leading zeros"
         )));
     }
     Ok(size)
 }
 
-/// Whether `text` is a decimal 128-bit hash key.
+/// Whether `text` is a hash key the service takes: it matches `0|([1-9]\d{0,38})` (no sign, no
+/// leading zeros, at most 39 digits) and its value is at most `2^128 - 1`. The service refuses
+/// the whole PutRecords call over one bad key, so a bad key must never reach it.
 fn is_hash_key(text: &str) -> bool {
-    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) && text.parse::<u128>().is_ok()
+    let well_formed = text == "0"
+        || (matches!(text.as_bytes().first(), Some(b'1'..=b'9'))
+            && text.len() <= 39
+            && text.bytes().all(|b| b.is_ascii_digit()));
+    well_formed && text.parse::<u128>().is_ok()
 }
 
 #[cfg(test)]
@@ -112,6 +119,10 @@ mod tests {
             "-1",
             "+1",
             "1e3",
+            "007",
+            "00",
+            "0000000000000000000000000000000000000001",
+            "1000000000000000000000000000000000000000",
             "340282366920938463463374607431768211456",
         ] {
             let message = refused(&OutgoingRecord::new("k", "x").with_explicit_hash_key(bad));

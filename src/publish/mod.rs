@@ -66,7 +66,7 @@
 //!
 //! | what happens | what the publisher does |
 //! |---|---|
-//! | an empty partition key, one over 256 characters, a record over 1 MiB (data + key bytes), a malformed explicit hash key | [`KinesisError::InvalidRecord`] naming the stream, the record's position, key and size; nothing is sent |
+//! | an empty partition key, one over 256 characters, a record over 1 MiB (data + key bytes), an explicit hash key the service refuses (not a decimal from 0 to 2^128 - 1 without leading zeros, e.g. `007`) | [`KinesisError::InvalidRecord`] naming the stream, the record's position, key and size; nothing is sent |
 //! | an entry fails with `ProvisionedThroughputExceededException` (the shard's write limit) | resent after the first backoff, for at most [`RetryPolicy::patience`] |
 //! | an entry fails with `InternalFailure`, or any code not in the next row | resent in the next round |
 //! | an entry fails with `AccessDeniedException`, `KMSAccessDeniedException`, `KMSDisabledException`, `KMSInvalidStateException`, `KMSNotFoundException`, `KMSOptInRequired`, `ResourceNotFoundException`, `ValidationException` or `InvalidArgumentException` | stops: [`KinesisError::PublishFailed`] |

@@ -41,9 +41,14 @@ pub(crate) fn hash_of(partition_key: &str) -> u128 {
     u128::from_be_bytes(digest)
 }
 
-/// Parses a decimal hash key (`0 ..= 2^128 - 1`, digits only), as the service accepts them.
+/// Parses a decimal hash key as the service accepts them: the pattern `0|([1-9]\d{0,38})` (no
+/// sign, no leading zeros, at most 39 digits) and a value of at most `2^128 - 1`.
 pub(crate) fn parse_hash_key(text: &str) -> Option<u128> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+    let well_formed = text == "0"
+        || (matches!(text.as_bytes().first(), Some(b'1'..=b'9'))
+            && text.len() <= 39
+            && text.bytes().all(|b| b.is_ascii_digit()));
+    if !well_formed {
         return None;
     }
     text.parse().ok()
@@ -151,5 +156,11 @@ mod tests {
         assert_eq!(parse_hash_key("-1"), None);
         assert_eq!(parse_hash_key(""), None);
         assert_eq!(parse_hash_key("0x10"), None);
+        assert_eq!(parse_hash_key("007"), None);
+        assert_eq!(parse_hash_key("00"), None);
+        assert_eq!(
+            parse_hash_key("0000000000000000000000000000000000000001"),
+            None
+        );
     }
 }

@@ -110,6 +110,24 @@ async fn put_records_are_validated_like_the_service() {
         &err(k.put_records("s", vec![bad_hash]).await),
         "Records[0].ExplicitHashKey",
     );
+    // The service's pattern is `0|([1-9]\d{0,38})`: no leading zeros, at most 39 digits, and
+    // the value at most 2^128 - 1; one bad key refuses the whole call.
+    for bad in [
+        "007",
+        "00",
+        "0000000000000000000000000000000000000001",
+        "1000000000000000000000000000000000000000",
+        "340282366920938463463374607431768211456",
+    ] {
+        let bad_hash = PutRecordsEntry {
+            explicit_hash_key: Some(bad.into()),
+            ..entry("k", b"x")
+        };
+        assert_invalid(
+            &err(k.put_records("s", vec![entry("k", b"x"), bad_hash]).await),
+            "Records[1].ExplicitHashKey",
+        );
+    }
     assert!(matches!(
         err(k.put_records("nope", vec![entry("k", b"x")]).await),
         KinesisError::StreamNotFound { .. }
