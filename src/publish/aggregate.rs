@@ -19,7 +19,10 @@
 //! on, it publishes all of them again, packed by the new listing, as the KPL does, and with
 //! them every later record of the same predicted shard from that call, so that each key's
 //! copies put last are in order: each of those user records' answer is its second place.
-//! Readers see the records put again twice (at-least-once, as after any retried put).
+//! Readers see the records put again twice (at-least-once, as after any retried put). Such an
+//! aggregate is never counted as written unchecked: when the new listing fails, it is put
+//! again once the shards are listed (failing with the listing's error if they cannot be), and
+//! when the put ends in a failure, its user records are handed back as not written.
 
 use std::sync::{Arc, Mutex};
 
@@ -322,6 +325,12 @@ impl SharedMap {
         let map = Arc::new(ShardMap::list(api, stream).await?);
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(map.clone());
         Ok(map)
+    }
+
+    /// Drops the map (a listing failed after a put showed it stale): the next use lists the
+    /// shards again.
+    pub(crate) fn forget(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 

@@ -31,12 +31,31 @@ struct Put<'a> {
 
 /// What one put of packed records did for the user records it carried.
 enum Landed {
-    /// Every user record has its place, except these (batch indexes, in order), which
-    /// landed outside the range of their shard and go out again.
-    Placed(Vec<usize>),
+    /// Every user record has its place, except those in `again` (batch indexes, in order),
+    /// which go out again, and those in `unchecked` (by batch index, with why), stored on the
+    /// last put allowed in an aggregate that could not be checked: not written.
+    Placed {
+        again: Vec<usize>,
+        unchecked: HashMap<usize, EntryError>,
+    },
     /// The put failed: the aggregates' failure, or an error about the whole put.
     Failed(KinesisError),
 }
+
+/// How the user records of a stored record stand against the shard it landed on.
+enum Landing {
+    /// Where predicted, put alone (the service placed it by its own key), or every user
+    /// record lies in the range of the shard it landed on.
+    Fits,
+    /// Landed elsewhere than predicted with this many user records outside the range of the
+    /// shard it landed on.
+    Outside(usize),
+    /// Landed elsewhere than predicted, and the shards could not be listed to tell.
+    Unknown(KinesisError),
+}
+
+/// The listing taken after a put that landed elsewhere than predicted (once per put).
+type Fresh = Option<Result<Arc<ShardMap>, KinesisError>>;
 
 impl Publisher {
     /// Publishes checked user `records` packed into aggregates per predicted shard; returns
@@ -68,15 +87,30 @@ impl Publisher {
                 last_put,
             };
             match self.put_packed(put, map, &mut places).await {
-                Landed::Placed(again) if again.is_empty() => {
+                Landed::Placed { again, unchecked } if !unchecked.is_empty() => {
+                    debug_assert!(again.is_empty(), "the last put puts nothing again");
+                    let last = unchecked.values().next().cloned().unwrap_or(EntryError {
+                        code: String::new(),
+                        message: String::new(),
+                    });
+                    return Err(self.user_failure(records, places, &last, &unchecked, 1, false));
+                }
+                Landed::Placed { again, .. } if again.is_empty() => {
                     return Ok(places.into_iter().flatten().collect());
                 }
-                Landed::Placed(again) => {
+                Landed::Placed { again, .. } => {
                     repacks += 1;
                     todo = again;
                 }
                 Landed::Failed(error) => {
-                    return Err(self.failed_put(records, places, &todo, &packed, error));
+                    let put = Put {
+                        batch: &batch,
+                        packed: &packed,
+                        shards: &shards,
+                        todo: &todo,
+                        last_put,
+                    };
+                    return Err(self.failed_put(records, places, put, map, error).await);
                 }
             }
         }
@@ -94,7 +128,7 @@ impl Publisher {
             Err(error) => return Landed::Failed(error),
         };
         match self.send_keyed(entries, sizes, &keys).await {
-            Ok(stored) => Landed::Placed(self.place(put, &stored, map, places).await),
+            Ok(stored) => self.place(put, &stored, map, places).await,
             Err(error) => Landed::Failed(error),
         }
     }
@@ -119,60 +153,107 @@ impl Publisher {
         Ok((entries, sizes, keys))
     }
 
+    /// How `p`'s user records, stored at `place`, stand against the shard it landed on. When
+    /// it landed elsewhere than predicted the map is stale (a reshard): the shards are listed
+    /// again, once per put (`fresh`); a listing that fails drops the map, so the next use
+    /// lists again.
+    async fn landing(
+        &self,
+        put: &Put<'_>,
+        p: &Packed,
+        place: &Published,
+        map: &SharedMap,
+        fresh: &mut Fresh,
+    ) -> Landing {
+        let predicted = p.shard.map(|s| put.shards.id(s));
+        if predicted.is_none_or(|id| **id == *place.shard_id) {
+            return Landing::Fits;
+        }
+        let listed = match fresh {
+            Some(listed) => listed,
+            None => {
+                let listed = map.refresh(&self.api, &self.stream).await;
+                if listed.is_err() {
+                    map.forget();
+                }
+                fresh.insert(listed)
+            }
+        };
+        if p.members.len() == 1 {
+            return Landing::Fits;
+        }
+        match listed {
+            Ok(listed) => match (p.members.iter())
+                .filter(|&&m| !listed.takes(&place.shard_id, &put.batch[m]))
+                .count()
+            {
+                0 => Landing::Fits,
+                outside => Landing::Outside(outside),
+            },
+            Err(error) => {
+                tracing::warn!(
+                    stream = %self.stream,
+                    landed = %place.shard_id,
+                    %error,
+                    "an aggregate landed on another shard than predicted (the stream was \
+                     resharded) and the shards could not be listed to check its user records"
+                );
+                Landing::Unknown(error.clone())
+            }
+        }
+    }
+
     /// Fills in the places of the user records whose aggregates `stored` says landed, and
-    /// returns (sorted) those that go out again.
+    /// tells which go out again and which are not written.
+    ///
+    /// An aggregate put against a stale map with user records outside the range of the shard
+    /// it landed on, or that could not be checked against a new listing, goes out again whole
+    /// by the new map (a reader that drops such aggregates, as the KCL does, would lose its
+    /// other user records), and with it every later record of the same predicted shard, so
+    /// each key's last copies are in order. On the last put allowed, the places of the user
+    /// records outside stand; an aggregate that could not be checked is not written, and
+    /// neither is any later record of its predicted shard.
     async fn place(
         &self,
         put: Put<'_>,
         stored: &[Published],
         map: &SharedMap,
         places: &mut [Option<Published>],
-    ) -> Vec<usize> {
-        let Put {
-            batch,
-            packed,
-            shards,
-            todo,
-            last_put,
-        } = put;
+    ) -> Landed {
         let mut again = Vec::new();
-        // Predicted shards with a record going out again.
+        let mut unchecked = HashMap::new();
+        // Predicted shards with a record going out again, or not written.
         let mut redone: HashSet<usize> = HashSet::new();
-        let mut fresh: Option<Arc<ShardMap>> = None;
-        for (p, place) in packed.iter().zip(stored) {
-            let predicted = p.shard.map(|s| shards.id(s));
-            // Landed elsewhere than predicted: the map is stale (a reshard), list again.
-            let misplaced = predicted.is_some_and(|id| **id != *place.shard_id);
-            if misplaced && fresh.is_none() {
-                fresh = map.refresh(&self.api, &self.stream).await.ok();
-            }
-            // An aggregate put against a stale map with user records outside the range of the
-            // shard it landed on goes out again whole by the new map (a reader that drops such
-            // aggregates, as the KCL does, would lose its other user records), and with it
-            // every later record of the same predicted shard, so each key's last copies are in
-            // order. On the last put allowed, the places stand.
-            let outside = match &fresh {
-                Some(f) if misplaced && p.members.len() > 1 => (p.members.iter())
-                    .filter(|&&m| !f.takes(&place.shard_id, &batch[m]))
-                    .count(),
-                _ => 0,
-            };
-            if outside > 0 {
-                let predicted = predicted.map(|id| &**id);
-                self.warn_outside(predicted, &place.shard_id, outside, last_put);
+        let mut fresh: Fresh = None;
+        for (p, place) in put.packed.iter().zip(stored) {
+            let landing = self.landing(&put, p, place, map, &mut fresh).await;
+            if let Landing::Outside(outside) = landing {
+                let predicted = p.shard.map(|s| &**put.shards.id(s));
+                self.warn_outside(predicted, &place.shard_id, outside, put.last_put);
             }
             let behind_one = p.shard.is_some_and(|s| redone.contains(&s));
-            if !last_put && (outside > 0 || behind_one) {
+            if !put.last_put && (behind_one || !matches!(landing, Landing::Fits)) {
                 redone.extend(p.shard);
-                again.extend(p.members.iter().map(|&m| todo[m]));
+                again.extend(p.members.iter().map(|&m| put.todo[m]));
+                continue;
+            }
+            if let Landing::Unknown(error) = &landing {
+                redone.extend(p.shard);
+                let why = unchecked_entry(&place.shard_id, error);
+                unchecked.extend(p.members.iter().map(|&m| (put.todo[m], why.clone())));
+                continue;
+            }
+            if behind_one {
+                let why = held_entry(&place.shard_id);
+                unchecked.extend(p.members.iter().map(|&m| (put.todo[m], why.clone())));
                 continue;
             }
             for (&m, member) in p.members.iter().zip(member_places(p, place)) {
-                places[todo[m]] = Some(member);
+                places[put.todo[m]] = Some(member);
             }
         }
         again.sort_unstable();
-        again
+        Landed::Placed { again, unchecked }
     }
 
     fn warn_outside(&self, predicted: Option<&str>, landed: &str, outside: usize, last_put: bool) {
@@ -198,24 +279,58 @@ impl Publisher {
         }
     }
 
-    /// The failure of a publish whose put of `packed` (user records `todo`) failed with
-    /// `error`, about its user records.
-    fn failed_put(
+    /// The failure of a publish whose `put` failed with `error`, about its user records.
+    ///
+    /// A stored aggregate that landed elsewhere than predicted counts as written only when
+    /// every user record it holds lies in the range of the shard it landed on (checked
+    /// against a new listing); else its user records, and the later records of its predicted
+    /// shard, are handed back as not written.
+    async fn failed_put(
         &self,
         records: Vec<OutgoingRecord>,
         mut places: Vec<Option<Published>>,
-        todo: &[usize],
-        packed: &[Packed],
+        put: Put<'_>,
+        map: &SharedMap,
         error: KinesisError,
     ) -> KinesisError {
         let KinesisError::PublishFailed(failure) = error else {
             return self.whole_failure(records, places, &error);
         };
+        let todo = put.todo;
+        let packed = put.packed;
         let mut errors: HashMap<usize, EntryError> = HashMap::new();
+        // Predicted shards with an aggregate not counted as written.
+        let mut held: HashSet<usize> = HashSet::new();
+        let mut fresh: Fresh = None;
         for (p, place) in packed.iter().zip(&failure.published) {
-            if let Some(place) = place {
-                for (&m, member) in p.members.iter().zip(member_places(p, place)) {
-                    places[todo[m]] = Some(member);
+            let Some(place) = place else { continue };
+            let why = match self.landing(&put, p, place, map, &mut fresh).await {
+                Landing::Outside(outside) => {
+                    tracing::warn!(
+                        stream = %self.stream,
+                        landed = %place.shard_id,
+                        outside,
+                        "an aggregate landed on another shard than predicted (the stream was \
+                         resharded) with user records outside that shard's range, and the \
+                         publish failed: its user records are handed back as not written"
+                    );
+                    Some(outside_entry(&place.shard_id, outside))
+                }
+                Landing::Unknown(error) => Some(unchecked_entry(&place.shard_id, &error)),
+                Landing::Fits if p.shard.is_some_and(|s| held.contains(&s)) => {
+                    Some(held_entry(&place.shard_id))
+                }
+                Landing::Fits => None,
+            };
+            match why {
+                Some(why) => {
+                    held.extend(p.shard);
+                    errors.extend(p.members.iter().map(|&m| (todo[m], why.clone())));
+                }
+                None => {
+                    for (&m, member) in p.members.iter().zip(member_places(p, place)) {
+                        places[todo[m]] = Some(member);
+                    }
                 }
             }
         }
@@ -298,6 +413,43 @@ impl Publisher {
     }
 }
 
+/// Why a user record stored in an aggregate with user records outside the range of the shard
+/// it landed on is not written.
+fn outside_entry(landed: &str, outside: usize) -> EntryError {
+    EntryError {
+        code: "Error".into(),
+        message: format!(
+            "stored on shard {landed} in an aggregate put by a shard map the stream's \
+             resharding made stale, with {outside} user records outside that shard's hash-key \
+             range (a reader that drops such aggregates loses them); not counted as written"
+        ),
+    }
+}
+
+/// Why a user record stored in an aggregate that could not be checked is not written.
+fn unchecked_entry(landed: &str, error: &KinesisError) -> EntryError {
+    EntryError {
+        message: format!(
+            "stored on shard {landed} in an aggregate that landed elsewhere than predicted \
+             (the stream was resharded), and the shards could not be listed to check that its \
+             user records belong there; not counted as written: {error}"
+        ),
+        ..error_entry(error)
+    }
+}
+
+/// Why a user record stored after an aggregate of its predicted shard that is not written is
+/// not written either (its key's records would be out of order).
+fn held_entry(landed: &str) -> EntryError {
+    EntryError {
+        code: "Error".into(),
+        message: format!(
+            "stored on shard {landed} after an aggregate of the same predicted shard that is \
+             not counted as written; not counted as written either, to keep its key's order"
+        ),
+    }
+}
+
 /// An error about a whole call, as an entry's error.
 fn error_entry(error: &KinesisError) -> EntryError {
     EntryError {
@@ -314,10 +466,12 @@ mod tests {
 
     use futures::StreamExt;
 
+    use crate::KinesisError;
     use crate::api::layer::{ApiCall, KinesisLayer, Layered};
+    use crate::api::memory::Fault;
     use crate::api::{ApiFuture, list_all_shards};
     use crate::error::Operation;
-    use crate::publish::{Aggregate, Collect, OutgoingRecord, Published, Publisher};
+    use crate::publish::{Aggregate, Collect, OutgoingRecord, Published, Publisher, RetryPolicy};
     use crate::{MemoryKinesis, ReadSettings, Record, ShardStream, StartingPoint};
 
     /// Every user record of `shard`, de-aggregated.
@@ -563,6 +717,105 @@ mod tests {
             );
             assert!(stored.contains(&at), "{at:?} holds a user record");
         }
+    }
+
+    /// A stream of one shard listed by `publisher`, then split in two halves behind its back.
+    async fn split_after_listing(kinesis: &MemoryKinesis, publisher: &Publisher) {
+        publisher.publish("warm-up", "x").await.unwrap();
+        kinesis
+            .split_shard(
+                "orders",
+                "shardId-000000000000",
+                "170141183460469231731687303715884105728",
+            )
+            .await
+            .unwrap();
+    }
+
+    /// `j` for the lower child and `x` for the upper one: packed together by the stale map,
+    /// they land on the lower child, and `x` lies outside it.
+    fn j_and_x() -> Vec<OutgoingRecord> {
+        vec![
+            OutgoingRecord::new("j", vec![b'j'; 10]).with_explicit_hash_key("1"),
+            OutgoingRecord::new("x", vec![b'x'; 10])
+                .with_explicit_hash_key("170141183460469231731687303715884105729"),
+        ]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_misplaced_aggregate_of_a_failed_put_is_not_reported_written() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = Publisher::new(Arc::new(kinesis.clone()), "orders")
+            .aggregate(Aggregate::default().max_bytes(1_024))
+            .retry(RetryPolicy::no_retries());
+        split_after_listing(&kinesis, &publisher).await;
+        // `b` is too big to share an aggregate: put alone, it lands on the upper child, where
+        // every entry fails; the aggregate [j, x] is stored on the lower child.
+        kinesis.inject(
+            Fault::fail(Operation::PutRecords, "down")
+                .on_shard("shardId-000000000002")
+                .times(u32::MAX),
+        );
+        let mut records = j_and_x();
+        records.push(
+            OutgoingRecord::new("b", vec![b'b'; 2_000])
+                .with_explicit_hash_key("170141183460469231731687303715884105729"),
+        );
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(60), publisher.publish_batch(records))
+                .await
+                .expect("the publish is answered");
+        let Err(KinesisError::PublishFailed(failure)) = outcome else {
+            panic!("`b` is not written: {outcome:?}");
+        };
+        assert!(
+            failure.published[1].is_none(),
+            "`x` is reported written on a shard that does not take it: {:?}",
+            failure.published[1]
+        );
+        // A reader that drops a misplaced aggregate drops `j` with it.
+        assert!(failure.published[0].is_none(), "{:?}", failure.published[0]);
+        let failed: Vec<&str> = (failure.failed.iter())
+            .map(|f| f.record.partition_key.as_str())
+            .collect();
+        assert_eq!(failed, ["j", "x", "b"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_misplaced_aggregate_is_not_reported_written_when_the_shards_cannot_be_listed() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = publisher(&kinesis);
+        split_after_listing(&kinesis, &publisher).await;
+        kinesis.inject(Fault::throttle(Operation::ListShards).times(u32::MAX));
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(60), publisher.publish_batch(j_and_x()))
+                .await
+                .expect("the publish is answered");
+        match outcome {
+            Ok(places) => panic!("reported written: {places:?}"),
+            Err(KinesisError::PublishFailed(failure)) => {
+                assert!(failure.published[1].is_none(), "{:?}", failure.published);
+            }
+            Err(_) => {}
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_misplaced_aggregate_is_put_again_when_a_listing_fails_once() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        let publisher = publisher(&kinesis);
+        split_after_listing(&kinesis, &publisher).await;
+        kinesis.inject(Fault::throttle(Operation::ListShards));
+        let places =
+            tokio::time::timeout(Duration::from_secs(60), publisher.publish_batch(j_and_x()))
+                .await
+                .expect("the publish is answered")
+                .expect("written");
+        let shards: Vec<&str> = places.iter().map(|p| p.shard_id.as_str()).collect();
+        assert_eq!(shards, ["shardId-000000000001", "shardId-000000000002"]);
     }
 
     #[tokio::test(start_paused = true)]

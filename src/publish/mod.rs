@@ -158,7 +158,11 @@
 //! it landed on (a reader that drops such aggregates, as the KCL does, would lose them), it
 //! puts all of them again by the new listing, with every later record of the same predicted
 //! shard from that call (so each key's last copies keep their order), and answers with their
-//! new places, as the KPL does. Readers see the records put again twice.
+//! new places, as the KPL does. Readers see the records put again twice. Such an aggregate
+//! never counts as written unchecked: when the shards cannot be listed again, it is put again
+//! once they can (and if they cannot, its user records fail with the listing's error), and
+//! when the publish ends in a failure, its user records, with the later records of its
+//! predicted shard, are among the records not written.
 //!
 //! **Duplicates.** Delivery is at least once. Entries the answer marks stored are never sent
 //! again, but a whole call that failed may have been stored before its answer was lost (a
