@@ -1,5 +1,6 @@
 //! [`unpack`]: one Kinesis record into the user records it aggregates, as a pure function.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -111,7 +112,8 @@ fn table_entry(table: &[Arc<str>], index: u64, what: &str) -> Result<Arc<str>, S
 
 /// The data of one aggregate record holding `records`, each a partition key, an optional
 /// explicit hash key and data, in order: the magic bytes, the protobuf message, its MD5. Keys
-/// repeated across records are stored once. Nothing is checked: keep the result, with the
+/// repeated across records are stored once (found by hash, so building the tables takes time
+/// in proportion to the records). Nothing is checked: keep the result, with the
 /// aggregate's own partition key, under the service's 1 MiB record limit, and put it with
 /// the explicit hash key (or partition key) of the shard its user records belong to.
 ///
@@ -125,17 +127,19 @@ pub fn aggregate<'a>(
     records: impl IntoIterator<Item = (&'a str, Option<&'a str>, &'a [u8])>,
 ) -> Bytes {
     let mut aggregate = AggregatedRecord::default();
+    // Each table's entries by value, to their index.
+    let mut key_at: HashMap<&str, u64> = HashMap::new();
+    let mut hash_key_at: HashMap<&str, u64> = HashMap::new();
+    let index = |table: &mut Vec<String>, at: &mut HashMap<&'a str, u64>, value: &'a str| {
+        *at.entry(value).or_insert_with(|| {
+            table.push(value.to_owned());
+            (table.len() - 1) as u64
+        })
+    };
     for (key, hash_key, data) in records {
-        let index = |table: &mut Vec<String>, value: &str| {
-            let at = table.iter().position(|k| k == value).unwrap_or_else(|| {
-                table.push(value.to_owned());
-                table.len() - 1
-            });
-            at as u64
-        };
-        let partition_key_index = index(&mut aggregate.partition_key_table, key);
+        let partition_key_index = index(&mut aggregate.partition_key_table, &mut key_at, key);
         let explicit_hash_key_index =
-            hash_key.map(|h| index(&mut aggregate.explicit_hash_key_table, h));
+            hash_key.map(|h| index(&mut aggregate.explicit_hash_key_table, &mut hash_key_at, h));
         aggregate.records.push(super::message::UserRecord {
             partition_key_index,
             explicit_hash_key_index,
@@ -153,6 +157,8 @@ pub fn aggregate<'a>(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     fn record(data: Bytes) -> Record {
@@ -284,6 +290,48 @@ mod tests {
             "{error}"
         );
         assert_eq!(users[2].as_ref().unwrap().sub_sequence_number(), Some(2));
+    }
+
+    #[test]
+    fn an_aggregate_of_many_distinct_keys_round_trips_with_each_key_stored_once() {
+        // 20,000 distinct partition keys, with one key and one hash key repeated in between.
+        let users: Vec<(String, Option<&str>, Vec<u8>)> = (0..20_000)
+            .map(|i| {
+                let key = if i % 7 == 0 {
+                    "same".to_owned()
+                } else {
+                    format!("key-{i}")
+                };
+                let hash_key = (i % 3 == 0).then_some(if i % 2 == 0 { "0" } else { "42" });
+                (key, hash_key, vec![(i % 251) as u8])
+            })
+            .collect();
+        let data = aggregate(
+            users
+                .iter()
+                .map(|(k, h, d)| (k.as_str(), h.as_deref(), d.as_slice())),
+        );
+        let message =
+            AggregatedRecord::decode(&data[MAGIC.len()..data.len() - DIGEST_LEN]).unwrap();
+        let distinct: HashSet<&str> = users.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(message.partition_key_table.len(), distinct.len());
+        assert_eq!(message.explicit_hash_key_table, ["0", "42"]);
+        let read: Vec<(String, Option<String>, Vec<u8>)> = users_of(data)
+            .into_iter()
+            .map(|u| {
+                let u = u.unwrap();
+                (
+                    u.partition_key().to_owned(),
+                    u.explicit_hash_key().map(str::to_owned),
+                    u.data().to_vec(),
+                )
+            })
+            .collect();
+        let written: Vec<(String, Option<String>, Vec<u8>)> = users
+            .into_iter()
+            .map(|(k, h, d)| (k, h.map(str::to_owned), d))
+            .collect();
+        assert_eq!(read, written);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! again once the shards are listed (failing with the listing's error if they cannot be), and
 //! when the put ends in a failure, its user records are handed back as not written.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -179,15 +180,16 @@ pub(crate) struct Packed {
 /// Packs `records` (a batch, in order) into aggregates per predicted shard. Aggregates of one
 /// shard come out in the order of their user records.
 pub(crate) fn pack(records: &[OutgoingRecord], map: &ShardMap, settings: Aggregate) -> Vec<Packed> {
-    // Per shard: the open aggregate (its members, estimated bytes, its keys).
-    struct Open {
+    // Per shard: the open aggregate (its members, estimated bytes, its partition keys, looked
+    // up by hash: an aggregate can hold tens of thousands of tiny records of distinct keys).
+    struct Open<'r> {
         members: Vec<usize>,
         bytes: usize,
-        keys: Vec<usize>,
+        keys: HashSet<&'r str>,
     }
-    let mut open: Vec<Option<Open>> = (0..map.shards.len()).map(|_| None).collect();
+    let mut open: Vec<Option<Open<'_>>> = (0..map.shards.len()).map(|_| None).collect();
     let mut out = Vec::new();
-    let close = |open: &mut Option<Open>, shard: usize, out: &mut Vec<Packed>| {
+    let close = |open: &mut Option<Open<'_>>, shard: usize, out: &mut Vec<Packed>| {
         if let Some(done) = open.take() {
             out.push(Packed {
                 shard: Some(shard),
@@ -215,10 +217,7 @@ pub(crate) fn pack(records: &[OutgoingRecord], map: &ShardMap, settings: Aggrega
         }
         let slot = &mut open[shard];
         if let Some(current) = slot {
-            let new_key = !current
-                .keys
-                .iter()
-                .any(|&k| records[k].partition_key == record.partition_key);
+            let new_key = !current.keys.contains(record.partition_key.as_str());
             let grows = user_bytes(record) + if new_key { key_bytes(record) } else { 0 };
             if current.bytes + grows > settings.max_bytes
                 || current.members.len() >= settings.max_records
@@ -228,7 +227,7 @@ pub(crate) fn pack(records: &[OutgoingRecord], map: &ShardMap, settings: Aggrega
                 current.bytes += grows;
                 current.members.push(index);
                 if new_key {
-                    current.keys.push(index);
+                    current.keys.insert(&record.partition_key);
                 }
                 continue;
             }
@@ -236,7 +235,7 @@ pub(crate) fn pack(records: &[OutgoingRecord], map: &ShardMap, settings: Aggrega
         *slot = Some(Open {
             members: vec![index],
             bytes: alone,
-            keys: vec![index],
+            keys: HashSet::from([record.partition_key.as_str()]),
         });
     }
     for (shard, slot) in open.iter_mut().enumerate() {
@@ -425,6 +424,49 @@ mod tests {
             [vec![0], vec![1], vec![2]],
             "in order, the big one alone"
         );
+    }
+
+    #[test]
+    fn many_tiny_records_of_distinct_keys_pack_into_one_aggregate_that_round_trips() {
+        let map = halves();
+        let records: Vec<OutgoingRecord> = (0..20_000)
+            .map(|i| {
+                let key = if i % 5 == 0 {
+                    "same".to_owned()
+                } else {
+                    format!("k{i}")
+                };
+                record(&key, Some("5"), 1)
+            })
+            .collect();
+        let packed = pack(
+            &records,
+            &map,
+            Aggregate::default().max_bytes(MAX_AGGREGATE_BYTES),
+        );
+        assert_eq!(packed.len(), 1, "all fit in one aggregate");
+        assert_eq!(packed[0].members, (0..records.len()).collect::<Vec<_>>());
+        let out = outgoing(&packed[0], &records, &map);
+        assert!(out.data.len() <= MAX_AGGREGATE_BYTES, "{}", out.data.len());
+        let wrapped = crate::record::Record::new("shardId-0".into(), "49", "k1", out.data, None);
+        let crate::kpl::Unpacked::Users(users) = crate::kpl::unpack(&wrapped) else {
+            panic!("an aggregate");
+        };
+        let read: Vec<(String, Option<String>)> = users
+            .into_iter()
+            .map(|u| {
+                let u = u.unwrap();
+                (
+                    u.partition_key().to_owned(),
+                    u.explicit_hash_key().map(str::to_owned),
+                )
+            })
+            .collect();
+        let written: Vec<(String, Option<String>)> = records
+            .iter()
+            .map(|r| (r.partition_key.clone(), r.explicit_hash_key.clone()))
+            .collect();
+        assert_eq!(read, written);
     }
 
     #[test]
