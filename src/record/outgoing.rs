@@ -22,7 +22,8 @@ pub struct OutgoingRecord {
     pub partition_key: String,
     /// The payload. Together with the partition key's UTF-8 bytes at most 1 MiB.
     pub data: Bytes,
-    /// A decimal hash key (0 to 2^128 - 1) that picks the shard instead of the key's MD5.
+    /// A decimal hash key (0 to 2^128 - 1, without leading zeros, as the service takes it)
+    /// that picks the shard instead of the key's MD5.
     pub explicit_hash_key: Option<String>,
 }
 
