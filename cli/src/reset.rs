@@ -376,9 +376,11 @@ fn notes(
     notes
 }
 
-/// Refuses to read a finished parent again while one of its children, not reset with it, is
-/// held by an instance: that instance goes on reading the child while the parent is read
-/// again, so the keys' order across the split would break. Children nobody holds wait.
+/// Refuses to read a finished parent again while one of its descendants, not reset with it,
+/// is held by an instance: that instance goes on reading it while the parent is read again,
+/// so the keys' order across the reshard would break. A finished child stays finished, so its
+/// own children go on being read: they are followed too (a split, then a merge). Unfinished
+/// children nobody holds wait for the parent.
 fn held_children(
     changes: &[Change],
     shards: &[Shard],
@@ -386,27 +388,35 @@ fn held_children(
 ) -> Option<String> {
     let reset: HashSet<&str> = changes.iter().map(|c| c.shard.id.as_str()).collect();
     let mut refused = Vec::new();
+    let mut seen = HashSet::new();
     for change in changes.iter().filter(|c| c.changed) {
         if !change.row.lease.is_finished() || change.to == Checkpoint::ShardEnd {
             continue;
         }
-        for child in shards
-            .iter()
-            .filter(|s| s.parents.contains(&change.shard.id))
-        {
-            let holder = rows
-                .get(child.id.as_str())
-                .and_then(|row| row.lease.owner.as_deref());
-            if let (false, Some(holder)) = (reset.contains(child.id.as_str()), holder) {
-                refused.push(format!("{} (held by `{holder}`)", child.id));
+        let mut parents = vec![change.shard.id.as_str()];
+        while let Some(parent) = parents.pop() {
+            for child in shards
+                .iter()
+                .filter(|s| s.parents.iter().any(|p| p == parent))
+            {
+                let id = child.id.as_str();
+                if reset.contains(id) || !seen.insert(id) {
+                    continue;
+                }
+                let row = rows.get(id);
+                match row.and_then(|row| row.lease.owner.as_deref()) {
+                    Some(holder) => refused.push(format!("{id} (held by `{holder}`)")),
+                    None if row.is_some_and(|row| row.lease.is_finished()) => parents.push(id),
+                    None => {}
+                }
             }
         }
     }
     (!refused.is_empty()).then(|| {
         format!(
-            "reading a finished parent again while its children are read would break the order \
-             of their keys: the children {} are held and not reset; reset them too (name them \
-             with --shard, or leave --shard out), or stop the instances first",
+            "reading a finished parent again while its descendants are read would break the \
+             order of their keys: {} are held and not reset; reset them too (name them with \
+             --shard, or leave --shard out), or stop the instances first",
             refused.join(", ")
         )
     })
@@ -857,6 +867,76 @@ mod tests {
             "49590338271490256608559692538361571095921575989136588898",
             "49590338271490256608559692538361571095921575989136588899"
         ));
+    }
+
+    /// Shard 0 split into 1 and 2, merged into 3: 0, 1 and 2 finished, 3 held by `live`.
+    fn split_then_merged() -> (Vec<Shard>, Vec<LeaseRow>) {
+        let shard = |id: &str, parents: &[&str], closed: bool| Shard {
+            id: id.into(),
+            parents: parents.iter().map(|p| (*p).to_owned()).collect(),
+            starting_sequence_number: "1".into(),
+            ending_sequence_number: closed.then(|| "9".into()),
+        };
+        let row = |id: &str, parents: &[&str], owner: Option<&str>, checkpoint| LeaseRow {
+            lease: Lease {
+                stream: "s".into(),
+                shard_id: id.into(),
+                owner: owner.map(str::to_owned),
+                counter: 3,
+                checkpoint: Some(checkpoint),
+                parents: parents.iter().map(|p| (*p).to_owned()).collect(),
+                starting_sequence_number: Some("1".into()),
+                limits: None,
+            },
+            last_written_ms: None,
+        };
+        let shards = vec![
+            shard("shardId-0", &[], true),
+            shard("shardId-1", &["shardId-0"], true),
+            shard("shardId-2", &["shardId-0"], true),
+            shard("shardId-3", &["shardId-1", "shardId-2"], false),
+        ];
+        let rows = vec![
+            row("shardId-0", &[], None, Checkpoint::ShardEnd),
+            row("shardId-1", &["shardId-0"], None, Checkpoint::ShardEnd),
+            row("shardId-2", &["shardId-0"], None, Checkpoint::ShardEnd),
+            row(
+                "shardId-3",
+                &["shardId-1", "shardId-2"],
+                Some("live"),
+                Checkpoint::Sequence("5".into()),
+            ),
+        ];
+        (shards, rows)
+    }
+
+    #[test]
+    fn a_finished_ancestor_is_not_read_again_while_a_descendant_is_held() {
+        let (shards, rows) = split_then_merged();
+        let by_id: BTreeMap<&str, &LeaseRow> = rows
+            .iter()
+            .map(|r| (r.lease.shard_id.as_str(), r))
+            .collect();
+        let reset = |ids: &[&str]| -> Vec<Change> {
+            ids.iter()
+                .map(|id| {
+                    let at = shards.iter().position(|s| s.id == *id).unwrap();
+                    Change {
+                        shard: shards[at].clone(),
+                        row: rows[at].clone(),
+                        to: Checkpoint::Start(StartingPoint::TrimHorizon),
+                        changed: true,
+                        live_owner: false,
+                    }
+                })
+                .collect()
+        };
+        // The grandchild is read on through two finished children: refused, naming it.
+        let refused = held_children(&reset(&["shardId-0"]), &shards, &by_id).unwrap();
+        assert!(refused.contains("shardId-3 (held by `live`)"), "{refused}");
+        // With the whole tree reset, nothing is read on meanwhile.
+        let all = ["shardId-0", "shardId-1", "shardId-2", "shardId-3"];
+        assert_eq!(held_children(&reset(&all), &shards, &by_id), None);
     }
 
     #[test]

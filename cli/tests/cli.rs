@@ -512,7 +512,7 @@ async fn parent_alone_refused_while_children_held(app: &App, owner: &str) {
         .await;
     assert_eq!(refused.code, 2, "{refused:#?}");
     assert!(
-        refused.stderr.contains("children")
+        refused.stderr.contains("descendants")
             && refused.stderr.contains(&format!("held by `{owner}`"))
             && refused.stderr.contains("shardId-000000000001"),
         "{refused:#?}"
