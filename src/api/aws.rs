@@ -204,13 +204,16 @@ fn kind(code: &str, operation: Operation) -> Kind {
         | "ThrottlingException"
         | "KMSThrottlingException"
         | "RequestLimitExceeded" => Kind::Throttled,
-        // The control-plane calls answer their rate limit with LimitExceeded.
+        // The control-plane calls answer their rate limit with LimitExceeded (registration
+        // also while five consumers are being created): it clears on its own.
         "LimitExceededException"
             if matches!(
                 operation,
                 Operation::ListShards
                     | Operation::DescribeStreamSummary
                     | Operation::DescribeStreamConsumer
+                    | Operation::RegisterStreamConsumer
+                    | Operation::DeregisterStreamConsumer
                     | Operation::SubscribeToShard
             ) =>
         {
@@ -606,6 +609,20 @@ impl KinesisAdmin for AwsKinesis {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limit_exceeded_is_a_throttle_of_the_consumer_calls() {
+        // Their rate limits (and the five consumers CREATING at once) clear on their own.
+        for operation in [
+            Operation::RegisterStreamConsumer,
+            Operation::DeregisterStreamConsumer,
+        ] {
+            assert!(
+                matches!(kind("LimitExceededException", operation), Kind::Throttled),
+                "{operation:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_service_error_keeps_the_sdk_error_as_its_source() {

@@ -40,6 +40,12 @@ pub async fn register_consumer(
                         wait_or_give_up(deadline, stream, name, "refused registration").await?;
                         continue;
                     }
+                    // The account's rate of registrations (five a second), or five consumers
+                    // being created at once.
+                    Err(e) if e.is_throttle() => {
+                        wait_or_give_up(deadline, stream, name, "throttled").await?;
+                        continue;
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -111,6 +117,17 @@ mod tests {
         assert_eq!(again.consumer_arn, consumer.consumer_arn);
         deregister_consumer(&kinesis, "s", "app").await.unwrap();
         deregister_consumer(&kinesis, "s", "app").await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_registration_is_asked_again() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("s", 1).unwrap();
+        kinesis.inject(
+            crate::api::memory::Fault::throttle(Operation::RegisterStreamConsumer).times(2),
+        );
+        let consumer = register_consumer(&kinesis, "s", "app").await.unwrap();
+        assert_eq!(consumer.status, ConsumerStatus::Active);
     }
 
     #[tokio::test(start_paused = true)]
