@@ -531,3 +531,32 @@ async fn a_subscription_opening_many_idle_shards_spreads_their_first_reads() {
     let span = *first.values().max().unwrap() - *first.values().min().unwrap();
     assert!(span <= Duration::from_secs(1), "{span:?}");
 }
+
+/// A call that never answers (a half-open connection) does not stop the shard: the reader
+/// gives it up after its call timeout, says so on the stream as a retried failure, and reads
+/// on. GetShardIterator and GetRecords alike.
+#[tokio::test(start_paused = true)]
+async fn a_call_that_never_answers_is_given_up_and_reading_goes_on() {
+    for operation in [Operation::GetShardIterator, Operation::GetRecords] {
+        let (memory, api) = kinesis_with(2);
+        memory.inject(Fault::latency(operation, Duration::from_secs(24 * 3600)));
+        let mut stream = open(&api, ReadSettings::default(), StartingPoint::TrimHorizon);
+        let mut records = Vec::new();
+        let mut failures = Vec::new();
+        while records.len() < 2 {
+            match timeout(Duration::from_secs(600), stream.next()).await {
+                Ok(Some(Ok(record))) => records.push(record),
+                Ok(Some(Err(e))) => failures.push(e),
+                Ok(None) => panic!("the stream ended"),
+                Err(_) => panic!("{operation:?} hung the reader: {failures:?}"),
+            }
+        }
+        assert_eq!(failures.len(), 1, "{operation:?}: {failures:?}");
+        assert!(failures[0].is_retryable(), "{:?}", failures[0]);
+        assert!(
+            failures[0].to_string().contains("no answer within"),
+            "{}",
+            failures[0]
+        );
+    }
+}

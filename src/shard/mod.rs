@@ -42,7 +42,7 @@ pub(crate) use first_reads::FirstReads;
 pub(crate) use reader::{HangUp, ReadProbe};
 pub use settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_FAILURE_BACKOFF, DEFAULT_MAX_FAILURES, DEFAULT_POLL_INTERVAL,
-    MAX_WAIT, ReadSettings, SERVICE_READS_PER_SECOND,
+    MAX_WAIT, READ_CALL_TIMEOUT, ReadSettings, SERVICE_READS_PER_SECOND,
 };
 pub use stream::{ShardStream, ShardStreamBuilder};
 

@@ -16,9 +16,9 @@ use std::time::{Duration, SystemTime};
 use tokio::time::{Instant, sleep_until};
 
 use super::ShardEnd;
-use super::settings::ReadSettings;
+use super::settings::{READ_CALL_TIMEOUT, ReadSettings};
 use crate::api::{ChildShard, GetRecordsOutput, SharedKinesis};
-use crate::error::KinesisError;
+use crate::error::{KinesisError, Operation};
 use crate::position::{SettledPosition, StartingPoint};
 use crate::record::{Record, cmp_sequence};
 
@@ -247,15 +247,17 @@ impl Reader {
             _ => {}
         }
         self.last_get_records = Some(Instant::now());
-        let answer = self
-            .api
-            .get_records(
+        let answer = within_timeout(
+            Operation::GetRecords,
+            &self.stream,
+            self.api.get_records(
                 &self.stream,
                 &self.shard,
                 iterator.clone(),
                 self.settings.batch_size,
-            )
-            .await;
+            ),
+        )
+        .await;
         match answer {
             Ok(out) => self.answered(out),
             Err(e) => self.read_failed(iterator, e),
@@ -352,10 +354,12 @@ impl Reader {
             Some(_) => {}
         }
         let at = self.reopen_at.clone();
-        match self
-            .api
-            .get_shard_iterator(&self.stream, &self.shard, &at)
-            .await
+        match within_timeout(
+            Operation::GetShardIterator,
+            &self.stream,
+            self.api.get_shard_iterator(&self.stream, &self.shard, &at),
+        )
+        .await
         {
             Ok(iterator) => {
                 tracing::debug!(iterator_type = at.iterator_type(), position = ?at, "new shard iterator");
@@ -449,4 +453,22 @@ impl Reader {
         self.not_before = Some(Instant::now() + self.settings.failure_backoff);
         Step::Failed(e)
     }
+}
+
+/// `call`'s answer, or a retryable failure once [`READ_CALL_TIMEOUT`] passed without one.
+async fn within_timeout<T>(
+    operation: Operation,
+    stream: &str,
+    call: impl Future<Output = Result<T, KinesisError>>,
+) -> Result<T, KinesisError> {
+    tokio::time::timeout(READ_CALL_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(KinesisError::Service {
+                operation,
+                stream: stream.to_owned(),
+                message: format!("no answer within {READ_CALL_TIMEOUT:?}; the call is made again"),
+                source: None,
+            })
+        })
 }

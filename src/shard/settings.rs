@@ -17,6 +17,11 @@ pub const DEFAULT_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
 pub const MAX_WAIT: Duration = Duration::from_secs(60 * 60);
 /// How many calls may fail in a row before the reader stops.
 pub const DEFAULT_MAX_FAILURES: u32 = 11;
+/// The longest a reader waits for one GetShardIterator or GetRecords answer. A call still
+/// unanswered then (a connection gone half-open, which the SDK's default timeouts do not
+/// bound) is given up and counts as a failed call, retried after the failure backoff, so it
+/// cannot hold its shard unread while the lease is renewed.
+pub const READ_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The pacing and sizing of one shard reader.
 ///
