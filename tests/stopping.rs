@@ -459,3 +459,36 @@ async fn a_restart_after_a_crash_says_that_it_started_and_whom_it_waits_for() {
     }
     again.shutdown().await;
 }
+
+/// A record sent back and waiting for its redelivery is not out: a stop does not wait for it
+/// (nobody can settle it once the shard is let go); the checkpoint stops before it, so the next
+/// reader reads it.
+#[tokio::test(start_paused = true)]
+async fn a_stop_does_not_wait_for_a_record_waiting_for_its_redelivery() {
+    let (_memory, api, store) = setup(1, 1);
+    let mut sub = builder(&api, &store, "a")
+        .shutdown_timeout(Duration::from_secs(60))
+        .start()
+        .await
+        .unwrap();
+    let delivery = next(&mut sub).await;
+    delivery.retry_after(Duration::from_secs(3600));
+    let began = tokio::time::Instant::now();
+    sub.shutdown().await;
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "the stop waited {:?} for a record nobody holds",
+        began.elapsed()
+    );
+    let row = rows(&store)
+        .await
+        .into_iter()
+        .find(|l| l.shard_id.starts_with("shardId-"))
+        .unwrap();
+    assert!(
+        !matches!(row.checkpoint, Some(Checkpoint::Sequence(_))),
+        "the checkpoint stops before the record: {:?}",
+        row.checkpoint
+    );
+    assert_eq!(row.owner, None, "released");
+}

@@ -558,9 +558,16 @@ impl ShardAcks {
     }
 
     /// How many records are handed out and not settled (abandoned ones are not waited for).
+    /// A record sent back and waiting for its redelivery is not out: once the shard is let
+    /// go nobody can settle it, so a stop does not wait for it (the checkpoint stops before
+    /// it, and the next reader reads it).
     #[must_use]
     pub(crate) fn in_flight(&self) -> usize {
-        self.lock().pending.iter().filter(|s| !s.settled).count()
+        self.lock()
+            .pending
+            .iter()
+            .filter(|s| !s.settled && s.out)
+            .count()
     }
 
     /// Returns true when fewer than `limit` records, and fewer bytes than the policy's
