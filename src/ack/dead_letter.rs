@@ -15,6 +15,10 @@ use futures::future::BoxFuture;
 use crate::error::KinesisError;
 use crate::record::Record;
 
+/// The service's longest partition key, in characters (the publisher, a layer above, checks
+/// it as `publish::MAX_PARTITION_KEY_CHARS`).
+const PARTITION_KEY_CHARS: usize = 256;
+
 /// The envelope format's name and version.
 pub const ENVELOPE_FORMAT: &str = "kinesis-dataflow.dead-letter/v1";
 
@@ -103,7 +107,7 @@ impl DeadLetter {
     #[must_use]
     pub fn destination_key(&self) -> &str {
         let chars = self.partition_key.chars().count();
-        if (1..=crate::publish::MAX_PARTITION_KEY_CHARS).contains(&chars) {
+        if (1..=PARTITION_KEY_CHARS).contains(&chars) {
             &self.partition_key
         } else {
             &self.shard
