@@ -492,3 +492,55 @@ async fn a_stop_does_not_wait_for_a_record_waiting_for_its_redelivery() {
     );
     assert_eq!(row.owner, None, "released");
 }
+
+/// A `MultiSubscription` starting a stream whose first call never answers still stops at
+/// once when asked: the start is given up, and the running stream's stop goes on as usual.
+#[tokio::test(start_paused = true)]
+async fn a_multi_subscription_stops_while_a_stream_it_starts_hangs() {
+    use kinesis_dataflow::api::memory::Fault;
+    use kinesis_dataflow::error::Operation;
+    use kinesis_dataflow::{MultiSubscription, StreamSet};
+    let (memory, api, store) = setup(1, 1);
+    memory.add_stream("other", 1).unwrap();
+    let streams = StreamSet::new([STREAM]);
+    let mut all = MultiSubscription::builder(api.clone(), Arc::new(store.clone()), streams.clone())
+        .configure(|each| {
+            support::timings::with_fast_timings(each)
+                .owner("m")
+                .initial_position(KinesisPosition::horizon())
+        })
+        .start()
+        .await
+        .unwrap();
+    let first = loop {
+        match tokio::time::timeout(PATIENCE, all.next()).await {
+            Ok(Some(Ok(d))) => break d,
+            Ok(Some(Err(e))) => eprintln!("read error (retried): {e}"),
+            other => panic!("expected a delivery, got {other:?}"),
+        }
+    };
+    first.ack();
+    memory.inject(
+        Fault::latency(Operation::DescribeStreamSummary, Duration::from_secs(3600)).times(u32::MAX),
+    );
+    assert!(streams.insert("other"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stop = all.shutdown_handle();
+    let stopping = tokio::spawn(async move { stop.shutdown().await });
+    let drained = tokio::spawn(async move { while all.next().await.is_some() {} });
+    tokio::time::timeout(Duration::from_secs(60), stopping)
+        .await
+        .expect("the stop does not wait for the hung start")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), drained)
+        .await
+        .expect("the merged stream ends")
+        .unwrap();
+    let held: Vec<_> = rows(&store)
+        .await
+        .into_iter()
+        // (The roster row, `worker:`, names whoever moved it last; it is no lease.)
+        .filter(|row| row.owner.is_some() && row.shard_id != "worker:")
+        .collect();
+    assert!(held.is_empty(), "nothing left held: {held:?}");
+}

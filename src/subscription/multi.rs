@@ -302,6 +302,10 @@ impl Keeper {
         self.stopping.retain(|_, stop| !stop.is_finished());
         self.reported.retain(|name| wanted.contains(name));
         for name in wanted {
+            if *self.shutdown.borrow() {
+                // Asked to stop meanwhile: start nothing more.
+                return;
+            }
             if self.stopping.contains_key(&name) {
                 tracing::debug!(stream = %name, "stream inserted again while its stop runs: started once that is done");
             } else if !self.running.contains_key(&name) {
@@ -312,11 +316,30 @@ impl Keeper {
 
     /// Starts one stream, when it exists; a failure is reported once, and tried again at the
     /// next round.
+    ///
+    /// A stop asked for meanwhile ends the start (its half-made subscription stops as a
+    /// dropped start does), so a start that hangs cannot hold the stop; the existence check
+    /// is bounded by the call timeout.
     async fn start(&mut self, name: Arc<str>) {
-        let exists = self.each.api.describe_stream_summary(&name).await;
-        let result = match exists {
-            Ok(_) => self.each.for_stream(name.clone()).start().await,
-            Err(e) => Err(e),
+        let mut shutdown = self.shutdown.clone();
+        let each = &self.each;
+        let starting = async {
+            let limit = each.config.call_timeout();
+            match tokio::time::timeout(limit, each.api.describe_stream_summary(&name)).await {
+                Ok(Ok(_)) => each.for_stream(name.clone()).start().await,
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(KinesisError::Service {
+                    operation: crate::error::Operation::DescribeStreamSummary,
+                    stream: name.to_string(),
+                    message: format!("no answer within {limit:?}"),
+                    source: None,
+                }),
+            }
+        };
+        let result = tokio::select! {
+            biased;
+            () = stop_asked(&mut shutdown) => return,
+            result = starting => result,
         };
         match result {
             Ok(subscription) => {
@@ -333,6 +356,15 @@ impl Keeper {
                     let _ = self.arrivals.send(Arrival::Error(e));
                 }
             }
+        }
+    }
+}
+
+/// Resolves once a stop is asked for (or its sender is gone).
+async fn stop_asked(shutdown: &mut watch::Receiver<bool>) {
+    while !*shutdown.borrow_and_update() {
+        if shutdown.changed().await.is_err() {
+            return;
         }
     }
 }
