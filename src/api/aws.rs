@@ -233,7 +233,8 @@ fn kind(code: &str, operation: Operation) -> Kind {
         | "KMSAccessDeniedException"
         | "KMSDisabledException"
         | "KMSNotFoundException"
-        | "KMSInvalidStateException" => Kind::Denied,
+        | "KMSInvalidStateException"
+        | "KMSOptInRequired" => Kind::Denied,
         _ => Kind::Other,
     }
 }

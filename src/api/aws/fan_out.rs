@@ -164,8 +164,8 @@ impl AwsKinesis {
 
 impl AwsKinesis {
     /// An error inside a subscription's event stream. The SDK knows its kind by the event's
-    /// type, not always by an error code (kinesis-local's refusal of a second subscription
-    /// comes without one): the kinds the reader handles apart are taken from the type.
+    /// type, not by an error code (the payload carries none; kinesis-local's refusal of a
+    /// second subscription neither): every modelled kind is taken from the type.
     fn event_error(
         &self,
         stream: &str,
@@ -174,15 +174,7 @@ impl AwsKinesis {
     ) -> KinesisError {
         let op = Operation::SubscribeToShard;
         let code = match &e {
-            SdkError::ServiceError(service) => match service.err() {
-                SubscribeToShardEventStreamError::ResourceInUseException(_) => {
-                    Some("ResourceInUseException")
-                }
-                SubscribeToShardEventStreamError::ResourceNotFoundException(_) => {
-                    Some("ResourceNotFoundException")
-                }
-                _ => None,
-            },
+            SdkError::ServiceError(service) => event_error_code(service.err()),
             _ => None,
         };
         match code {
@@ -198,6 +190,23 @@ impl AwsKinesis {
             None => self.error(op, stream, Some(shard), e),
         }
     }
+}
+
+/// The service's error code of an event-stream error, by its type.
+fn event_error_code(error: &SubscribeToShardEventStreamError) -> Option<&'static str> {
+    use SubscribeToShardEventStreamError as E;
+    Some(match error {
+        E::ResourceInUseException(_) => "ResourceInUseException",
+        E::ResourceNotFoundException(_) => "ResourceNotFoundException",
+        E::KmsDisabledException(_) => "KMSDisabledException",
+        E::KmsInvalidStateException(_) => "KMSInvalidStateException",
+        E::KmsAccessDeniedException(_) => "KMSAccessDeniedException",
+        E::KmsNotFoundException(_) => "KMSNotFoundException",
+        E::KmsOptInRequired(_) => "KMSOptInRequired",
+        E::KmsThrottlingException(_) => "KMSThrottlingException",
+        E::InternalFailureException(_) => "InternalFailureException",
+        _ => return None,
+    })
 }
 
 fn status(status: &SdkStatus) -> ConsumerStatus {
@@ -256,5 +265,58 @@ fn event(e: aws_sdk_kinesis::types::SubscribeToShardEvent, shard: &Arc<str>) -> 
         continuation_sequence_number,
         millis_behind_latest,
         child_shards,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_kinesis::types::error::{
+        InternalFailureException, KmsAccessDeniedException, KmsOptInRequired,
+        KmsThrottlingException,
+    };
+
+    use super::*;
+
+    fn kinesis() -> AwsKinesis {
+        let conf = aws_sdk_kinesis::Config::builder()
+            .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
+            .region(aws_sdk_kinesis::config::Region::new("eu-west-1"))
+            .build();
+        AwsKinesis::new(aws_sdk_kinesis::Client::from_conf(conf))
+    }
+
+    fn event(error: SubscribeToShardEventStreamError) -> KinesisError {
+        kinesis().event_error(
+            "s",
+            "shardId-000000000000",
+            SdkError::service_error(error, RawMessage::Invalid(None)),
+        )
+    }
+
+    /// The SDK names an event-stream error by its type; its payload carries no code.
+    #[test]
+    fn an_event_streams_errors_keep_their_kind() {
+        let throttled = event(SubscribeToShardEventStreamError::KmsThrottlingException(
+            KmsThrottlingException::builder()
+                .message("slow down")
+                .build(),
+        ));
+        assert!(throttled.is_throttle(), "{throttled:?}");
+        for denied in [
+            SubscribeToShardEventStreamError::KmsAccessDeniedException(
+                KmsAccessDeniedException::builder().message("no").build(),
+            ),
+            SubscribeToShardEventStreamError::KmsOptInRequired(
+                KmsOptInRequired::builder().message("opt in").build(),
+            ),
+        ] {
+            let e = event(denied);
+            assert!(matches!(e, KinesisError::AccessDenied { .. }), "{e:?}");
+            assert!(!e.is_retryable(), "{e:?}");
+        }
+        let internal = event(SubscribeToShardEventStreamError::InternalFailureException(
+            InternalFailureException::builder().message("oops").build(),
+        ));
+        assert!(internal.is_retryable(), "{internal:?}");
     }
 }
