@@ -1,6 +1,8 @@
 //! The AWS side: the SDK configuration from the standard environment, the lease table (checked,
 //! never created), the stream's shards and the lease rows.
 
+use std::time::Duration;
+
 use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata};
 use kinesis_dataflow::DynamoLeaseStore;
 use kinesis_dataflow::lease::{KeyLayout, LeaseError, LeaseRow};
@@ -40,9 +42,23 @@ impl Shard {
     }
 }
 
-/// Loads the SDK configuration, with its region (required) and credentials (checked).
+/// How long one call's attempt may go unanswered, and one call with its retries.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+/// See [`ATTEMPT_TIMEOUT`].
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Loads the SDK configuration, with its region (required) and credentials (checked). Every
+/// call is bounded ([`ATTEMPT_TIMEOUT`], [`CALL_TIMEOUT`]): the SDK's defaults bound only
+/// the connection, and an endpoint that accepts and never answers would hang the tool.
 pub async fn config() -> Result<(aws_config::SdkConfig, String), Failure> {
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let timeouts = aws_config::timeout::TimeoutConfig::builder()
+        .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+        .operation_timeout(CALL_TIMEOUT)
+        .build();
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(timeouts)
+        .load()
+        .await;
     let Some(region) = config.region().map(ToString::to_string) else {
         return Err(Failure::usage(
             "no AWS region configured: set AWS_REGION (or a region in your AWS profile)".to_owned(),
