@@ -130,8 +130,23 @@ pub struct TargetFlags {
     #[command(flatten)]
     table: TableFlags,
     /// the Kinesis stream
-    #[arg(long, value_name = "STREAM", value_parser = NonEmptyStringValueParser::new())]
+    #[arg(long, value_name = "STREAM", value_parser = stream_name)]
     stream: String,
+}
+
+/// A Kinesis stream name as the service takes it: 1 to 128 of `a-z`, `A-Z`, `0-9`, `_`, `.`
+/// and `-` (checked here, so a bad name is bad input, exit 2, not a failed call).
+fn stream_name(name: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    match name.chars().count() {
+        0 => Err("a stream name cannot be empty".to_owned()),
+        n if n > 128 => Err(format!("a stream name has at most 128 characters, not {n}")),
+        _ if !name.chars().all(allowed) => Err(
+            "a stream name has only letters, digits, `_`, `.` and `-` (give the name, not an ARN)"
+                .to_owned(),
+        ),
+        _ => Ok(name.to_owned()),
+    }
 }
 
 /// `status`'s flags.

@@ -641,6 +641,18 @@ const BAD_INPUTS: &[(&str, &[&str])] = &[
         &["`never`"],
     ),
     ("status --table {spaced} --stream {stream}", &["\"a b\""]),
+    (
+        "status --table {table} --stream {spaced}",
+        &["letters, digits"],
+    ),
+    (
+        "workers --table {table} --stream {spaced}",
+        &["letters, digits"],
+    ),
+    (
+        "reset --table {table} --stream {spaced} --to horizon",
+        &["letters, digits"],
+    ),
     ("", &["no command"]),
 ];
 
@@ -776,4 +788,38 @@ async fn missing_credentials_and_unknown_options_are_said_once_and_clearly() {
     let run = cli(&["reset", "--nope"]).await;
     assert_eq!(run.code, 2, "{run:#?}");
     assert_eq!(run.stderr.matches("--help").count(), 1, "{run:#?}");
+}
+
+/// An endpoint that accepts connections and never answers (a half-open connection, a stuck
+/// proxy) does not hang the tool: its calls are bounded, and it fails with exit status 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_never_answers_fails_the_command_instead_of_hanging() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kinesis-dataflow"))
+        .args(["status", "--table", "any-table", "--stream", "any-stream"])
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ENDPOINT_URL_KINESIS", format!("http://{address}"))
+        .env("AWS_ENDPOINT_URL_DYNAMODB", format!("http://{address}"))
+        .env_remove("AWS_PROFILE")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .await
+        .expect("the tool gives up on the silent endpoint")
+        .expect("the tool runs");
+    held.abort();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("any-table"), "{stderr}");
 }
