@@ -544,3 +544,26 @@ async fn a_multi_subscription_stops_while_a_stream_it_starts_hangs() {
         .collect();
     assert!(held.is_empty(), "nothing left held: {held:?}");
 }
+
+/// A start that fails at its first listing (the stream does not exist) returns only once the
+/// instance's own rows are gone: a program that gives up right after leaves nothing held.
+#[tokio::test(start_paused = true)]
+async fn a_failed_start_leaves_no_row_held() {
+    let (_memory, api, store) = setup(1, 1);
+    let error = support::reading::fast(&api, Arc::new(store.clone()), "missing", "a")
+        .start()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, KinesisError::StreamNotFound { .. }),
+        "{error:?}"
+    );
+    let held: Vec<Lease> = store
+        .list("missing")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|row| row.owner.is_some() && row.shard_id != "worker:")
+        .collect();
+    assert!(held.is_empty(), "left held: {held:?}");
+}

@@ -369,6 +369,7 @@ impl SubscriptionBuilder {
         };
         let store: SharedLeaseStore = Arc::new(LayeredStore::new(self.store, timeout));
         let stream = self.stream.clone();
+        let stop_within = self.config.call_timeout() * 3;
         let coordinator = Coordinator::new(self.api, store, stream, self.config, links);
         let run = tracing::Instrument::instrument(coordinator.run(), span.clone());
         let task = match &self.runtime {
@@ -380,6 +381,7 @@ impl SubscriptionBuilder {
             stream: self.stream,
             owner,
             aborted,
+            stop_within,
         };
         let subscription = Subscription::started(ends, started).await?;
         let held = subscription.shards.len();
@@ -399,6 +401,9 @@ struct Started {
     stream: Arc<str>,
     owner: String,
     aborted: Arc<AtomicBool>,
+    /// How long a start that failed waits for the stop it began (the instance's rows
+    /// removed) before it returns its error.
+    stop_within: Duration,
 }
 
 /// Stops a subscription gracefully; cloneable, usable from any task.
@@ -501,8 +506,11 @@ impl Subscription {
         } = ends;
         let shutdown = Arc::new(shutdown);
         if let Ok(Some(e)) = first_sync.await {
-            // The first listing failed in a way retrying cannot fix: stop and say why.
+            // The first listing failed in a way retrying cannot fix: stop and say why, once
+            // the stop removed this instance's rows (a program that gives up at once leaves
+            // nothing held), or after a few call timeouts.
             let _ = shutdown.send(true);
+            let _ = tokio::time::timeout(started.stop_within, started.task).await;
             return Err(e);
         }
         let mut subscription = Subscription {
