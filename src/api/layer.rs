@@ -188,6 +188,24 @@ pub trait KinesisLayer: Send + Sync + 'static {
         };
         self.around(call, inner.put_records(stream, entries))
     }
+
+    /// Wraps a GetRecords call with its arguments in hand, to change them (the limit, say)
+    /// before `inner` gets them. By default the call goes through [`around`](Self::around).
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a Arc<str>,
+        iterator: String,
+        limit: u32,
+        inner: &'a dyn KinesisApi,
+    ) -> ApiFuture<'a, GetRecordsOutput> {
+        let call = ApiCall::GetRecords {
+            stream,
+            shard,
+            limit,
+        };
+        self.around(call, inner.get_records(stream, shard, iterator, limit))
+    }
 }
 
 /// A shared layer is a layer: the caller keeps a handle on its state.
@@ -207,6 +225,17 @@ impl<L: KinesisLayer> KinesisLayer for Arc<L> {
         inner: &'a dyn KinesisApi,
     ) -> ApiFuture<'a, PutRecordsOutput> {
         L::put_records(self, stream, entries, inner)
+    }
+
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a Arc<str>,
+        iterator: String,
+        limit: u32,
+        inner: &'a dyn KinesisApi,
+    ) -> ApiFuture<'a, GetRecordsOutput> {
+        L::get_records(self, stream, shard, iterator, limit, inner)
     }
 }
 
@@ -336,13 +365,8 @@ impl<L: KinesisLayer, K: KinesisApi> KinesisApi for Layered<L, K> {
         iterator: String,
         limit: u32,
     ) -> ApiFuture<'a, GetRecordsOutput> {
-        let call = ApiCall::GetRecords {
-            stream,
-            shard,
-            limit,
-        };
-        let next = self.inner.get_records(stream, shard, iterator, limit);
-        self.layer.around(call, next)
+        self.layer
+            .get_records(stream, shard, iterator, limit, &self.inner)
     }
 
     fn put_records<'a>(

@@ -10,9 +10,10 @@ use ruststream::{
 
 use super::connection::{ConnectedKinesis, Connection};
 use super::dead_letters::{Spent, StreamDeadLetters};
-use super::read_limit::{BatchLimited, ReadLimit};
+use super::read_limit::ReadLimit;
 use super::subscriber::KinesisSubscriber;
 use crate::api::SharedKinesis;
+use crate::api::layer::Layered;
 use crate::error::KinesisError;
 use crate::position::KinesisPosition;
 use crate::shard::ReadSettings;
@@ -306,7 +307,7 @@ impl KinesisStream {
         }
         // A batch subscription's size becomes the GetRecords limit once its batches open.
         let api: SharedKinesis = match limit {
-            Some(limit) => Arc::new(BatchLimited::new(inner.api.clone(), limit)),
+            Some(limit) => Arc::new(Layered::new(inner.api.clone(), limit)),
             None => inner.api.clone(),
         };
         let mut builder = Subscription::builder(api, inner.store.clone(), self.name)
