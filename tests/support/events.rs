@@ -85,13 +85,17 @@ where
 /// A callsite first hit while the subscriber is being installed (by a test running beside)
 /// would keep the interest of no subscriber at all, and its events would never be recorded:
 /// so the interest of every callsite is computed again once the recorder is in place.
+///
+/// A callsite whose registration straddles the installation can still keep the interest of
+/// no subscriber (a span made disabled, so its fields never reach the events in it): every
+/// call computes the interest again, so a test that calls this first sees its own spans.
 pub fn record_events() {
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(|| {
         let _ =
             tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Recorder));
-        tracing::callsite::rebuild_interest_cache();
     });
+    tracing::callsite::rebuild_interest_cache();
 }
 
 /// The fields of every event logged with `message` so far, in order.

@@ -40,6 +40,7 @@ impl Coordinator {
         if forget && !self.shards.held.is_empty() {
             tracing::warn!(
                 held = self.shards.held.len(),
+                owner = %self.config().owner,
                 "this instance's worker row was released or removed by another instance (it \
                  was not renewed for the lease duration): its shards may be another's now and \
                  are dropped; their unsettled records are read again"
