@@ -186,7 +186,8 @@ impl AckToken {
 
     /// True when a send-back now requeues the record; false when it would be abandoned
     /// (the shard's ledger is closed: a seek, a lost lease or a stop), so it is not read
-    /// again from this ledger.
+    /// again from this ledger. (The broker face's in-process harness asks.)
+    #[cfg(feature = "broker")]
     pub(crate) fn requeues(&self) -> bool {
         !self.settled && self.record.is_some() && !self.acks.is_closed()
     }
@@ -344,6 +345,7 @@ impl<T> Delivery<T> {
     }
 
     /// True when [`retry`](Self::retry) now requeues the record (see the token's).
+    #[cfg(feature = "broker")]
     pub(crate) fn requeues(&self) -> bool {
         self.token.requeues()
     }
