@@ -604,3 +604,143 @@ async fn a_publish_returns_once_the_spent_records_dead_letter_is_written() {
     );
     tb.shutdown().await.unwrap();
 }
+
+/// A shipment passed on, packed with others into a KPL aggregate.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Clone, ruststream::Outgoing)]
+#[outgoing(name = "packed")]
+struct PackedShipment {
+    customer: String,
+    seq: u64,
+}
+
+#[derive(ruststream::OutSlot)]
+#[publishes(PackedShipment)]
+struct Packed;
+
+/// Passes each shipment on as three, published at once through an aggregating `Out` slot, so
+/// they are stored as one KPL aggregate.
+#[subscriber(KinesisStream::new("to-pack").create_if_missing(1))]
+async fn pack_three(
+    shipment: &Shipment,
+    ruststream::runtime::Out(out): ruststream::runtime::Out<
+        impl ruststream::Publisher<Options = kinesis_dataflow::broker::KinesisOptions>,
+        Packed,
+    >,
+) -> HandlerOutcome {
+    let three: Vec<PackedShipment> = (0..3)
+        .map(|i| PackedShipment {
+            customer: shipment.customer.clone(),
+            seq: shipment.seq * 10 + i,
+        })
+        .collect();
+    let sent = futures::future::join_all(three.iter().map(|s| out.message(s).publish())).await;
+    if sent.iter().all(Result::is_ok) {
+        HandlerOutcome::ack()
+    } else {
+        HandlerOutcome::retry()
+    }
+}
+
+static UNPACKED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// Handles the user records of the aggregates, slowly, one at a time.
+#[subscriber(KinesisStream::new("packed").create_if_missing(1).deaggregate(true))]
+async fn unpacked(shipment: &PackedShipment) -> HandlerOutcome {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    UNPACKED.lock().unwrap().push(shipment.seq);
+    HandlerOutcome::ack()
+}
+
+/// A KPL aggregate counts for the harness as its user records, each delivered on its own to a
+/// de-aggregating subscriber: the publish returns once every one of them is handled, and
+/// `published` lists them one by one.
+#[tokio::test(start_paused = true)]
+async fn an_aggregates_user_records_are_each_counted_and_listed() {
+    use kinesis_dataflow::broker::KinesisPublish;
+    use kinesis_dataflow::publish::{Aggregate, Collect};
+    let kinesis = MemoryKinesis::new();
+    let app = RustStream::new(AppInfo::new("packing", "0.1.0")).with_broker(
+        KinesisBroker::in_memory(kinesis.clone()),
+        |b| {
+            b.include(pack_three)
+                .out(
+                    Packed,
+                    KinesisPublish::default()
+                        .collect(Collect::default().linger(Duration::from_millis(50)))
+                        .aggregate(Aggregate::default()),
+                )
+                .build();
+            b.include(unpacked);
+        },
+    );
+    let tb = TestApp::start(app).await.expect("starts");
+    let broker = tb.broker::<KinesisBroker>();
+    broker
+        .publish("to-pack", &shipment("ada", 1))
+        .await
+        .unwrap();
+    let stored = kinesis.records("packed", "shardId-000000000000").unwrap();
+    assert_eq!(stored.len(), 1, "the three are stored as one aggregate");
+    assert_eq!(
+        *UNPACKED.lock().unwrap(),
+        [10, 11, 12],
+        "the publish returned once every user record was handled"
+    );
+    let listed: Vec<u64> = broker
+        .published::<PackedShipment>("packed")
+        .decoded()
+        .iter()
+        .map(|s| s.seq)
+        .collect();
+    assert_eq!(listed, [10, 11, 12], "published lists the user records");
+    tb.shutdown().await.unwrap();
+}
+
+static SKIPPING: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// Does not de-aggregate: an aggregate is skipped.
+#[subscriber(KinesisStream::new("packed-skipped").create_if_missing(1))]
+async fn skips_aggregates(shipment: &PackedShipment) -> HandlerOutcome {
+    SKIPPING.lock().unwrap().push(shipment.seq);
+    HandlerOutcome::ack()
+}
+
+/// A subscriber that does not de-aggregate skips an aggregate: the harness does not wait for a
+/// delivery of it, and the plain record after it is handled.
+#[tokio::test(start_paused = true)]
+async fn an_aggregate_a_subscriber_skips_is_not_waited_for() {
+    let kinesis = MemoryKinesis::new();
+    let app = RustStream::new(AppInfo::new("skipping", "0.1.0")).with_broker(
+        KinesisBroker::in_memory(kinesis.clone()),
+        |b| {
+            b.include(skips_aggregates);
+        },
+    );
+    let tb = TestApp::start(app).await.expect("starts");
+    let broker = tb.broker::<KinesisBroker>();
+    let body = |seq: u64| {
+        serde_json::to_vec(&PackedShipment {
+            customer: "ada".into(),
+            seq,
+        })
+        .unwrap()
+    };
+    let (one, two) = (body(1), body(2));
+    let packed = kinesis_dataflow::kpl::aggregate([("k", None, &one[..]), ("k", None, &two[..])]);
+    kinesis.put("packed-skipped", "k", packed).unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(600),
+        broker.publish(
+            "packed-skipped",
+            &PackedShipment {
+                customer: "ada".into(),
+                seq: 3,
+            },
+        ),
+    )
+    .await
+    .expect("the publish returns: the skipped aggregate is owed nothing")
+    .unwrap();
+    assert_eq!(*SKIPPING.lock().unwrap(), [3]);
+    tb.shutdown().await.unwrap();
+}

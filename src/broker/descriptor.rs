@@ -273,6 +273,7 @@ impl KinesisStream {
         let max_wait = self.max_wait;
         let read_limit = ReadLimit::default();
         let limit = (!self.batch_size_set).then(|| read_limit.clone());
+        let deaggregate = self.read.deaggregate;
         // Every call (and the subscription's background task) runs on the connection's
         // runtime: the caller's may be a short-lived one.
         let subscription = inner
@@ -281,6 +282,8 @@ impl KinesisStream {
             .await
             .map_err(|_| KinesisError::ShutDown)??;
         inner.register(subscription.shutdown_handle())?;
+        // Closed when the subscriber is dropped.
+        inner.harness.opened(&stream, deaggregate);
         Ok(KinesisSubscriber::new(
             subscription,
             stream,

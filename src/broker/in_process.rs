@@ -22,7 +22,10 @@
 //!
 //! The harness counts deliveries through a coordinator: a record stored while a subscription
 //! of its stream is open is counted before the publish (or `inject`) that stored it returns,
-//! and released once when its delivery is dropped, whatever settled it. A requeue counts it
+//! and released once when its delivery is dropped, whatever settled it. A KPL aggregate counts
+//! as its user records for a subscription that de-aggregates (each is a delivery of its own)
+//! and as nothing for one that does not (it skips the aggregate); the publish log lists its
+//! user records, each as the message it carries. A requeue counts it
 //! again before `nack` returns; a delayed one when its timer falls due (the record then waits
 //! for that moment, as it does on a running clock).
 
@@ -89,12 +92,13 @@ impl Harness {
         false
     }
 
-    /// A subscription of `stream` opened.
+    /// A subscription of `stream` opened; `deaggregate`: it hands out the user records of KPL
+    /// aggregates one by one.
     #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
-    pub(crate) fn opened(&self, stream: &str) {
+    pub(crate) fn opened(&self, stream: &str, deaggregate: bool) {
         #[cfg(feature = "testing")]
         if let Some(accounting) = &self.accounting {
-            accounting.opened(stream);
+            accounting.opened(stream, deaggregate);
         }
     }
 

@@ -61,7 +61,6 @@ impl KinesisSubscriber {
         max_attempts: Option<u32>,
         read_limit: ReadLimit,
     ) -> Self {
-        inner.harness.opened(&stream);
         let seeker = KinesisSeeker::new(subscription.seeker(), inner.clone());
         Self {
             messages: std::sync::Mutex::new(MessageStream {

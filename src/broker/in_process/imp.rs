@@ -15,6 +15,7 @@ use super::super::publisher::{PARTITION_KEY_HEADER, random_key};
 use super::Taken;
 use crate::api::MemoryKinesis;
 use crate::error::KinesisError;
+use crate::kpl::Unpacked;
 use crate::lease::{MemoryLeaseStore, SharedLeaseStore};
 use crate::record::Record;
 
@@ -70,6 +71,8 @@ struct Ledger {
 #[derive(Default)]
 struct StreamLedger {
     open: usize,
+    /// The subscription opened last hands out the user records of KPL aggregates.
+    deaggregate: bool,
     /// Counted deliveries not yet handed out, by (shard, sequence number).
     owed: HashMap<(Arc<str>, String), u32>,
     /// Delayed redeliveries whose time has not come, with the subscriptions waiting on them.
@@ -114,26 +117,45 @@ impl Accounting {
 
     /// A record was stored: logged, and counted once when a subscription of its stream is
     /// open (the one that holds the shard delivers it).
+    ///
+    /// A KPL aggregate is logged as its user records and counted as the deliveries it makes:
+    /// one per readable user record when the subscription de-aggregates, none when it skips
+    /// the aggregate.
     fn stored(&self, stream: &str, record: &Record) {
-        let (headers, offset) = super::super::envelope::decode(record.data());
-        let message =
-            RawMessage::new(stream.to_owned(), record.data().slice(offset..)).with_headers(headers);
+        let users: Option<Vec<Record>> = match crate::kpl::unpack(record) {
+            Unpacked::Users(users) => Some(users.into_iter().filter_map(Result::ok).collect()),
+            Unpacked::Plain | Unpacked::Malformed(_) => None,
+        };
         let mut ledger = self.ledger();
-        ledger.log.push(message);
+        match &users {
+            Some(users) => {
+                let messages = users.iter().map(|user| logged(stream, user));
+                ledger.log.extend(messages);
+            }
+            None => ledger.log.push(logged(stream, record)),
+        }
         let Some(coordinator) = self.coordinator() else {
             return;
         };
         if let Some(entry) = ledger.streams.get_mut(stream)
             && entry.open > 0
         {
+            let deliveries = match &users {
+                None => 1,
+                Some(users) if entry.deaggregate => users.len(),
+                Some(_) => 0,
+            };
+            if deliveries == 0 {
+                return;
+            }
             *entry
                 .owed
                 .entry((
                     record.shard_id_shared().clone(),
                     record.sequence_number().to_owned(),
                 ))
-                .or_default() += 1;
-            coordinator.enqueued();
+                .or_default() += u32::try_from(deliveries).unwrap_or(u32::MAX);
+            (0..deliveries).for_each(|_| coordinator.enqueued());
         }
     }
 
@@ -227,12 +249,11 @@ impl Accounting {
     }
 
     /// A subscription of `stream` opened: records stored from now on are counted.
-    pub(crate) fn opened(&self, stream: &str) {
-        self.ledger()
-            .streams
-            .entry(stream.to_owned())
-            .or_default()
-            .open += 1;
+    pub(crate) fn opened(&self, stream: &str, deaggregate: bool) {
+        let mut ledger = self.ledger();
+        let entry = ledger.streams.entry(stream.to_owned()).or_default();
+        entry.open += 1;
+        entry.deaggregate = deaggregate;
     }
 
     /// A subscription of `stream` closed. When it was the last, what it still owed is
@@ -343,3 +364,9 @@ impl TestableBroker for ConnectedKinesis {
 }
 
 ruststream::register_testable_broker!(KinesisBroker);
+
+/// The message a stored record (or a KPL user record) carries, as the publish log lists it.
+fn logged(stream: &str, record: &Record) -> RawMessage {
+    let (headers, offset) = super::super::envelope::decode(record.data());
+    RawMessage::new(stream.to_owned(), record.data().slice(offset..)).with_headers(headers)
+}
