@@ -25,6 +25,25 @@ async fn publish(c: &ConnectedKinesis, stream: &str, key: &str, body: &str) {
         .unwrap();
 }
 
+async fn connect(kinesis: &MemoryKinesis) -> ConnectedKinesis {
+    KinesisBroker::in_memory(kinesis.clone())
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The next batch, within [`WAIT`].
+async fn next_batch<S, M>(batches: &mut S) -> Vec<M>
+where
+    S: futures::Stream<Item = Result<Vec<M>, kinesis_dataflow::KinesisError>> + Unpin,
+{
+    tokio::time::timeout(WAIT, batches.next())
+        .await
+        .expect("a batch in time")
+        .expect("the stream goes on")
+        .expect("no error")
+}
+
 fn bodies<M: IncomingMessage>(batch: &[M]) -> Vec<String> {
     batch
         .iter()
@@ -35,10 +54,7 @@ fn bodies<M: IncomingMessage>(batch: &[M]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_subscription_asks_get_records_for_its_batch_size() {
     let kinesis = MemoryKinesis::new();
-    let c = KinesisBroker::in_memory(kinesis.clone())
-        .connect()
-        .await
-        .unwrap();
+    let c = connect(&kinesis).await;
     let mut sub = KinesisStream::new("orders")
         .poll_interval(Duration::from_millis(20))
         .max_wait(Duration::from_millis(50))
@@ -54,11 +70,7 @@ async fn a_batch_subscription_asks_get_records_for_its_batch_size() {
     let mut batches = Box::pin(sub.batches(size));
     let mut seen = Vec::new();
     while seen.len() < 10 {
-        let batch = tokio::time::timeout(WAIT, batches.next())
-            .await
-            .expect("a batch in time")
-            .expect("the stream goes on")
-            .expect("no error");
+        let batch = next_batch(&mut batches).await;
         assert!(batch.len() <= 6);
         seen.extend(bodies(&batch));
         for message in batch {
@@ -66,11 +78,7 @@ async fn a_batch_subscription_asks_get_records_for_its_batch_size() {
         }
     }
     publish(&c, "orders", "k", "late").await;
-    let batch = tokio::time::timeout(WAIT, batches.next())
-        .await
-        .expect("a batch in time")
-        .expect("the stream goes on")
-        .expect("no error");
+    let batch = next_batch(&mut batches).await;
     assert_eq!(bodies(&batch), ["late"]);
     let limits: Vec<Option<u32>> = kinesis.calls()[opened..]
         .iter()
@@ -90,10 +98,7 @@ async fn a_batch_subscription_asks_get_records_for_its_batch_size() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_descriptors_batch_size_outranks_the_batch_subscriptions() {
     let kinesis = MemoryKinesis::new();
-    let c = KinesisBroker::in_memory(kinesis.clone())
-        .connect()
-        .await
-        .unwrap();
+    let c = connect(&kinesis).await;
     let mut sub = KinesisStream::new("orders")
         .poll_interval(Duration::from_millis(20))
         .max_wait(Duration::from_millis(50))
@@ -104,11 +109,7 @@ async fn a_descriptors_batch_size_outranks_the_batch_subscriptions() {
         .unwrap();
     publish(&c, "orders", "k", "one").await;
     let mut batches = Box::pin(sub.batches(NonZeroUsize::new(6).unwrap()));
-    let batch = tokio::time::timeout(WAIT, batches.next())
-        .await
-        .expect("a batch in time")
-        .expect("the stream goes on")
-        .expect("no error");
+    let batch = next_batch(&mut batches).await;
     assert_eq!(bodies(&batch), ["one"]);
     let limits: Vec<Option<u32>> = kinesis
         .calls()
@@ -122,10 +123,7 @@ async fn a_descriptors_batch_size_outranks_the_batch_subscriptions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seek_drops_the_record_a_batch_carried_over() {
     let kinesis = MemoryKinesis::new();
-    let c = KinesisBroker::in_memory(kinesis.clone())
-        .connect()
-        .await
-        .unwrap();
+    let c = connect(&kinesis).await;
     let mut sub = KinesisStream::new("orders")
         .poll_interval(Duration::from_millis(20))
         .max_wait(Duration::from_secs(2))
@@ -139,11 +137,7 @@ async fn a_seek_drops_the_record_a_batch_carried_over() {
     }
     let seeker = sub.seeker();
     let mut batches = Box::pin(sub.batches(NonZeroUsize::new(100).unwrap()));
-    let first = tokio::time::timeout(WAIT, batches.next())
-        .await
-        .expect("a batch in time")
-        .expect("the stream goes on")
-        .expect("no error");
+    let first = next_batch(&mut batches).await;
     assert!(bodies(&first).iter().all(|b| b.starts_with("old")));
     assert!(
         first.len() < 10,
@@ -155,10 +149,6 @@ async fn a_seek_drops_the_record_a_batch_carried_over() {
     }
     seeker.seek(KinesisPosition::latest()).await.unwrap();
     publish(&c, "orders", "k0", "fresh").await;
-    let next = tokio::time::timeout(WAIT, batches.next())
-        .await
-        .expect("a batch in time")
-        .expect("the stream goes on")
-        .expect("no error");
+    let next = next_batch(&mut batches).await;
     assert_eq!(bodies(&next), ["fresh"], "nothing from before the seek");
 }

@@ -43,6 +43,30 @@ async fn publish(
         .unwrap();
 }
 
+/// Connects to `kinesis` and subscribes "payments", whose records go to the stream "dead"
+/// after `max_attempts`, and "dead".
+async fn payments_with_dead_letters(
+    kinesis: &MemoryKinesis,
+    max_attempts: u32,
+) -> (ConnectedKinesis, KinesisSubscriber, KinesisSubscriber) {
+    kinesis.add_stream("dead", 1).unwrap();
+    let c = KinesisBroker::in_memory(kinesis.clone())
+        .connect()
+        .await
+        .unwrap();
+    let declared = ruststream::RetryDeclaration::new()
+        .with_max_attempts(std::num::NonZeroU32::new(max_attempts).unwrap())
+        .with_dead_letter("dead");
+    let sub = stream("payments")
+        .create_if_missing(1)
+        .declare_retry(&declared)
+        .subscribe(&c)
+        .await
+        .unwrap();
+    let dead = stream("dead").subscribe(&c).await.unwrap();
+    (c, sub, dead)
+}
+
 /// A connected in-memory broker with an `orders` stream of one shard, subscribed to, and
 /// four records published to it (`one` to `four`, keys `k0` to `k3`).
 async fn orders_with_four_records() -> (ConnectedKinesis, KinesisSubscriber) {
@@ -297,21 +321,7 @@ async fn a_message_spent_on_its_attempts_goes_to_the_dead_letter_stream_as_it_wa
         ORIGIN_STREAM_HEADER,
     };
     let kinesis = MemoryKinesis::new();
-    kinesis.add_stream("dead", 1).unwrap();
-    let c = KinesisBroker::in_memory(kinesis.clone())
-        .connect()
-        .await
-        .unwrap();
-    let declared = ruststream::RetryDeclaration::new()
-        .with_max_attempts(std::num::NonZeroU32::new(2).unwrap())
-        .with_dead_letter("dead");
-    let mut sub = stream("payments")
-        .create_if_missing(1)
-        .declare_retry(&declared)
-        .subscribe(&c)
-        .await
-        .unwrap();
-    let mut dead = stream("dead").subscribe(&c).await.unwrap();
+    let (c, mut sub, mut dead) = payments_with_dead_letters(&kinesis, 2).await;
     let mut headers = HeaderMap::new();
     headers.insert("x-trace", "abc");
     c.publisher()
@@ -407,21 +417,7 @@ async fn a_retry_declaration_is_refused_when_half_or_its_stream_is_missing() {
 async fn a_dead_letter_too_big_for_a_record_goes_without_its_payload() {
     use kinesis_dataflow::broker::dead_letters::{OMITTED_BYTES_HEADER, ORIGIN_SEQUENCE_HEADER};
     let kinesis = MemoryKinesis::new();
-    kinesis.add_stream("dead", 1).unwrap();
-    let c = KinesisBroker::in_memory(kinesis.clone())
-        .connect()
-        .await
-        .unwrap();
-    let declared = ruststream::RetryDeclaration::new()
-        .with_max_attempts(std::num::NonZeroU32::new(1).unwrap())
-        .with_dead_letter("dead");
-    let mut sub = stream("payments")
-        .create_if_missing(1)
-        .declare_retry(&declared)
-        .subscribe(&c)
-        .await
-        .unwrap();
-    let mut dead = stream("dead").subscribe(&c).await.unwrap();
+    let (c, mut sub, mut dead) = payments_with_dead_letters(&kinesis, 1).await;
     let size = 1024 * 1024 - "acct-1".len() - 64;
     c.publisher()
         .publish(
