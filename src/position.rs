@@ -457,8 +457,9 @@ pub(crate) fn starting_point(
 /// whoever settles records and the shard's reader.
 ///
 /// The reader consults it only when its iterator expired: the new iterator then opens right
-/// after this record. The acknowledgement layer advances it; a reader without one falls back
-/// to the first record it read.
+/// after this record when it is further on than the last record the reader read, else right
+/// after the last record read (as for a reader without one). The acknowledgement layer
+/// advances it.
 #[derive(Debug, Clone, Default)]
 pub struct SettledPosition(Arc<Mutex<Option<String>>>);
 

@@ -9,6 +9,7 @@ use futures::StreamExt;
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::api::memory::{Call, Fault};
 use kinesis_dataflow::error::Operation;
+use kinesis_dataflow::kpl::aggregate;
 use kinesis_dataflow::shard::SettledPosition;
 use kinesis_dataflow::{
     KinesisError, MemoryKinesis, ReadSettings, Record, ShardStream, StartingPoint,
@@ -281,8 +282,12 @@ fn reopened_at(memory: &MemoryKinesis) -> Vec<StartingPoint> {
         .collect()
 }
 
+/// A reader sharing a settled position that lags behind what it handed on (records in
+/// flight, not settled yet) renews an expired iterator after the last record it read: the
+/// records between are handed on already, and their redelivery, if they fail, is the
+/// settling side's business, so reading them again would only discard them.
 #[tokio::test(start_paused = true)]
-async fn an_expired_iterator_is_renewed_after_the_settled_record() {
+async fn an_expired_iterator_is_renewed_after_the_last_record_read_when_the_settled_one_lags() {
     let (memory, api) = kinesis_with(6);
     let settled = SettledPosition::new();
     let mut shard = ShardStream::builder(api.clone(), STREAM, SHARD0)
@@ -302,13 +307,34 @@ async fn an_expired_iterator_is_renewed_after_the_settled_record() {
         reopened_at(&memory),
         [
             StartingPoint::TrimHorizon,
-            StartingPoint::AfterSequence(first[0].sequence_number().to_owned())
+            StartingPoint::AfterSequence(first[1].sequence_number().to_owned())
         ]
     );
 }
 
+/// A settled position ahead of what the reader read (shared by a user who settled further)
+/// is where an expired iterator is renewed: the records up to it need no reading.
 #[tokio::test(start_paused = true)]
-async fn an_expired_iterator_with_nothing_settled_reopens_at_the_first_record_read() {
+async fn an_expired_iterator_is_renewed_after_a_settled_record_ahead_of_the_last_read() {
+    let (memory, api) = kinesis_with(6);
+    let third = memory_seq(&api, 3).await;
+    memory.clear_calls();
+    let settled = SettledPosition::new();
+    let mut shard = ShardStream::builder(api.clone(), STREAM, SHARD0)
+        .settings(ReadSettings::default().batch_size(2))
+        .settled(settled.clone())
+        .open(StartingPoint::TrimHorizon)
+        .unwrap();
+    take(&mut shard, 2).await;
+    settled.advance(&third);
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    let rest = take(&mut shard, 2).await;
+    assert_eq!(rest.iter().map(text).collect::<Vec<_>>(), ["r4", "r5"]);
+    assert_eq!(reopened_at(&memory)[1], StartingPoint::AfterSequence(third));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_iterator_with_nothing_settled_reopens_after_the_last_record_read() {
     let (memory, api) = kinesis_with(6);
     let start = StartingPoint::AfterSequence(memory_seq(&api, 0).await);
     memory.clear_calls();
@@ -325,7 +351,140 @@ async fn an_expired_iterator_with_nothing_settled_reopens_at_the_first_record_re
     let opened = reopened_at(&memory);
     assert_eq!(
         opened[1],
-        StartingPoint::AtSequence(first[0].sequence_number().to_owned())
+        StartingPoint::AfterSequence(first[1].sequence_number().to_owned())
+    );
+}
+
+/// After hours of reading, a consumer that stalls past an iterator's life must not make the
+/// reader read the whole shard again from its first record (and discard it): the new
+/// iterator goes on after the last record handed on, and the next answer is new records.
+#[tokio::test(start_paused = true)]
+async fn a_long_read_bare_stream_goes_on_after_an_expiry_without_reading_the_shard_again() {
+    let (memory, api) = kinesis_with(2_500);
+    let mut shard = open(
+        &api,
+        ReadSettings::default().batch_size(500),
+        StartingPoint::TrimHorizon,
+    );
+    let read = take(&mut shard, 2_000).await;
+    assert_eq!(memory.call_count(Operation::GetRecords), 4);
+    // The consumer stalls for longer than an iterator lives.
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    let rest = take(&mut shard, 500).await;
+    assert_eq!(text(&rest[0]), "r2000", "no gap, no repeat");
+    assert_eq!(text(&rest[499]), "r2499");
+    assert_eq!(
+        memory.call_count(Operation::GetRecords),
+        6,
+        "the expired read and one read of the 500 new records, nothing read twice"
+    );
+    assert_eq!(
+        reopened_at(&memory),
+        [
+            StartingPoint::TrimHorizon,
+            StartingPoint::AfterSequence(read[1_999].sequence_number().to_owned())
+        ]
+    );
+}
+
+/// A de-aggregating reader whose consumer stalls in the middle of an aggregate's user
+/// records: the rest of them come from the buffer, and the renewed iterator goes on after
+/// the aggregate (read whole), with no user record repeated or skipped.
+#[tokio::test(start_paused = true)]
+async fn a_deaggregating_reader_stalled_inside_an_aggregate_goes_on_after_it() {
+    let (memory, api) = kinesis_with(3);
+    let users = [
+        ("key", None, &b"u0"[..]),
+        ("key", None, b"u1"),
+        ("key", None, b"u2"),
+        ("key", None, b"u3"),
+    ];
+    let (_, aggregate) = memory.put(STREAM, "key", aggregate(users)).unwrap();
+    let mut shard = open(
+        &api,
+        ReadSettings::default().deaggregate(true),
+        StartingPoint::TrimHorizon,
+    );
+    let before = take(&mut shard, 5).await;
+    assert_eq!(
+        before.iter().map(text).collect::<Vec<_>>(),
+        ["r0", "r1", "r2", "u0", "u1"]
+    );
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    memory.put(STREAM, "key", "after").unwrap();
+    let rest = take(&mut shard, 3).await;
+    assert_eq!(
+        rest.iter().map(text).collect::<Vec<_>>(),
+        ["u2", "u3", "after"],
+        "no user record repeated or skipped"
+    );
+    assert_eq!(rest[0].sub_sequence_number(), Some(2));
+    assert_eq!(
+        reopened_at(&memory),
+        [
+            StartingPoint::TrimHorizon,
+            StartingPoint::AfterSequence(aggregate)
+        ]
+    );
+    assert_eq!(memory.call_count(Operation::GetRecords), 3);
+}
+
+/// A de-aggregating reader opened inside an aggregate whose first iterator expires before
+/// its first read re-opens at the same point: the aggregate's user records up to the
+/// opening one stay skipped.
+#[tokio::test(start_paused = true)]
+async fn a_reader_opened_inside_an_aggregate_whose_first_iterator_expires_still_skips_into_it() {
+    let (memory, api) = kinesis_with(1);
+    let users = [
+        ("key", None, &b"u0"[..]),
+        ("key", None, b"u1"),
+        ("key", None, b"u2"),
+    ];
+    let (_, aggregate) = memory.put(STREAM, "key", aggregate(users)).unwrap();
+    memory.put(STREAM, "key", "after").unwrap();
+    let start = StartingPoint::AfterSubSequence(aggregate, 0);
+    let mut shard = open(
+        &api,
+        ReadSettings::default().deaggregate(true),
+        start.clone(),
+    );
+    assert!(shard.prime().await);
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    let read = take(&mut shard, 3).await;
+    assert_eq!(
+        read.iter().map(text).collect::<Vec<_>>(),
+        ["u1", "u2", "after"]
+    );
+    assert_eq!(reopened_at(&memory), [start.clone(), start]);
+}
+
+/// A fan-out reader whose subscription is refused for now reads by GetRecords (it bridges);
+/// an expired iterator there goes on after the last record read too.
+#[tokio::test(start_paused = true)]
+async fn a_bridging_fan_out_reader_goes_on_after_an_expiry_from_the_last_record_read() {
+    let (memory, api) = kinesis_with(60);
+    memory.inject(Fault::throttle(Operation::SubscribeToShard).times(u32::MAX));
+    let mut shard = open(
+        &api,
+        ReadSettings::default().fan_out("app").batch_size(10),
+        StartingPoint::TrimHorizon,
+    );
+    let read = take(&mut shard, 40).await;
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    let rest = take(&mut shard, 20).await;
+    assert_eq!(text(&rest[0]), "r40", "no gap, no repeat");
+    assert_eq!(text(&rest[19]), "r59");
+    assert_eq!(
+        memory.call_count(Operation::GetRecords),
+        7,
+        "four reads, the expired one, two reads of the 20 new records"
+    );
+    assert_eq!(
+        reopened_at(&memory),
+        [
+            StartingPoint::TrimHorizon,
+            StartingPoint::AfterSequence(read[39].sequence_number().to_owned())
+        ]
     );
 }
 

@@ -74,10 +74,10 @@ pub(crate) struct Reader {
     reopen_at: StartingPoint,
     /// When the first GetShardIterator was sent.
     first_iterator_at: Option<SystemTime>,
-    first_read: Option<String>,
+    /// The last record read (an aggregate read whole, with de-aggregation): the stream
+    /// starts a step only once everything the previous one returned was taken, so when a
+    /// step runs, every record up to this one was handed on (or passed over).
     last_read: Option<String>,
-    /// After a re-open, records up to this one were already handed on and are dropped.
-    skip_through: Option<String>,
     /// Opened in the middle of an aggregate: its user records up to this sub-sequence number
     /// are dropped.
     skip_users: Option<(String, u64)>,
@@ -118,9 +118,7 @@ impl Reader {
             metrics: crate::telemetry::ShardMetrics::default(),
             iterator: None,
             first_iterator_at: None,
-            first_read: None,
             last_read: None,
-            skip_through: None,
             failures: 0,
             expiries_in_row: 0,
             not_before: None,
@@ -288,15 +286,17 @@ impl Reader {
         self.hand_on(out.records, ended.then_some(out.child_shards))
     }
 
-    /// Records read (by GetRecords or in a fan-out event): those not handed on yet, and the
-    /// shard's end when `ended` (with its children). `None` when there is nothing to hand on.
+    /// Records read (by GetRecords or in a fan-out event), to hand on, and the shard's end
+    /// when `ended` (with its children). `None` when there is nothing to hand on.
     fn hand_on(&mut self, records: Vec<Record>, ended: Option<Vec<ChildShard>>) -> Option<Step> {
         if let Some(probe) = &self.probe {
             probe.succeeded();
         }
         self.failures = 0;
         self.expiries_in_row = 0;
-        let records = self.take_new(records);
+        if let Some(last) = records.last() {
+            self.last_read = Some(last.sequence_number().to_owned());
+        }
         let (records, errors) = if self.settings.deaggregate {
             self.unpack_all(records)
         } else {
@@ -378,22 +378,36 @@ impl Reader {
         }
     }
 
-    /// Chooses where to re-open after an expired iterator: after the settled record, else at
-    /// the first record this reader read, else where it first opened (a LATEST start becomes
-    /// the time its first iterator was issued). Never LATEST.
+    /// Chooses where to re-open after an expired iterator: after the last record read, or
+    /// after the settled record when that one is further on; with neither, where it first
+    /// opened (a LATEST start becomes the time its first iterator was issued, a start inside
+    /// an aggregate stays there and still skips its user records up to the opening one).
+    /// Never LATEST.
+    ///
+    /// A step only runs once everything the previous one returned was taken, so every record
+    /// up to the last one read was handed on (an aggregate, with de-aggregation, is read whole
+    /// and all its user records were handed on): nothing before it is needed again. A settled
+    /// position behind it (records in flight, not settled yet) would only make the reader
+    /// read those records again to discard them; their redelivery, when they fail, is the
+    /// business of whoever settles them.
     fn reopen_after_expiry(&mut self) {
         let settled = self.settled.as_ref().and_then(SettledPosition::get);
-        self.reopen_at = match (settled, &self.first_read) {
-            (Some(seq), _) => StartingPoint::AfterSequence(seq),
-            (None, Some(first)) => StartingPoint::AtSequence(first.clone()),
-            (None, None) => match &self.start {
+        let after = match (settled, &self.last_read) {
+            (Some(settled), Some(last)) if cmp_sequence(&settled, last).is_le() => {
+                Some(last.clone())
+            }
+            (Some(settled), _) => Some(settled),
+            (None, last) => last.clone(),
+        };
+        self.reopen_at = match after {
+            Some(seq) => StartingPoint::AfterSequence(seq),
+            None => match &self.start {
                 StartingPoint::Latest => {
                     StartingPoint::since(self.first_iterator_at.unwrap_or_else(SystemTime::now))
                 }
                 other => other.clone(),
             },
         };
-        self.skip_through.clone_from(&self.last_read);
         tracing::info!(
             reopen_at = ?self.reopen_at,
             "shard iterator expired, fetching a new one"
@@ -413,29 +427,6 @@ impl Reader {
             &self.stream,
             &self.shard,
         )
-    }
-
-    /// Drops records already handed on before a re-open, and tracks the first and last read.
-    fn take_new(&mut self, mut records: Vec<Record>) -> Vec<Record> {
-        if let Some(skip) = &self.skip_through {
-            let seen = records
-                .iter()
-                .take_while(|r| cmp_sequence(r.sequence_number(), skip).is_le())
-                .count();
-            if seen < records.len() {
-                self.skip_through = None;
-            }
-            records.drain(..seen);
-        }
-        if let Some(first) = records.first()
-            && self.first_read.is_none()
-        {
-            self.first_read = Some(first.sequence_number().to_owned());
-        }
-        if let Some(last) = records.last() {
-            self.last_read = Some(last.sequence_number().to_owned());
-        }
-        records
     }
 
     fn failed(&mut self, e: KinesisError) -> Step {

@@ -96,7 +96,8 @@ impl ShardStreamBuilder {
     }
 
     /// Shares the shard's settled position with whoever settles its records; an expired
-    /// iterator is then renewed right after it.
+    /// iterator is then renewed right after it when it is further on than the last record
+    /// the reader read (else right after that record, as without one).
     pub fn settled(mut self, settled: SettledPosition) -> Self {
         self.settled = Some(settled);
         self
@@ -254,9 +255,14 @@ enum State {
 /// * A read with no records waits the poll interval before the next one; reads are spaced to
 ///   stay under the read-rate cap (5 a second by default).
 /// * A throttled read waits one poll interval and retries the same iterator; it is not
-///   reported. An expired iterator is renewed after the settled position, else at the first
-///   record this reader read, else where it opened (a LATEST start becomes the time its first
-///   iterator was issued); never at LATEST. Records already handed on are not repeated.
+///   reported. An expired iterator (one unused for five minutes, e.g. while the consumer did
+///   not poll) is renewed right after the last record this reader read, which was handed on
+///   already (a step only starts once the previous answer was taken; an aggregate, with
+///   de-aggregation, is read whole), or after the [settled](ShardStreamBuilder::settled)
+///   position when that one is further on. With nothing read yet it is renewed where the
+///   reader opened (a LATEST start becomes the time its first iterator was issued, a start
+///   inside an aggregate still skips its user records up to the opening one); never at
+///   LATEST. Nothing already read is read again, and no record is repeated or skipped.
 /// * Any other failed read is yielded as an `Err` item and retried with the same iterator after
 ///   the failure backoff (1 s). After 11 failures in a row the stream yields
 ///   [`KinesisError::ReaderStopped`] and ends. A shard that cannot be opened at all (unknown
