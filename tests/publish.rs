@@ -867,3 +867,41 @@ async fn many_tasks_publish_through_clones_at_once() {
         assert_in_order_per_key(&all);
     }
 }
+
+/// A PutRecords call that never answers (a connection gone half-open after the request was
+/// sent) is given up after the publisher's call timeout and made again, with collection (its
+/// call slots would otherwise be held for good, and every later publish wait for one) and
+/// without.
+#[tokio::test(start_paused = true)]
+async fn a_put_records_call_that_never_answers_is_given_up_and_made_again() {
+    let day = Duration::from_secs(24 * 3600);
+    for collected in [true, false] {
+        let memory = MemoryKinesis::new();
+        memory.add_stream("orders", 1).unwrap();
+        memory.inject(Fault::latency(Operation::PutRecords, day).times(4));
+        let publisher = Publisher::new(Arc::new(memory.clone()), "orders");
+        let publisher = if collected {
+            publisher
+        } else {
+            publisher.without_collect()
+        };
+        let publishes = (0..5).map(|i| {
+            let publisher = publisher.clone();
+            async move { publisher.publish(format!("k{i}"), format!("r{i}")).await }
+        });
+        let stored = tokio::time::timeout(
+            Duration::from_secs(600),
+            futures::future::join_all(publishes),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("collected {collected}: a publish hung on a stalled call"));
+        for (i, result) in stored.iter().enumerate() {
+            assert!(result.is_ok(), "collected {collected}, r{i}: {result:?}");
+        }
+        assert_eq!(
+            memory.records("orders", SHARD0).unwrap().len(),
+            5,
+            "collected {collected}: the stalled calls wrote nothing; each record once"
+        );
+    }
+}

@@ -166,7 +166,8 @@
 //!
 //! **Duplicates.** Delivery is at least once. Entries the answer marks stored are never sent
 //! again, but a whole call that failed may have been stored before its answer was lost (a
-//! timeout, a dropped connection); resending it can store its records twice. Kinesis has no
+//! timeout, a dropped connection, or no answer within [`PUT_CALL_TIMEOUT`]); resending it can
+//! store its records twice. Kinesis has no
 //! idempotent put: consumers must tolerate duplicates, as they must for redelivery anyway.
 
 mod aggregate;
@@ -195,7 +196,7 @@ pub use collect::{Collect, DEFAULT_AGGREGATION_LINGER, DEFAULT_CALLS_IN_FLIGHT, 
 pub use settings::{
     DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF, KeyOrder,
     MAX_BYTES_PER_CALL, MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, MAX_RECORDS_PER_CALL,
-    RetryPolicy,
+    PUT_CALL_TIMEOUT, RetryPolicy,
 };
 pub use sink::{PublishSink, Publishable};
 
@@ -469,10 +470,8 @@ impl Publisher {
         let size = check::check(&record, &self.stream, 0)?;
         // The first call without the batch machinery; only a failure sets it up, with this
         // answer as its first call's (the same rounds, waits and errors as a batch of one).
-        let mut answer = self
-            .api
-            .put_records(&self.stream, vec![check::entry(&record)])
-            .await;
+        let mut answer =
+            run::put_within(&self.api, &self.stream, vec![check::entry(&record)]).await;
         if let Ok(out) = &mut answer
             && let [
                 PutRecordResult::Stored {

@@ -2,6 +2,8 @@
 //! yet, with backoff, until every record is stored or a failure retrying cannot fix stops it.
 
 use super::*;
+use crate::api::{PutRecordsEntry, PutRecordsOutput};
+use crate::error::Operation;
 use crate::jitter::{Jitter, fnv1a};
 
 /// What one call's answer did to its records.
@@ -172,10 +174,7 @@ impl<'p> Run<'p> {
                     .iter()
                     .map(|&i| check::entry(&self.records[i]))
                     .collect();
-                self.publisher
-                    .api
-                    .put_records(&self.publisher.stream, entries)
-                    .await
+                put_within(&self.publisher.api, &self.publisher.stream, entries).await
             }
         };
         self.publisher.metrics.call(call.len());
@@ -372,4 +371,26 @@ pub(super) fn error_kind(error: &KinesisError) -> &'static str {
         KinesisError::InvalidArgument { .. } => "InvalidArgument",
         _ => "Error",
     }
+}
+
+/// One PutRecords call, or a retryable failure of unknown outcome once [`PUT_CALL_TIMEOUT`]
+/// passed without an answer.
+pub(super) async fn put_within(
+    api: &SharedKinesis,
+    stream: &str,
+    entries: Vec<PutRecordsEntry>,
+) -> Result<PutRecordsOutput, KinesisError> {
+    tokio::time::timeout(PUT_CALL_TIMEOUT, api.put_records(stream, entries))
+        .await
+        .unwrap_or_else(|_| {
+            Err(KinesisError::Service {
+                operation: Operation::PutRecords,
+                stream: stream.to_owned(),
+                message: format!(
+                    "no answer within {PUT_CALL_TIMEOUT:?}: whether the records were stored \
+                     is unknown; they are sent again"
+                ),
+                source: None,
+            })
+        })
 }

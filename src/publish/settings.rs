@@ -22,6 +22,13 @@ pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// The default cap on the wait between two rounds.
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(5);
 
+/// The longest a publisher waits for one PutRecords answer. A call still unanswered then (a
+/// connection gone half-open after the request was sent, which the SDK's default timeouts do
+/// not bound) is given up as a retryable failure whose outcome is unknown, and its records are
+/// sent again in the next round: they may be stored twice, never lost, and a collected
+/// publisher's call slot is not held for good.
+pub const PUT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How the records of one partition key are spread over PutRecords calls.
 ///
 /// See the [module docs](super) for the guarantee each mode gives.
