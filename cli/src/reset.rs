@@ -6,7 +6,7 @@
 //! the leases, and move the roster row so running instances take them again at once.
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_kinesis::types::ShardIteratorType;
@@ -14,6 +14,7 @@ use kinesis_dataflow::StartingPoint;
 use kinesis_dataflow::lease::{Lease, LeaseRow, LeaseStore};
 use kinesis_dataflow::position::Checkpoint;
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
 use crate::Failure;
 use crate::args::{Position, ResetArgs};
@@ -70,7 +71,7 @@ pub async fn run(args: &ResetArgs) -> Result<(), Failure> {
         }
         Step::Refuse(message) => Err(Failure::refused(message)),
         Step::Apply => {
-            apply(&aws, args, &plan.changes).await?;
+            apply(&aws.store, args, &plan.changes).await?;
             if !args.json {
                 println!("\n{}", done_text(stream, plan.to_change()));
             }
@@ -552,15 +553,19 @@ fn plan_json(args: &ResetArgs, aws: &Aws, plan: &Plan) -> Value {
 }
 
 /// Takes every lease to change, writes the checkpoints, releases the leases, moves the roster.
-async fn apply(aws: &Aws, args: &ResetArgs, changes: &[Change]) -> Result<(), Failure> {
+async fn apply(
+    store: &dyn LeaseStore,
+    args: &ResetArgs,
+    changes: &[Change],
+) -> Result<(), Failure> {
     let me = format!(
         "{}{}-{}",
         kinesis_dataflow::lease::RESET_OWNER_PREFIX,
         std::process::id(),
         time::now_ms()
     );
-    let (held, hold_until) = take_all(aws, args, changes, &me).await?;
-    let writes = write_all(&aws.store, held, args.json).await;
+    let (held, hold_until) = take_all(store, args, changes, &me).await?;
+    let writes = write_all(store, held, args.json).await;
     if let Some(until) = hold_until {
         let left = until.saturating_duration_since(Instant::now());
         if !args.json && !left.is_zero() {
@@ -570,19 +575,22 @@ async fn apply(aws: &Aws, args: &ResetArgs, changes: &[Change]) -> Result<(), Fa
                 left.as_secs_f64()
             );
         }
-        tokio::time::sleep_until(until.into()).await;
+        tokio::time::sleep_until(until).await;
     }
-    let released = release_all(aws, writes.to_release).await;
-    bump_roster(&aws.store, &args.target.stream, &me).await;
+    let released = release_all(store, writes.to_release).await;
+    bump_roster(store, &args.target.stream, &me).await;
     outcome(writes.failed, &writes.written, released)
 }
 
 /// Takes every lease to change; when one cannot be taken, releases those taken and fails.
 /// Also says until when the leases taken from instances are to be held: an instance's reader
 /// stops two thirds of the lease duration after its last renewal, which was sent before the
-/// take (or the take would have failed its condition).
+/// take that succeeded (or that take would have failed its condition). Whether a lease is
+/// taken from an instance is judged by the row the successful take was conditioned on, not
+/// by the row as first read: an instance may take a free lease, or renew its own, between the
+/// reading and the take.
 async fn take_all<'c>(
-    aws: &Aws,
+    store: &dyn LeaseStore,
     args: &ResetArgs,
     changes: &'c [Change],
     me: &str,
@@ -591,16 +599,23 @@ async fn take_all<'c>(
     let mut held: Vec<(Lease, &Change)> = Vec::new();
     let mut hold_until: Option<Instant> = None;
     for change in changes.iter().filter(|c| c.changed) {
-        let sent = Instant::now();
-        match take(aws, &args.target.stream, &change.row.lease, me, args.force).await {
-            Ok(lease) => {
-                if change.row.lease.owner.is_some() {
-                    hold_until = hold_until.max(Some(sent + hold));
+        match take(
+            store,
+            &args.target.stream,
+            &change.row.lease,
+            me,
+            args.force,
+        )
+        .await
+        {
+            Ok(took) => {
+                if took.from.is_some() {
+                    hold_until = hold_until.max(Some(took.sent + hold));
                 }
-                held.push((lease, change));
+                held.push((took.lease, change));
             }
             Err(failure) => {
-                let released = release_all(aws, held.into_iter().map(|(l, _)| l)).await;
+                let released = release_all(store, held.into_iter().map(|(l, _)| l)).await;
                 return Err(take_failed(failure, released));
             }
         }
@@ -633,11 +648,7 @@ struct Writes {
 }
 
 /// Writes the new checkpoints under the leases held, stopping at the first failure.
-async fn write_all(
-    store: &kinesis_dataflow::DynamoLeaseStore,
-    held: Vec<(Lease, &Change)>,
-    json: bool,
-) -> Writes {
+async fn write_all(store: &dyn LeaseStore, held: Vec<(Lease, &Change)>, json: bool) -> Writes {
     let mut writes = Writes {
         written: Vec::new(),
         failed: None,
@@ -697,24 +708,45 @@ fn outcome(
     })
 }
 
+/// A lease the reset took.
+struct Took {
+    /// The lease as now held by the reset.
+    lease: Lease,
+    /// Who held it just before (`None`: nobody).
+    from: Option<String>,
+    /// When the take that succeeded was sent.
+    sent: Instant,
+}
+
 /// Takes `lease` for `me`, reading the row again when it changed meanwhile. Without `force` a
-/// row that an instance took meanwhile refuses the reset.
+/// row that an instance took meanwhile refuses the reset. A take whose answer was lost (a
+/// timeout, a 5xx, or a retry that found the reset's own write and so read as lost) is
+/// settled by the row read back: when it names `me`, the take landed.
 async fn take(
-    aws: &Aws,
+    store: &dyn LeaseStore,
     stream: &str,
     lease: &Lease,
     me: &str,
     force: bool,
-) -> Result<Lease, Failure> {
-    let store = &aws.store;
+) -> Result<Took, Failure> {
     let mut current = lease.clone();
     for _ in 0..TAKE_ATTEMPTS {
+        let sent = Instant::now();
         match store.take(&current, me).await {
-            Ok(taken) => return Ok(taken),
-            Err(e) if e.is_lost() => {
+            Ok(taken) => {
+                return Ok(Took {
+                    lease: taken,
+                    from: current.owner,
+                    sent,
+                });
+            }
+            Err(e) if e.is_lost() || e.is_retryable() => {
                 let ids = [current.shard_id.clone()];
-                let fresh = store.get(stream, &ids).await.map_err(|e| {
-                    Failure::failed(format!("reading the row of `{}` again: {e}", ids[0]))
+                let fresh = store.get(stream, &ids).await.map_err(|read| {
+                    Failure::failed(format!(
+                        "taking the lease of `{}` failed ({e}), and reading its row again                          failed: {read}",
+                        ids[0]
+                    ))
                 })?;
                 let Some(fresh) = fresh.into_iter().next() else {
                     return Err(Failure::failed(format!(
@@ -722,6 +754,19 @@ async fn take(
                         ids[0]
                     )));
                 };
+                if fresh.owner.as_deref() == Some(me) {
+                    return Ok(Took {
+                        lease: fresh,
+                        from: current.owner,
+                        sent,
+                    });
+                }
+                if !e.is_lost() {
+                    return Err(Failure::failed(format!(
+                        "taking the lease of `{}` failed: {e}",
+                        current.shard_id
+                    )));
+                }
                 if !force && let Some(owner) = &fresh.owner {
                     return Err(Failure::refused(format!(
                         "`{owner}` wrote the lease of `{}` meanwhile (a live instance holds \
@@ -746,10 +791,13 @@ async fn take(
 }
 
 /// Releases every lease; the error names those that could not be released.
-async fn release_all(aws: &Aws, leases: impl IntoIterator<Item = Lease>) -> Result<(), String> {
+async fn release_all(
+    store: &dyn LeaseStore,
+    leases: impl IntoIterator<Item = Lease>,
+) -> Result<(), String> {
     let mut failures = Vec::new();
     for lease in leases {
-        if let Err(e) = aws.store.release(&lease).await {
+        if let Err(e) = store.release(&lease).await {
             eprintln!(
                 "kinesis-dataflow: releasing the lease of `{}` failed: {e}",
                 lease.shard_id
@@ -766,7 +814,7 @@ async fn release_all(aws: &Aws, leases: impl IntoIterator<Item = Lease>) -> Resu
 
 /// Moves the roster row (when there is one), so running instances list at once and take the
 /// released leases within about a second. Failure only delays that to their next listing.
-async fn bump_roster(store: &kinesis_dataflow::DynamoLeaseStore, stream: &str, me: &str) {
+async fn bump_roster(store: &dyn LeaseStore, stream: &str, me: &str) {
     let ids = [WORKER_PREFIX.to_owned()];
     if let Ok(Some(roster)) = store
         .get(stream, &ids)
@@ -971,6 +1019,231 @@ mod tests {
         assert_eq!(
             new_checkpoint(&Position::Sequence("3".into()), &open, &now),
             Checkpoint::Start(StartingPoint::AtSequence("3".into()))
+        );
+    }
+}
+
+/// The reset's takes racing an instance, in memory under paused time: a real subscription on
+/// [`MemoryKinesis`](kinesis_dataflow::MemoryKinesis) and the reset's own steps on the same
+/// [`MemoryLeaseStore`](kinesis_dataflow::MemoryLeaseStore).
+#[cfg(test)]
+mod races {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use kinesis_dataflow::api::SharedKinesis;
+    use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
+    use kinesis_dataflow::lease::{LeaseError, LeaseFuture};
+    use kinesis_dataflow::{
+        KinesisPosition, MemoryKinesis, MemoryLeaseStore, ReadSettings, Subscription,
+        SubscriptionBuilder,
+    };
+    use kinesis_dataflow_test_support::read_until;
+
+    use super::*;
+    use crate::args::Target;
+
+    const STREAM: &str = "orders";
+    const SHARD: &str = "shardId-000000000000";
+    /// The instances' lease duration, which the reset is told.
+    const LEASE: Duration = Duration::from_secs(3);
+    /// Long enough for anything asked of an instance here, in paused time.
+    const PATIENCE: Duration = Duration::from_secs(60);
+
+    /// A one-shard stream with `first-00..04` in it, and an empty lease store.
+    fn one_shard() -> (MemoryKinesis, SharedKinesis, MemoryLeaseStore) {
+        let memory = MemoryKinesis::new();
+        memory.add_stream(STREAM, 1).unwrap();
+        put(&memory, "first", 5);
+        let api: SharedKinesis = Arc::new(memory.clone());
+        (memory, api, MemoryLeaseStore::new())
+    }
+
+    /// Puts `tag-00..count` on the one shard; their payloads.
+    fn put(memory: &MemoryKinesis, tag: &str, count: usize) -> BTreeSet<String> {
+        (0..count)
+            .map(|i| {
+                let payload = format!("{tag}-{i:02}");
+                memory.put(STREAM, "key", payload.clone()).unwrap();
+                payload
+            })
+            .collect()
+    }
+
+    /// An instance that lists, renews and checkpoints quickly, from the oldest record.
+    fn instance(api: &SharedKinesis, store: &MemoryLeaseStore, owner: &str) -> SubscriptionBuilder {
+        Subscription::builder(api.clone(), Arc::new(store.clone()), STREAM)
+            .owner(owner)
+            .read_settings(
+                ReadSettings::default()
+                    .poll_interval(Duration::from_millis(100))
+                    .unlimited_reads(),
+            )
+            .list_interval(Duration::from_millis(300))
+            .lease_duration(LEASE)
+            .checkpoint_interval(Duration::from_millis(100))
+            .shutdown_timeout(Duration::from_secs(2))
+            .initial_position(KinesisPosition::horizon())
+    }
+
+    /// The shard's row as `store` has it now.
+    async fn row(store: &dyn LeaseStore) -> Lease {
+        let ids = [SHARD.to_owned()];
+        store.get(STREAM, &ids).await.unwrap().remove(0)
+    }
+
+    /// Waits until `owner` holds the shard's lease.
+    async fn held_by(store: &dyn LeaseStore, owner: &str) {
+        let waited = tokio::time::timeout(PATIENCE, async {
+            while row(store).await.owner.as_deref() != Some(owner) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "`{owner}` never took the lease");
+    }
+
+    /// `reset --to horizon` (with `--force` or not) as planned from the table as it is now.
+    async fn horizon_plan(store: &dyn LeaseStore, force: bool) -> (ResetArgs, Plan) {
+        let args = ResetArgs {
+            target: Target {
+                table: "leases".into(),
+                stream: STREAM.into(),
+            },
+            to: Position::Horizon,
+            shards: vec![],
+            dry_run: false,
+            force,
+            lease_duration_ms: u64::try_from(LEASE.as_millis()).unwrap(),
+            json: true,
+        };
+        let row = row(store).await;
+        let shard = Shard {
+            id: SHARD.into(),
+            parents: vec![],
+            starting_sequence_number: row.starting_sequence_number.clone().unwrap(),
+            ending_sequence_number: None,
+        };
+        let rows = vec![LeaseRow {
+            lease: row,
+            last_written_ms: None,
+        }];
+        let reading = Reading::new(vec![shard], rows, time::now_ms());
+        let (with_rows, skipped) = with_rows(&args, &reading).unwrap();
+        let latest = StartingPoint::since(SystemTime::now());
+        let plan = plan(&args, &reading, with_rows, skipped, &latest).unwrap();
+        (args, plan)
+    }
+
+    /// The lease is free when the reset reads the table; an instance takes it before the
+    /// reset's take. A forced reset takes it from that instance, and must hold it until the
+    /// instance has stopped reading (as for a lease held when read): released at once, the
+    /// instance's reader, which has not yet found the lease gone, would go on reading from
+    /// its old position beside the reader taking the free lease.
+    #[tokio::test(start_paused = true)]
+    async fn a_forced_reset_holds_a_lease_an_instance_took_after_the_reading() {
+        let (memory, api, store) = one_shard();
+        let (args, plan) = horizon_plan_after_a_first_reader(&api, &store, true).await;
+        assert_eq!(plan.changes[0].row.lease.owner, None, "read free");
+        let mut b = instance(&api, &store, "b").start().await.unwrap();
+        held_by(&store, "b").await;
+        apply(&store, &args, &plan.changes).await.unwrap();
+
+        // What arrives now may only be read after the shard is read again from the horizon.
+        let mut all = first_records();
+        all.extend(put(&memory, "late", 1));
+        let got = read_until(&mut b, &all, "everything again", PATIENCE).await;
+        assert_eq!(
+            got.first().map(|(_, payload)| payload.as_str()),
+            Some("first-00"),
+            "read again from the horizon first, nothing from the old position: {got:?}"
+        );
+        b.shutdown().await;
+    }
+
+    /// The same race without `--force`: refused (exit status 3), nothing written, the lease
+    /// left with the instance.
+    #[tokio::test(start_paused = true)]
+    async fn a_reset_without_force_is_refused_when_an_instance_took_the_lease_meanwhile() {
+        let (_memory, api, store) = one_shard();
+        let (args, plan) = horizon_plan_after_a_first_reader(&api, &store, false).await;
+        let mut b = instance(&api, &store, "b").start().await.unwrap();
+        held_by(&store, "b").await;
+        let before = row(&store).await.checkpoint;
+        let refused = apply(&store, &args, &plan.changes).await.unwrap_err();
+        assert_eq!(refused.code, 3, "{}", refused.message);
+        assert!(
+            refused.message.contains("`b`")
+                && refused.message.contains("no checkpoint was changed"),
+            "{}",
+            refused.message
+        );
+        let after = row(&store).await;
+        assert_eq!(
+            (after.owner.as_deref(), after.checkpoint),
+            (Some("b"), before)
+        );
+        b.shutdown().await;
+    }
+
+    /// The payloads [`one_shard`] puts.
+    fn first_records() -> BTreeSet<String> {
+        (0..5).map(|i| format!("first-{i:02}")).collect()
+    }
+
+    /// A first instance reads the five records and stops gracefully (the lease free, settled
+    /// at the last record); then the plan of a reset to the horizon, read from the table.
+    async fn horizon_plan_after_a_first_reader(
+        api: &SharedKinesis,
+        store: &MemoryLeaseStore,
+        force: bool,
+    ) -> (ResetArgs, Plan) {
+        let mut first = instance(api, store, "first").start().await.unwrap();
+        read_until(&mut first, &first_records(), "the first records", PATIENCE).await;
+        first.shutdown().await;
+        horizon_plan(store, force).await
+    }
+
+    /// Applies the reset's first take, then answers as a timeout would: the take's outcome is
+    /// unknown to the reset.
+    struct FirstTakeUnanswered(std::sync::atomic::AtomicBool);
+
+    impl LeaseLayer for FirstTakeUnanswered {
+        fn around<'a, T: Send + 'a>(
+            &'a self,
+            call: LeaseCall<'a>,
+            next: LeaseFuture<'a, T>,
+        ) -> LeaseFuture<'a, T> {
+            let LeaseCall::Take { lease, .. } = call else {
+                return next;
+            };
+            if self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return next;
+            }
+            Box::pin(async move {
+                next.await?;
+                Err(LeaseError::Unavailable {
+                    table: "leases".into(),
+                    operation: call.operation(),
+                    message: format!("no answer for `{}`", lease.shard_id),
+                    source: None,
+                })
+            })
+        }
+    }
+
+    /// The reset's take of a free lease is applied but its answer lost: the row read back
+    /// names the reset, so the take landed; the reset goes on, and leaves no lease behind.
+    #[tokio::test(start_paused = true)]
+    async fn a_take_whose_answer_was_lost_is_settled_by_reading_the_row_back() {
+        let (_memory, api, store) = one_shard();
+        let (args, plan) = horizon_plan_after_a_first_reader(&api, &store, false).await;
+        let layered = LayeredStore::new(Arc::new(store.clone()), FirstTakeUnanswered(false.into()));
+        apply(&layered, &args, &plan.changes).await.unwrap();
+        let after = row(&store).await;
+        assert_eq!(
+            (after.owner, after.checkpoint),
+            (None, Some(Checkpoint::Start(StartingPoint::TrimHorizon)))
         );
     }
 }
