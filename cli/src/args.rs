@@ -73,7 +73,10 @@ defaults: the first record read again 7.8 s after the reset began).
 Every shard of the stream is reset by default, parents and children alike: at horizon or a
 timestamp the whole tree is read again, parents before children; a finished shard is read
 again too. An application that starts with `start_at(..)` opens its first shards there, ahead
-of any checkpoint.";
+of any checkpoint.
+
+The row of a shard of an earlier stream of the same name (deleted and created again) is
+replaced by a row of the listed shard at the new position.";
 
 /// The command line as clap reads it.
 #[derive(Debug, Parser)]

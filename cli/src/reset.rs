@@ -4,6 +4,11 @@
 //! plan; refuse while live instances hold leases to change (unless `--force`); then take every
 //! lease to change (conditional on its owner and counter), write the new checkpoints, release
 //! the leases, and move the roster row so running instances take them again at once.
+//!
+//! A row written for an earlier stream of the same name (deleted and created again) is not the
+//! listed shard's: the library would replace it at its next listing, and a checkpoint written
+//! into it would be lost. The reset replaces it itself, while it holds it, by a row of the
+//! listed shard at the new position.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime};
@@ -35,8 +40,11 @@ struct Change {
     shard: Shard,
     row: LeaseRow,
     to: Checkpoint,
-    /// The checkpoint is not already `to`.
+    /// The checkpoint is not already `to`, or the row is of an earlier stream.
     changed: bool,
+    /// The row was written for a shard of an earlier stream of the same name: it is replaced
+    /// by a row of this shard (see [`is_earlier_stream`]).
+    earlier_stream: bool,
     /// Its holder counts as live.
     live_owner: bool,
 }
@@ -194,8 +202,10 @@ fn plan(
         .into_iter()
         .map(|(shard, row)| {
             let to = new_checkpoint(&args.to, &shard, latest);
+            let earlier_stream = is_earlier_stream(&row.lease, &shard);
             Change {
-                changed: row.lease.checkpoint.as_ref() != Some(&to),
+                changed: earlier_stream || row.lease.checkpoint.as_ref() != Some(&to),
+                earlier_stream,
                 live_owner: reading.is_live(&row),
                 shard,
                 row,
@@ -278,6 +288,21 @@ fn targets(args: &ResetArgs, shards: &[Shard]) -> Result<Vec<Shard>, Failure> {
         .collect()
 }
 
+/// True when `row` was written for a shard of an earlier stream of the same name: it records
+/// a starting sequence number other than the listed shard's. The library's rule (a row written
+/// before the number was recorded counts as this stream's): such a row is deleted at the next
+/// listing and the shard read from its beginning.
+fn is_earlier_stream(row: &Lease, shard: &Shard) -> bool {
+    row.starting_sequence_number
+        .as_deref()
+        .is_some_and(|seq| seq != shard.starting_sequence_number)
+}
+
+/// True when the shard's row says it was read to its end: SHARD_END in a row of this stream.
+fn is_finished(row: &Lease, shard: &Shard) -> bool {
+    row.is_finished() && !is_earlier_stream(row, shard)
+}
+
 /// Whether a decimal sequence number is at most another.
 fn seq_le(a: &str, b: &str) -> bool {
     let (a, b) = (a.trim_start_matches('0'), b.trim_start_matches('0'));
@@ -348,7 +373,7 @@ fn notes(
     let reset: HashSet<&str> = changes.iter().map(|c| c.shard.id.as_str()).collect();
     let mut notes = Vec::new();
     for change in changes.iter().filter(|c| c.changed) {
-        if change.row.lease.is_finished() && change.to != Checkpoint::ShardEnd {
+        if is_finished(&change.row.lease, &change.shard) && change.to != Checkpoint::ShardEnd {
             let children: Vec<&str> = shards
                 .iter()
                 .filter(|s| s.parents.contains(&change.shard.id))
@@ -367,6 +392,29 @@ fn notes(
                 ));
             }
         }
+    }
+    let earlier: Vec<String> = changes
+        .iter()
+        .filter(|c| c.earlier_stream)
+        .map(|c| {
+            format!(
+                "{} (the row's shard began at {}, this stream's at {})",
+                c.shard.id,
+                c.row
+                    .lease
+                    .starting_sequence_number
+                    .as_deref()
+                    .unwrap_or("?"),
+                c.shard.starting_sequence_number
+            )
+        })
+        .collect();
+    if !earlier.is_empty() {
+        notes.push(format!(
+            "rows written for an earlier stream of the same name (deleted and created again): \
+             {}; each is replaced by a row of this stream's shard at the new position",
+            earlier.join(", ")
+        ));
     }
     if args.to == Position::Latest && changes.iter().any(|c| c.changed && c.shard.is_closed()) {
         notes.push(
@@ -391,7 +439,7 @@ fn held_children(
     let mut refused = Vec::new();
     let mut seen = HashSet::new();
     for change in changes.iter().filter(|c| c.changed) {
-        if !change.row.lease.is_finished() || change.to == Checkpoint::ShardEnd {
+        if !is_finished(&change.row.lease, &change.shard) || change.to == Checkpoint::ShardEnd {
             continue;
         }
         let mut parents = vec![change.shard.id.as_str()];
@@ -407,7 +455,9 @@ fn held_children(
                 let row = rows.get(id);
                 match row.and_then(|row| row.lease.owner.as_deref()) {
                     Some(holder) => refused.push(format!("{id} (held by `{holder}`)")),
-                    None if row.is_some_and(|row| row.lease.is_finished()) => parents.push(id),
+                    None if row.is_some_and(|row| is_finished(&row.lease, child)) => {
+                        parents.push(id);
+                    }
                     None => {}
                 }
             }
@@ -501,7 +551,7 @@ fn change_cells(c: &Change) -> Vec<String> {
         c.shard.id.clone(),
         shard_state(&c.shard).to_owned(),
         owner,
-        output::checkpoint(c.row.lease.checkpoint.as_ref()),
+        from_text(c),
         if c.changed {
             output::checkpoint(Some(&c.to))
         } else {
@@ -509,6 +559,18 @@ fn change_cells(c: &Change) -> Vec<String> {
         },
     ]
 }
+
+/// The checkpoint a change moves from, in words: none for a row of an earlier stream.
+fn from_text(c: &Change) -> String {
+    if c.earlier_stream {
+        EARLIER_STREAM_ROW.to_owned()
+    } else {
+        output::checkpoint(c.row.lease.checkpoint.as_ref())
+    }
+}
+
+/// What the plan says in place of the checkpoint of a row of an earlier stream.
+const EARLIER_STREAM_ROW: &str = "- (row of an earlier stream of the same name)";
 
 /// `open` or `closed`.
 fn shard_state(shard: &Shard) -> &'static str {
@@ -530,6 +592,7 @@ fn plan_json(args: &ResetArgs, aws: &Aws, plan: &Plan) -> Value {
                 "from": c.row.lease.checkpoint.as_ref().map(Checkpoint::encode),
                 "to": c.to.encode(),
                 "changed": c.changed,
+                "earlier_stream_row": c.earlier_stream,
             })
         })
         .collect();
@@ -647,7 +710,8 @@ struct Writes {
     to_release: Vec<Lease>,
 }
 
-/// Writes the new checkpoints under the leases held, stopping at the first failure.
+/// Writes the new checkpoints under the leases held, stopping at the first failure. A row of
+/// an earlier stream is replaced instead (see [`replace`]).
 async fn write_all(store: &dyn LeaseStore, held: Vec<(Lease, &Change)>, json: bool) -> Writes {
     let mut writes = Writes {
         written: Vec::new(),
@@ -659,29 +723,101 @@ async fn write_all(store: &dyn LeaseStore, held: Vec<(Lease, &Change)>, json: bo
             writes.to_release.push(lease);
             continue;
         }
-        match store.checkpoint(&lease, &change.to).await {
+        let written = if change.earlier_stream {
+            replace(store, &lease, change).await
+        } else {
+            store.checkpoint(&lease, &change.to).await.map_err(|e| {
+                let message = format!(
+                    "writing the checkpoint of `{}` failed: {e}",
+                    change.shard.id
+                );
+                (message, Some(lease))
+            })
+        };
+        match written {
             Ok(lease) => {
                 if !json {
                     println!(
                         "{}: {} -> {}",
                         change.shard.id,
-                        output::checkpoint(change.row.lease.checkpoint.as_ref()),
+                        from_text(change),
                         output::checkpoint(Some(&change.to))
                     );
                 }
                 writes.written.push(change.shard.id.clone());
                 writes.to_release.push(lease);
             }
-            Err(e) => {
-                writes.failed = Some(format!(
-                    "writing the checkpoint of `{}` failed: {e}",
-                    change.shard.id
-                ));
-                writes.to_release.push(lease);
+            Err((message, still_held)) => {
+                writes.failed = Some(message);
+                writes.to_release.extend(still_held);
             }
         }
     }
     writes
+}
+
+/// Replaces `held`, a row of an earlier stream of the same name that the reset holds, by a row
+/// of the listed shard (its parents and starting sequence number) at the new checkpoint, held
+/// by the reset like the rows it writes: the old row is deleted (conditional on the reset's
+/// hold), then the new one created (conditional on there being none). Between the two an
+/// instance's listing may create the shard's row itself (at the application's position): the
+/// reset then fails, saying to run it again. On failure, the lease still held, if any.
+async fn replace(
+    store: &dyn LeaseStore,
+    held: &Lease,
+    change: &Change,
+) -> Result<Lease, (String, Option<Lease>)> {
+    let id = &change.shard.id;
+    if let Err(e) = store.delete(held).await {
+        let message = format!(
+            "deleting the row of `{id}` written for an earlier stream of the same name failed: \
+             {e}"
+        );
+        return Err((message, Some(held.clone())));
+    }
+    let row = Lease {
+        stream: held.stream.clone(),
+        shard_id: held.shard_id.clone(),
+        owner: held.owner.clone(),
+        counter: held.counter.saturating_add(1),
+        checkpoint: Some(change.to.clone()),
+        parents: change.shard.parents.clone(),
+        starting_sequence_number: Some(change.shard.starting_sequence_number.clone()),
+        limits: None,
+    };
+    let deleted = format!(
+        "the row of `{id}` written for an earlier stream of the same name was deleted, but"
+    );
+    let again = "run the reset again";
+    match store.create(&row).await {
+        Ok(true) => Ok(row),
+        Ok(false) => Err((
+            format!(
+                "{deleted} an instance created the row of this stream's shard meanwhile (at the \
+                 application's position); {again}"
+            ),
+            None,
+        )),
+        Err(e) => {
+            // The create may have landed all the same (a timeout): the row read back says.
+            let ids = [id.clone()];
+            match store
+                .get(&row.stream, &ids)
+                .await
+                .map(|rows| rows.into_iter().next())
+            {
+                Ok(Some(found)) if found.owner == row.owner => Ok(found),
+                _ => Err((
+                    format!(
+                        "{deleted} creating the row of this stream's shard failed: {e}; an \
+                         instance creates it at its next listing (at the application's \
+                         position): {again}"
+                    ),
+                    None,
+                )),
+            }
+        }
+    }
 }
 
 /// The reset's result from a failed write (if any), the shards written and the releases.
@@ -974,6 +1110,7 @@ mod tests {
                         row: rows[at].clone(),
                         to: Checkpoint::Start(StartingPoint::TrimHorizon),
                         changed: true,
+                        earlier_stream: false,
                         live_owner: false,
                     }
                 })
@@ -1105,6 +1242,16 @@ mod races {
 
     /// `reset --to horizon` (with `--force` or not) as planned from the table as it is now.
     async fn horizon_plan(store: &dyn LeaseStore, force: bool) -> (ResetArgs, Plan) {
+        horizon_plan_listing(store, None, force).await
+    }
+
+    /// [`horizon_plan`] with the shard listed as beginning at `listed_start` (default: where
+    /// its row says it begins).
+    async fn horizon_plan_listing(
+        store: &dyn LeaseStore,
+        listed_start: Option<&str>,
+        force: bool,
+    ) -> (ResetArgs, Plan) {
         let args = ResetArgs {
             target: Target {
                 table: "leases".into(),
@@ -1121,7 +1268,10 @@ mod races {
         let shard = Shard {
             id: SHARD.into(),
             parents: vec![],
-            starting_sequence_number: row.starting_sequence_number.clone().unwrap(),
+            starting_sequence_number: listed_start
+                .map(str::to_owned)
+                .or_else(|| row.starting_sequence_number.clone())
+                .unwrap(),
             ending_sequence_number: None,
         };
         let rows = vec![LeaseRow {
@@ -1244,6 +1394,95 @@ mod races {
         assert_eq!(
             (after.owner, after.checkpoint),
             (None, Some(Checkpoint::Start(StartingPoint::TrimHorizon)))
+        );
+    }
+
+    /// A row of shard 0 of an earlier stream of the same name, which began at `1`, read to its
+    /// end; the listed shard 0 begins at `2`.
+    async fn earlier_stream_row(store: &MemoryLeaseStore) {
+        let mut old = Lease::new(STREAM, SHARD, vec![]);
+        old.counter = 3;
+        old.checkpoint = Some(Checkpoint::ShardEnd);
+        old.starting_sequence_number = Some("1".into());
+        assert!(store.create(&old).await.unwrap());
+    }
+
+    /// A row of an earlier stream is planned as changed whatever its checkpoint, is not taken
+    /// for a finished shard, and is replaced by a row of the listed shard at the new position.
+    #[tokio::test(start_paused = true)]
+    async fn a_row_of_an_earlier_stream_is_replaced_by_one_of_the_listed_shard() {
+        let store = MemoryLeaseStore::new();
+        earlier_stream_row(&store).await;
+        let (args, plan) = horizon_plan_listing(&store, Some("2"), false).await;
+        let change = &plan.changes[0];
+        assert!(change.earlier_stream && change.changed);
+        assert_eq!(from_text(change), EARLIER_STREAM_ROW);
+        assert!(
+            plan.notes[0].contains("earlier stream of the same name")
+                && plan.notes[0].contains("began at 1, this stream's at 2"),
+            "{:?}",
+            plan.notes
+        );
+        apply(&store, &args, &plan.changes).await.unwrap();
+        let after = row(&store).await;
+        assert_eq!(after.starting_sequence_number.as_deref(), Some("2"));
+        assert_eq!(
+            after.checkpoint,
+            Some(Checkpoint::Start(StartingPoint::TrimHorizon))
+        );
+        assert_eq!(after.owner, None, "released");
+        assert!(after.counter > 3, "{after:?}");
+    }
+
+    /// Creates the listed shard's row (as an instance's listing does) right after the reset
+    /// deletes the row of the earlier stream.
+    struct CreatesAfterTheDelete(MemoryLeaseStore);
+
+    impl LeaseLayer for CreatesAfterTheDelete {
+        fn around<'a, T: Send + 'a>(
+            &'a self,
+            call: LeaseCall<'a>,
+            next: LeaseFuture<'a, T>,
+        ) -> LeaseFuture<'a, T> {
+            if !matches!(call, LeaseCall::Delete { .. }) {
+                return next;
+            }
+            Box::pin(async move {
+                let deleted = next.await?;
+                let mut new = Lease::new(STREAM, SHARD, vec![]);
+                new.starting_sequence_number = Some("2".into());
+                assert!(self.0.create(&new).await.unwrap());
+                Ok(deleted)
+            })
+        }
+    }
+
+    /// An instance's listing creates the shard's row between the reset's deletion of the
+    /// earlier stream's row and its creation of the new one: the reset fails (exit status 1)
+    /// saying so, and the instance's row is left as it made it.
+    #[tokio::test(start_paused = true)]
+    async fn a_row_created_by_an_instance_during_the_replacement_fails_the_reset_clearly() {
+        let store = MemoryLeaseStore::new();
+        earlier_stream_row(&store).await;
+        let (args, plan) = horizon_plan_listing(&store, Some("2"), false).await;
+        let layered = LayeredStore::new(
+            Arc::new(store.clone()),
+            CreatesAfterTheDelete(store.clone()),
+        );
+        let failed = apply(&layered, &args, &plan.changes).await.unwrap_err();
+        assert_eq!(failed.code, 1, "{}", failed.message);
+        assert!(
+            failed
+                .message
+                .contains("an instance created the row of this stream's shard meanwhile")
+                && failed.message.contains("run the reset again"),
+            "{}",
+            failed.message
+        );
+        let after = row(&store).await;
+        assert_eq!(
+            (after.owner, after.checkpoint, after.counter),
+            (None, None, 0)
         );
     }
 }

@@ -1,8 +1,9 @@
 //! The `kinesis-dataflow` command-line tool (the built binary, configured only by the standard
 //! AWS environment) against kinesis-local and dynalite, with real subscriptions making the
 //! rows: `status` and `workers` on a running instance, `reset` dry-run, refused, forced while
-//! running, and on stopped instances; every kind of bad input refused with a clear message,
-//! a non-zero exit and nothing written.
+//! running, on stopped instances, and after the stream was deleted and created again (the old
+//! rows replaced); every kind of bad input refused with a clear message, a non-zero exit and
+//! nothing written.
 
 use std::collections::BTreeSet;
 use std::process::Stdio;
@@ -70,6 +71,35 @@ impl App {
         let mut args = vec![command, "--table", &self.table, "--stream", &self.stream];
         args.extend_from_slice(extra);
         cli(&args).await
+    }
+
+    /// Deletes the stream and creates it again under the same name, with as many shards: the
+    /// rows of the old stream's shards stay in the lease table.
+    async fn create_again(&self, shards: i32) {
+        self.client
+            .delete_stream()
+            .stream_name(&self.stream)
+            .send()
+            .await
+            .unwrap();
+        let gone = tokio::time::timeout(Duration::from_secs(30), async {
+            while self
+                .client
+                .describe_stream_summary()
+                .stream_name(&self.stream)
+                .send()
+                .await
+                .is_ok()
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        assert!(gone.is_ok(), "the stream was never deleted");
+        // kinesis-local derives a shard's starting sequence number from the second its stream
+        // was created (AWS takes seconds to delete and create a stream anyway).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        support::create_stream(&self.client, &self.stream, shards).await;
     }
 
     async fn status(&self) -> Value {
@@ -480,6 +510,60 @@ async fn a_reset_to_the_horizon_reads_a_split_stream_again_parents_first() {
     let last_parent = got.iter().rposition(|p| p.starts_with("parent-")).unwrap();
     let first_child = got.iter().position(|p| p.starts_with("child-")).unwrap();
     assert!(last_parent < first_child, "parents first: {got:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_after_the_stream_was_created_again_applies_to_the_new_stream() {
+    support::init_tracing();
+    let app = App::new("cli-again", 1).await;
+    // The first stream, read and settled by an instance that then stops: its row stays.
+    let old = app.put("old", 3).await;
+    let mut sub = app.builder("instance-g").start().await.unwrap();
+    read_all(&mut sub, &payloads(&old), "the first stream").await;
+    app.status_until("caught up", |s| caught_up(s, "instance-g"))
+        .await;
+    sub.shutdown().await;
+
+    app.create_again(1).await;
+    let before = app.put("before", 3).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let between = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = payloads(&app.put("after", 3).await);
+    let reset = app
+        .run("reset", &["--to", &format!("timestamp:{between:.3}")])
+        .await
+        .ok();
+    assert!(
+        reset.stdout.contains("earlier stream of the same name")
+            && reset.stdout.contains("reset 1 shard"),
+        "{reset:#?}"
+    );
+    let listed = support::list_shards(&app.client, &app.stream)
+        .await
+        .unwrap();
+    let row = app.rows().await;
+    let row = row
+        .iter()
+        .find(|r| r.shard_id == listed[0].shard_id())
+        .unwrap();
+    assert_eq!(
+        row.starting_sequence_number.as_deref(),
+        listed[0]
+            .sequence_number_range()
+            .map(|r| r.starting_sequence_number()),
+        "a row of the new stream's shard: {row:?}"
+    );
+
+    // The application started again reads the new stream from the reset position: what came
+    // after the timestamp, nothing from before it.
+    let mut sub = app.builder("instance-g2").start().await.unwrap();
+    let got = read_all(&mut sub, &after, "the new stream from the timestamp").await;
+    sub.shutdown().await;
+    assert!(
+        got.iter().all(|p| after.contains(p)),
+        "nothing from before the timestamp ({before:?}): {got:?}"
+    );
 }
 
 /// Five records `parent-*` in the one shard, a split into two children, then ten records
