@@ -210,7 +210,8 @@ struct ResetFlags {
     /// instance is held two thirds of it before release
     #[arg(long = "lease-duration", value_name = "SECONDS", value_parser = lease_duration_ms, default_value = "10")]
     lease_duration_ms: u64,
-    /// print the plan (and what was done) as one JSON document
+    /// print the plan and what was done (outcome, written, failures) as one JSON document, once
+    /// the reset is over
     #[arg(long)]
     json: bool,
 }

@@ -64,28 +64,133 @@ pub async fn run(args: &ResetArgs) -> Result<(), Failure> {
     }
     let latest = StartingPoint::since(SystemTime::now());
     let plan = plan(args, &reading, with_rows, skipped, &latest)?;
-    if args.json {
-        let doc = plan_json(args, &aws, &plan);
-        output::print_json(&doc, false);
-    } else {
+    if !args.json {
         print!("{}", plan_text(args, &aws, &plan));
     }
-    match next_step(args, &plan) {
+    let (ending, applied) = match next_step(args, &plan) {
         Step::Stop(said) => {
             if !args.json {
                 println!("\n{said}");
             }
-            Ok(())
+            let ending = if args.dry_run {
+                Ending::DryRun
+            } else {
+                Ending::NothingToChange
+            };
+            (ending, Applied::default())
         }
-        Step::Refuse(message) => Err(Failure::refused(message)),
+        Step::Refuse(message) => (
+            Ending::Refused,
+            Applied {
+                failure: Some(Failure::refused(message)),
+                ..Applied::default()
+            },
+        ),
         Step::Apply => {
-            apply(&aws.store, args, &plan.changes).await?;
-            if !args.json {
+            let applied = apply(&aws.store, args, &plan.changes).await;
+            if !args.json && applied.failure.is_none() {
                 println!("\n{}", done_text(stream, plan.to_change()));
             }
-            Ok(())
+            (applied.ending(), applied)
+        }
+    };
+    if args.json {
+        let mut doc = plan_json(args, &aws.region, &plan);
+        add_outcome(&mut doc, ending, &applied);
+        output::print_json(&doc, false);
+    }
+    applied.result()
+}
+
+/// How a reset ended, as `--json` says it (`outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// `--dry-run`: nothing written.
+    DryRun,
+    /// Every checkpoint already where asked: nothing written.
+    NothingToChange,
+    /// Refused because live instances hold leases to change (exit status 3): nothing written.
+    Refused,
+    /// Every change written, every lease released.
+    Applied,
+    /// A call failed (exit status 1): `written` says which rows were written before it.
+    Failed,
+}
+
+impl Ending {
+    /// The word `--json` gives it.
+    fn word(self) -> &'static str {
+        match self {
+            Self::DryRun => "dry_run",
+            Self::NothingToChange => "nothing_to_change",
+            Self::Refused => "refused",
+            Self::Applied => "applied",
+            Self::Failed => "failed",
         }
     }
+}
+
+/// What applying the reset did.
+#[derive(Debug, Default)]
+struct Applied {
+    /// The shards whose rows were written (the checkpoint moved, or the row of an earlier
+    /// stream replaced), in the order written.
+    written: Vec<String>,
+    /// Each step that failed.
+    failures: Vec<StepFailure>,
+    /// Why the command fails (exit status 1 or 3); `None`: it succeeded.
+    failure: Option<Failure>,
+}
+
+impl Applied {
+    /// How the reset ended: applied, refused (exit status 3: an instance took a lease
+    /// meanwhile, without --force), or failed.
+    fn ending(&self) -> Ending {
+        match &self.failure {
+            None => Ending::Applied,
+            Some(failure) if failure.code == 3 => Ending::Refused,
+            Some(_) => Ending::Failed,
+        }
+    }
+
+    /// The command's result.
+    fn result(self) -> Result<(), Failure> {
+        self.failure.map_or(Ok(()), Err)
+    }
+}
+
+/// One step of the reset that failed on one shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StepFailure {
+    /// The shard.
+    shard_id: String,
+    /// `take`, `write` or `release`.
+    step: &'static str,
+    /// What went wrong.
+    error: String,
+}
+
+/// Adds the outcome to the plan's JSON document: `outcome`, `applied`, `exit_status`,
+/// `written`, `failures`, `error`, and `written` per shard.
+fn add_outcome(doc: &mut Value, ending: Ending, applied: &Applied) {
+    let written: HashSet<&str> = applied.written.iter().map(String::as_str).collect();
+    if let Some(shards) = doc["shards"].as_array_mut() {
+        for shard in shards {
+            let id = shard["shard_id"].as_str().unwrap_or_default();
+            shard["written"] = Value::Bool(written.contains(id));
+        }
+    }
+    let failures: Vec<Value> = applied
+        .failures
+        .iter()
+        .map(|f| json!({"shard_id": f.shard_id, "step": f.step, "error": f.error}))
+        .collect();
+    doc["outcome"] = json!(ending.word());
+    doc["applied"] = json!(ending == Ending::Applied);
+    doc["exit_status"] = json!(applied.failure.as_ref().map_or(0, |f| f.code));
+    doc["written"] = json!(applied.written);
+    doc["failures"] = json!(failures);
+    doc["error"] = json!(applied.failure.as_ref().map(|f| &f.message));
 }
 
 /// What the tool read: the stream's shards, the lease rows and their owners, and when.
@@ -578,7 +683,7 @@ fn shard_state(shard: &Shard) -> &'static str {
 }
 
 /// The plan as one JSON document.
-fn plan_json(args: &ResetArgs, aws: &Aws, plan: &Plan) -> Value {
+fn plan_json(args: &ResetArgs, region: &str, plan: &Plan) -> Value {
     let shards: Vec<Value> = plan
         .changes
         .iter()
@@ -604,7 +709,7 @@ fn plan_json(args: &ResetArgs, aws: &Aws, plan: &Plan) -> Value {
     json!({
         "table": args.target.table,
         "stream": args.target.stream,
-        "region": aws.region,
+        "region": region,
         "to": position_text(&args.to),
         "dry_run": args.dry_run,
         "force": args.force,
@@ -616,18 +721,23 @@ fn plan_json(args: &ResetArgs, aws: &Aws, plan: &Plan) -> Value {
 }
 
 /// Takes every lease to change, writes the checkpoints, releases the leases, moves the roster.
-async fn apply(
-    store: &dyn LeaseStore,
-    args: &ResetArgs,
-    changes: &[Change],
-) -> Result<(), Failure> {
+async fn apply(store: &dyn LeaseStore, args: &ResetArgs, changes: &[Change]) -> Applied {
     let me = format!(
         "{}{}-{}",
         kinesis_dataflow::lease::RESET_OWNER_PREFIX,
         std::process::id(),
         time::now_ms()
     );
-    let (held, hold_until) = take_all(store, args, changes, &me).await?;
+    let (held, hold_until) = match take_all(store, args, changes, &me).await {
+        Ok(taken) => taken,
+        Err((failure, failures)) => {
+            return Applied {
+                written: Vec::new(),
+                failures,
+                failure: Some(failure),
+            };
+        }
+    };
     let writes = write_all(store, held, args.json).await;
     if let Some(until) = hold_until {
         let left = until.saturating_duration_since(Instant::now());
@@ -640,9 +750,15 @@ async fn apply(
         }
         tokio::time::sleep_until(until).await;
     }
-    let released = release_all(store, writes.to_release).await;
+    let unreleased = release_all(store, writes.to_release).await;
     bump_roster(store, &args.target.stream, &me).await;
-    outcome(writes.failed, &writes.written, released)
+    let failed = writes.failed.as_ref().map(|f| f.error.clone());
+    let failure = outcome(failed, &writes.written, released(&unreleased)).err();
+    Applied {
+        written: writes.written,
+        failures: writes.failed.into_iter().chain(unreleased).collect(),
+        failure,
+    }
 }
 
 /// Takes every lease to change; when one cannot be taken, releases those taken and fails.
@@ -657,7 +773,7 @@ async fn take_all<'c>(
     args: &ResetArgs,
     changes: &'c [Change],
     me: &str,
-) -> Result<(Vec<(Lease, &'c Change)>, Option<Instant>), Failure> {
+) -> Result<(Vec<(Lease, &'c Change)>, Option<Instant>), (Failure, Vec<StepFailure>)> {
     let hold = Duration::from_millis(args.lease_duration_ms * 2 / 3);
     let mut held: Vec<(Lease, &Change)> = Vec::new();
     let mut hold_until: Option<Instant> = None;
@@ -678,8 +794,14 @@ async fn take_all<'c>(
                 held.push((took.lease, change));
             }
             Err(failure) => {
-                let released = release_all(store, held.into_iter().map(|(l, _)| l)).await;
-                return Err(take_failed(failure, released));
+                let unreleased = release_all(store, held.into_iter().map(|(l, _)| l)).await;
+                let took = StepFailure {
+                    shard_id: change.shard.id.clone(),
+                    step: "take",
+                    error: failure.message.clone(),
+                };
+                let failure = take_failed(failure, released(&unreleased));
+                return Err((failure, std::iter::once(took).chain(unreleased).collect()));
             }
         }
     }
@@ -705,7 +827,7 @@ struct Writes {
     /// The shards written.
     written: Vec<String>,
     /// The first write that failed (none is tried after it).
-    failed: Option<String>,
+    failed: Option<StepFailure>,
     /// Every lease held, to release.
     to_release: Vec<Lease>,
 }
@@ -747,8 +869,12 @@ async fn write_all(store: &dyn LeaseStore, held: Vec<(Lease, &Change)>, json: bo
                 writes.written.push(change.shard.id.clone());
                 writes.to_release.push(lease);
             }
-            Err((message, still_held)) => {
-                writes.failed = Some(message);
+            Err((error, still_held)) => {
+                writes.failed = Some(StepFailure {
+                    shard_id: change.shard.id.clone(),
+                    step: "write",
+                    error,
+                });
                 writes.to_release.extend(still_held);
             }
         }
@@ -926,11 +1052,11 @@ async fn take(
     )))
 }
 
-/// Releases every lease; the error names those that could not be released.
+/// Releases every lease; the releases that failed.
 async fn release_all(
     store: &dyn LeaseStore,
     leases: impl IntoIterator<Item = Lease>,
-) -> Result<(), String> {
+) -> Vec<StepFailure> {
     let mut failures = Vec::new();
     for lease in leases {
         if let Err(e) = store.release(&lease).await {
@@ -938,14 +1064,23 @@ async fn release_all(
                 "kinesis-dataflow: releasing the lease of `{}` failed: {e}",
                 lease.shard_id
             );
-            failures.push(lease.shard_id.clone());
+            failures.push(StepFailure {
+                shard_id: lease.shard_id.clone(),
+                step: "release",
+                error: e.to_string(),
+            });
         }
     }
+    failures
+}
+
+/// The releases as a result: the error names the leases that could not be released.
+fn released(failures: &[StepFailure]) -> Result<(), String> {
     if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("releasing {} failed", failures.join(", ")))
+        return Ok(());
     }
+    let shards: Vec<&str> = failures.iter().map(|f| f.shard_id.as_str()).collect();
+    Err(format!("releasing {} failed", shards.join(", ")))
 }
 
 /// Moves the roster row (when there is one), so running instances list at once and take the
@@ -1297,7 +1432,7 @@ mod races {
         assert_eq!(plan.changes[0].row.lease.owner, None, "read free");
         let mut b = instance(&api, &store, "b").start().await.unwrap();
         held_by(&store, "b").await;
-        apply(&store, &args, &plan.changes).await.unwrap();
+        apply(&store, &args, &plan.changes).await.result().unwrap();
 
         // What arrives now may only be read after the shard is read again from the horizon.
         let mut all = first_records();
@@ -1320,7 +1455,10 @@ mod races {
         let mut b = instance(&api, &store, "b").start().await.unwrap();
         held_by(&store, "b").await;
         let before = row(&store).await.checkpoint;
-        let refused = apply(&store, &args, &plan.changes).await.unwrap_err();
+        let refused = apply(&store, &args, &plan.changes)
+            .await
+            .result()
+            .unwrap_err();
         assert_eq!(refused.code, 3, "{}", refused.message);
         assert!(
             refused.message.contains("`b`")
@@ -1389,7 +1527,10 @@ mod races {
         let (_memory, api, store) = one_shard();
         let (args, plan) = horizon_plan_after_a_first_reader(&api, &store, false).await;
         let layered = LayeredStore::new(Arc::new(store.clone()), FirstTakeUnanswered(false.into()));
-        apply(&layered, &args, &plan.changes).await.unwrap();
+        apply(&layered, &args, &plan.changes)
+            .await
+            .result()
+            .unwrap();
         let after = row(&store).await;
         assert_eq!(
             (after.owner, after.checkpoint),
@@ -1423,7 +1564,7 @@ mod races {
             "{:?}",
             plan.notes
         );
-        apply(&store, &args, &plan.changes).await.unwrap();
+        apply(&store, &args, &plan.changes).await.result().unwrap();
         let after = row(&store).await;
         assert_eq!(after.starting_sequence_number.as_deref(), Some("2"));
         assert_eq!(
@@ -1469,7 +1610,10 @@ mod races {
             Arc::new(store.clone()),
             CreatesAfterTheDelete(store.clone()),
         );
-        let failed = apply(&layered, &args, &plan.changes).await.unwrap_err();
+        let failed = apply(&layered, &args, &plan.changes)
+            .await
+            .result()
+            .unwrap_err();
         assert_eq!(failed.code, 1, "{}", failed.message);
         assert!(
             failed
@@ -1484,5 +1628,107 @@ mod races {
             (after.owner, after.checkpoint, after.counter),
             (None, None, 0)
         );
+    }
+
+    /// Fails every checkpoint write of one shard.
+    struct WriteFails(&'static str);
+
+    impl LeaseLayer for WriteFails {
+        fn around<'a, T: Send + 'a>(
+            &'a self,
+            call: LeaseCall<'a>,
+            next: LeaseFuture<'a, T>,
+        ) -> LeaseFuture<'a, T> {
+            match call {
+                LeaseCall::Checkpoint { lease, .. } if lease.shard_id == self.0 => {
+                    Box::pin(async move {
+                        Err(LeaseError::Unavailable {
+                            table: "leases".into(),
+                            operation: call.operation(),
+                            message: "throttled".into(),
+                            source: None,
+                        })
+                    })
+                }
+                _ => next,
+            }
+        }
+    }
+
+    /// Two free rows; the second's checkpoint write fails. The JSON document says what was
+    /// done: the first row written, the second's write failed (and nothing after it tried),
+    /// every lease released, exit status 1.
+    #[tokio::test(start_paused = true)]
+    async fn the_json_document_says_which_rows_were_written_and_which_failed() {
+        let store = MemoryLeaseStore::new();
+        let ids = ["shardId-000000000000", "shardId-000000000001"];
+        let mut shards = Vec::new();
+        let mut rows = Vec::new();
+        for id in ids {
+            let mut row = Lease::new(STREAM, id, vec![]);
+            row.checkpoint = Some(Checkpoint::Sequence("5".into()));
+            row.starting_sequence_number = Some("1".into());
+            assert!(store.create(&row).await.unwrap());
+            shards.push(Shard {
+                id: id.into(),
+                parents: vec![],
+                starting_sequence_number: "1".into(),
+                ending_sequence_number: None,
+            });
+            rows.push(LeaseRow {
+                lease: row,
+                last_written_ms: None,
+            });
+        }
+        let args = ResetArgs {
+            target: Target {
+                table: "leases".into(),
+                stream: STREAM.into(),
+            },
+            to: Position::Horizon,
+            shards: vec![],
+            dry_run: false,
+            force: false,
+            lease_duration_ms: 3_000,
+            json: true,
+        };
+        let reading = Reading::new(shards, rows, time::now_ms());
+        let (with_rows, skipped) = with_rows(&args, &reading).unwrap();
+        let latest = StartingPoint::since(SystemTime::now());
+        let plan = plan(&args, &reading, with_rows, skipped, &latest).unwrap();
+        let layered = LayeredStore::new(Arc::new(store.clone()), WriteFails(ids[1]));
+        let applied = apply(&layered, &args, &plan.changes).await;
+
+        let mut doc = plan_json(&args, "test-region", &plan);
+        add_outcome(&mut doc, applied.ending(), &applied);
+        assert_eq!(doc["outcome"], "failed", "{doc:#}");
+        assert_eq!(doc["applied"], false);
+        assert_eq!(doc["exit_status"], 1);
+        assert_eq!(doc["written"], json!([ids[0]]));
+        assert_eq!(doc["shards"][0]["written"], true);
+        assert_eq!(doc["shards"][1]["written"], false);
+        assert_eq!(doc["failures"][0]["shard_id"], ids[1], "{doc:#}");
+        assert_eq!(doc["failures"][0]["step"], "write");
+        assert!(
+            doc["failures"][0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("throttled"),
+            "{doc:#}"
+        );
+        assert_eq!(doc["failures"].as_array().unwrap().len(), 1, "{doc:#}");
+        let error = doc["error"].as_str().unwrap();
+        assert!(
+            error.contains("written before it: shardId-000000000000"),
+            "{error}"
+        );
+        // The plan's fields are still there, as a script may read them.
+        assert_eq!(doc["shards"][1]["to"], "TRIM_HORIZON");
+        assert_eq!(doc["region"], "test-region");
+        for id in ids {
+            let ids = [id.to_owned()];
+            let row = store.get(STREAM, &ids).await.unwrap().remove(0);
+            assert_eq!(row.owner, None, "{id} released");
+        }
     }
 }

@@ -346,6 +346,22 @@ async fn refused_while_held(app: &App, owner: &str) {
         .await
         .ok();
     assert!(dry.stdout.contains("would be refused"), "{dry:#?}");
+    // Under --json the refusal is the document's outcome, with the same exit status.
+    let refused = app.run("reset", &["--to", "horizon", "--json"]).await;
+    assert_eq!(refused.code, 3, "{refused:#?}");
+    let doc = refused.json();
+    assert_eq!(doc["outcome"], "refused", "{doc:#}");
+    assert_eq!(doc["applied"], false, "{doc:#}");
+    assert_eq!(doc["exit_status"], 3, "{doc:#}");
+    assert_eq!(doc["written"], serde_json::json!([]), "{doc:#}");
+    assert!(
+        doc["error"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("`{owner}`")),
+        "{doc:#}"
+    );
+    assert_eq!(doc["shards"][0]["written"], false, "{doc:#}");
     assert_eq!(app.checkpoints().await, settled);
     assert!(
         app.rows().await.iter().all(|r| !r
@@ -369,6 +385,10 @@ async fn dry_run_writes_nothing(app: &App) {
     assert!(plan["refused"].is_null(), "{plan:#}");
     assert_eq!(plan["shards"][0]["to"], "TRIM_HORIZON");
     assert_eq!(plan["shards"][0]["changed"], true);
+    assert_eq!(plan["outcome"], "dry_run", "{plan:#}");
+    assert_eq!(plan["applied"], false, "{plan:#}");
+    assert_eq!(plan["exit_status"], 0, "{plan:#}");
+    assert_eq!(plan["shards"][0]["written"], false, "{plan:#}");
     assert_eq!(app.rows().await, before, "a dry run writes nothing");
 }
 
@@ -422,10 +442,26 @@ async fn reset_to_a_timestamp(
     at: jiff::Timestamp,
     expected: &BTreeSet<String>,
 ) {
+    let at_ms = at.as_millisecond();
     let at = format!("{at:.3}");
-    app.run("reset", &["--to", &format!("timestamp:{at}")])
+    let done = app
+        .run("reset", &["--to", &format!("timestamp:{at}"), "--json"])
         .await
-        .ok();
+        .ok()
+        .json();
+    // One document, printed once the reset is done: what was written, and no failure.
+    assert_eq!(done["outcome"], "applied", "{done:#}");
+    assert_eq!(done["applied"], true, "{done:#}");
+    assert_eq!(done["exit_status"], 0, "{done:#}");
+    assert_eq!(done["written"], serde_json::json!(["shardId-000000000000"]));
+    assert_eq!(done["failures"], serde_json::json!([]), "{done:#}");
+    assert!(done["error"].is_null(), "{done:#}");
+    assert_eq!(done["shards"][0]["written"], true, "{done:#}");
+    assert_eq!(
+        done["shards"][0]["to"],
+        format!("AT_TIMESTAMP:{at_ms}").as_str(),
+        "{done:#}"
+    );
     let mut sub = app.builder(owner).start().await.unwrap();
     let got = read_all(&mut sub, expected, "from the timestamp").await;
     assert!(
@@ -530,10 +566,16 @@ async fn a_reset_after_the_stream_was_created_again_applies_to_the_new_stream() 
     let between = jiff::Timestamp::now();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let after = payloads(&app.put("after", 3).await);
-    let reset = app
-        .run("reset", &["--to", &format!("timestamp:{between:.3}")])
+    let to = format!("timestamp:{between:.3}");
+    let dry = app
+        .run("reset", &["--to", &to, "--dry-run", "--json"])
         .await
-        .ok();
+        .ok()
+        .json();
+    assert_eq!(dry["shards"][0]["earlier_stream_row"], true, "{dry:#}");
+    assert_eq!(dry["shards"][0]["changed"], true, "{dry:#}");
+    assert_eq!(dry["outcome"], "dry_run", "{dry:#}");
+    let reset = app.run("reset", &["--to", &to]).await.ok();
     assert!(
         reset.stdout.contains("earlier stream of the same name")
             && reset.stdout.contains("reset 1 shard"),
