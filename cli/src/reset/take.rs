@@ -89,7 +89,7 @@ async fn read_back(
     let ids = [lease.shard_id.clone()];
     let fresh = store.get(stream, &ids).await.map_err(|read| {
         Failure::failed(format!(
-            "taking the lease of `{}` failed ({error}), and reading its row again                          failed: {read}",
+            "taking the lease of `{}` failed ({error}), and reading its row again failed: {read}",
             ids[0]
         ))
     })?;
