@@ -12,7 +12,10 @@
 //! end (which names the children), or with an error once its consumer is deregistered or its
 //! connection is cut ([`MemoryKinesis::cut_subscriptions`]). Events
 //! carry every record that arrived since the previous one (checked every 10 ms of the tokio
-//! clock), or none once a second while nothing arrives.
+//! clock), or none once a second while nothing arrives, with the continuation sequence number
+//! of the last record before the next one to read, as the service's do; from a shard's first
+//! position ever (no record before it, so no number to continue after) there is no event until
+//! a record arrives.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -252,6 +255,7 @@ impl MemoryKinesis {
             .shard_iterator(stream, shard, start)
             .map_err(|e| e.with_operation(op))?;
         let active = self.admit(stream, consumer_arn, shard)?;
+        let continuation = self.continuation_before(stream, &iterator);
         let lifetime = self.lock().fan_out.lifetime;
         let subscription = Subscription {
             _active: active,
@@ -262,7 +266,7 @@ impl MemoryKinesis {
             iterator: Some(iterator),
             ends_at: Instant::now() + lifetime,
             last_event: Instant::now(),
-            continuation: None,
+            continuation,
             generation: self.generation(),
         };
         Ok(futures::stream::unfold(subscription, |mut s| async move {
@@ -333,6 +337,20 @@ impl MemoryKinesis {
             key,
             number,
         })
+    }
+
+    /// The sequence number of the position just before where `iterator` reads: where a
+    /// subscription starting there has got to before its first record. `None` at the shard's
+    /// first position ever.
+    fn continuation_before(&self, stream: &str, iterator: &str) -> Option<String> {
+        let token = super::token::IteratorToken::decode(iterator)?;
+        let before = token.position.checked_sub(1)?;
+        let mut state = self.lock();
+        let number = self
+            .stream_mut(&mut state, Operation::SubscribeToShard, stream)
+            .ok()?
+            .number;
+        Some(super::sequence::encode(number, token.shard, before))
     }
 
     fn consumer_exists(&self, consumer_arn: &str) -> bool {

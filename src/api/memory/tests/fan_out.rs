@@ -60,6 +60,47 @@ async fn a_subscription_ends_after_its_lifetime_and_heartbeats_meanwhile() {
     assert!((8..=10).contains(&heartbeats), "{heartbeats} heartbeats");
 }
 
+/// A subscription that starts after a record heartbeats while nothing arrives, as the
+/// service's do, continuing after that record; one from the shard's first position ever sends
+/// nothing until a record arrives (no sequence number names a place before it).
+#[tokio::test(start_paused = true)]
+async fn an_idle_subscription_heartbeats_once_a_record_lies_before_its_start() {
+    let kinesis = kinesis("s", 1);
+    let arn = kinesis
+        .register_stream_consumer("s", "app")
+        .await
+        .unwrap()
+        .consumer_arn;
+    let shard: Arc<str> = S0.into();
+    let mut empty = kinesis
+        .subscribe_to_shard("s", &arn, &shard, &StartingPoint::TrimHorizon)
+        .await
+        .unwrap();
+    let nothing = tokio::time::timeout(Duration::from_secs(10), empty.next()).await;
+    assert!(nothing.is_err(), "{nothing:?}");
+    drop(empty);
+    let (_, a) = kinesis.put("s", "k", "a").unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for start in [
+        StartingPoint::AfterSequence(a.clone()),
+        StartingPoint::Latest,
+    ] {
+        let mut events = kinesis
+            .subscribe_to_shard("s", &arn, &shard, &start)
+            .await
+            .unwrap();
+        let event = tokio::time::timeout(Duration::from_secs(2), events.next())
+            .await
+            .expect("a heartbeat within two seconds")
+            .unwrap()
+            .unwrap();
+        assert!(event.records.is_empty(), "{start:?}");
+        assert_eq!(event.continuation_sequence_number.as_ref(), Some(&a));
+        drop(events);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn deregistering_ends_its_subscriptions_with_an_error() {
     let kinesis = kinesis("s", 1);
