@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::reader::within_timeout;
 use crate::api::{ConsumerStatus, KinesisApi, StreamConsumer};
 use crate::error::{KinesisError, Operation};
 
@@ -13,12 +14,15 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// The consumer `name` of `stream`, ACTIVE: registered first when it does not exist (another
 /// instance registering it at the same time is fine), then described once a second until it
-/// is ACTIVE (the service takes a few seconds), at most [`CONSUMER_ACTIVATION_TIMEOUT`].
+/// is ACTIVE (the service takes a few seconds), at most [`CONSUMER_ACTIVATION_TIMEOUT`]. Each
+/// call is given up after [`READ_CALL_TIMEOUT`](super::READ_CALL_TIMEOUT) without an answer
+/// (a connection gone half-open), so this never hangs.
 ///
 /// # Errors
 ///
-/// The failed call's error (a missing stream, missing permissions, throttling), or
-/// [`KinesisError::Service`] naming the consumer when it did not become ACTIVE in time.
+/// The failed call's error (a missing stream, missing permissions, throttling; a call not
+/// answered in time is a retryable [`KinesisError::Service`]), or [`KinesisError::Service`]
+/// naming the consumer when it did not become ACTIVE in time.
 pub async fn register_consumer(
     api: &dyn KinesisApi,
     stream: &str,
@@ -26,10 +30,14 @@ pub async fn register_consumer(
 ) -> Result<StreamConsumer, KinesisError> {
     let deadline = tokio::time::Instant::now() + CONSUMER_ACTIVATION_TIMEOUT;
     loop {
-        let described = match api.describe_stream_consumer(stream, name).await {
+        let describe = api.describe_stream_consumer(stream, name);
+        let described = match within_timeout(Operation::DescribeStreamConsumer, stream, describe)
+            .await
+        {
             Ok(consumer) => consumer,
             Err(KinesisError::StreamNotFound { .. }) => {
-                match api.register_stream_consumer(stream, name).await {
+                let register = api.register_stream_consumer(stream, name);
+                match within_timeout(Operation::RegisterStreamConsumer, stream, register).await {
                     Ok(consumer) => {
                         tracing::info!(stream, consumer = name, "registered the fan-out consumer");
                         consumer

@@ -18,7 +18,10 @@
 //! event's continuation sequence number, so nothing is skipped or repeated. A failed
 //! subscription (another subscription of this consumer to the shard, as in a takeover race;
 //! a dropped connection; a deleted consumer, registered again) is reported on the stream and
-//! retried after the failure backoff, with polling's stop rule. Back-pressure: the next event
+//! retried after the failure backoff, with polling's stop rule. Every call is given up after
+//! [`READ_CALL_TIMEOUT`], and a subscription that sends no event for
+//! [`SUBSCRIPTION_IDLE_LIMIT`] is dropped and subscribed again after its last event, so no
+//! call or connection that never answers holds the shard unread. Back-pressure: the next event
 //! is taken only when everything of the previous one was, so at most one event waits in the
 //! reader, beyond what the transport's flow control lets the service send ahead. The end of
 //! a closed shard comes with the event that names its children; where a service does not send
@@ -42,7 +45,7 @@ pub(crate) use first_reads::FirstReads;
 pub(crate) use reader::{HangUp, ReadProbe};
 pub use settings::{
     DEFAULT_BATCH_SIZE, DEFAULT_FAILURE_BACKOFF, DEFAULT_MAX_FAILURES, DEFAULT_POLL_INTERVAL,
-    MAX_WAIT, READ_CALL_TIMEOUT, ReadSettings, SERVICE_READS_PER_SECOND,
+    MAX_WAIT, READ_CALL_TIMEOUT, ReadSettings, SERVICE_READS_PER_SECOND, SUBSCRIPTION_IDLE_LIMIT,
 };
 pub use stream::{ShardStream, ShardStreamBuilder};
 

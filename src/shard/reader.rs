@@ -446,8 +446,10 @@ impl Reader {
     }
 }
 
-/// `call`'s answer, or a retryable failure once [`READ_CALL_TIMEOUT`] passed without one.
-async fn within_timeout<T>(
+/// `call`'s answer, or a retryable failure ([`KinesisError::Service`] naming `operation`) once
+/// [`READ_CALL_TIMEOUT`] passed without one. Every call a reader makes goes through it, so no
+/// call that never answers holds the shard unread.
+pub(super) async fn within_timeout<T>(
     operation: Operation,
     stream: &str,
     call: impl Future<Output = Result<T, KinesisError>>,
@@ -458,7 +460,7 @@ async fn within_timeout<T>(
             Err(KinesisError::Service {
                 operation,
                 stream: stream.to_owned(),
-                message: format!("no answer within {READ_CALL_TIMEOUT:?}; the call is made again"),
+                message: format!("no answer within {READ_CALL_TIMEOUT:?}"),
                 source: None,
             })
         })

@@ -17,11 +17,24 @@ pub const DEFAULT_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
 pub const MAX_WAIT: Duration = Duration::from_secs(60 * 60);
 /// How many calls may fail in a row before the reader stops.
 pub const DEFAULT_MAX_FAILURES: u32 = 11;
-/// The longest a reader waits for one GetShardIterator or GetRecords answer. A call still
-/// unanswered then (a connection gone half-open, which the SDK's default timeouts do not
-/// bound) is given up and counts as a failed call, retried after the failure backoff, so it
-/// cannot hold its shard unread while the lease is renewed.
+/// The longest a reader waits for the answer to one of its calls: GetShardIterator and
+/// GetRecords, and with enhanced fan-out SubscribeToShard and the consumer's
+/// DescribeStreamConsumer and RegisterStreamConsumer. A call still unanswered then (a
+/// connection gone half-open, which the SDK's default timeouts do not bound) is given up and
+/// counts as a failed call, retried after the failure backoff, so it cannot hold its shard
+/// unread while the lease is renewed.
 pub const READ_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest an enhanced fan-out reader waits for its subscription's next event (two
+/// minutes). The service sends an event every few seconds on an open subscription, with no
+/// records when none arrive (its continuation sequence number records the progress even then),
+/// so a subscription silent this long has lost its connection without an error (one gone
+/// half-open: the SDK does not bound an event stream's silence). The reader drops it and
+/// subscribes again after the last event's continuation: reported as a lost connection, as
+/// one cut mid-stream is, when it had sent events; quietly when it had sent none, since a
+/// transport may send none on an idle shard (the in-memory one from a shard's first position
+/// until a record arrives). The wait runs only while the reader waits for an event: a consumer
+/// that does not take its records is not timed.
+pub const SUBSCRIPTION_IDLE_LIMIT: Duration = Duration::from_secs(120);
 
 /// The pacing and sizing of one shard reader.
 ///

@@ -16,11 +16,12 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 
 use super::hang_up::HangUp;
-use super::{Reader, Step};
+use super::{Reader, Step, within_timeout};
 use crate::api::{ChildShard, ShardEvent, ShardEvents};
-use crate::error::KinesisError;
+use crate::error::{KinesisError, Operation};
 use crate::position::StartingPoint;
 use crate::shard::consumer::register_consumer;
+use crate::shard::settings::SUBSCRIPTION_IDLE_LIMIT;
 
 /// How often a reader that bridges asks for a subscription again: the service's limit of one
 /// SubscribeToShard call a second per consumer and shard.
@@ -29,7 +30,7 @@ const SUBSCRIBE_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_sec
 /// Why a suspended reader does not subscribe (logged and counted as a refusal).
 fn suspended(stream: &str) -> KinesisError {
     KinesisError::ResourceInUse {
-        operation: crate::error::Operation::SubscribeToShard,
+        operation: Operation::SubscribeToShard,
         stream: stream.to_owned(),
         message: "suspended while a seek opens the shard's next reader".into(),
         source: None,
@@ -55,6 +56,9 @@ pub(super) struct FanOut {
     pub(super) events: HangUp,
     /// Where the next subscription goes on (after this sequence number).
     continuation: Option<String>,
+    /// The current subscription sent an event: the transport sends them on this shard, so
+    /// a silence of [`SUBSCRIPTION_IDLE_LIMIT`] means a lost connection.
+    heard: bool,
     last_end_probe: Option<Instant>,
     /// The wait before the next end probe: ten poll intervals, doubling while the shard stays
     /// idle, at most eighty; back to ten once records arrive.
@@ -69,6 +73,7 @@ impl FanOut {
             arn: None,
             events: HangUp::default(),
             continuation: None,
+            heard: false,
             last_end_probe: None,
             probe_every: None,
         }
@@ -92,6 +97,7 @@ impl Reader {
         self.first_iterator_at = Some(asked);
         match (&mut self.fan_out, events) {
             (Some(fan_out), Some(events)) => {
+                fan_out.heard = false;
                 fan_out.events.set(events);
             }
             _ => self.reopen_at = StartingPoint::since(asked),
@@ -123,9 +129,14 @@ impl Reader {
             }
         }
         let events = self.fan().events.clone();
-        let next = events.next().await?;
-        match next {
-            Some(Ok(event)) => self.event(event).await,
+        let Ok(next) = tokio::time::timeout(SUBSCRIPTION_IDLE_LIMIT, events.next()).await else {
+            return self.silent();
+        };
+        match next? {
+            Some(Ok(event)) => {
+                self.fan().heard = true;
+                self.event(event).await
+            }
             Some(Err(e)) => {
                 self.fan().events.clear();
                 self.refused_or_failed(e).err().flatten()
@@ -136,6 +147,40 @@ impl Reader {
                 None
             }
         }
+    }
+
+    /// No event came for [`SUBSCRIPTION_IDLE_LIMIT`]: the subscription is dropped and the reader
+    /// subscribes again after the last event's continuation. After an event, the silence is a
+    /// connection lost without an error (the service sends an event every few seconds, records
+    /// or not): a failed subscription, reported and counted as a connection cut mid-stream is.
+    /// With no event at all since subscribing it is replaced quietly (`None`: step again), as
+    /// when the service ends a subscription: a transport may send no event on an idle shard
+    /// (the in-memory one from a shard's first position until a record arrives), and a
+    /// resubscription there every limit costs one call.
+    fn silent(&mut self) -> Option<Step> {
+        if self.fan().events.is_hung_up() {
+            // Handed back meanwhile: the next step waits to be dropped.
+            return None;
+        }
+        self.fan().events.clear();
+        if !std::mem::take(&mut self.fan().heard) {
+            tracing::debug!(
+                limit = ?SUBSCRIPTION_IDLE_LIMIT,
+                "no event since subscribing; subscribing again"
+            );
+            return None;
+        }
+        let e = KinesisError::Service {
+            operation: Operation::SubscribeToShard,
+            stream: self.stream.to_string(),
+            message: format!(
+                "shard `{}`: no event within {SUBSCRIPTION_IDLE_LIMIT:?}, the subscription's \
+                 connection is taken for lost; subscribing again after its last event",
+                self.shard
+            ),
+            source: None,
+        };
+        Some(self.subscription_failed(e))
     }
 
     /// Fixes where the reader starts (see [`Reader::try_prime`]): a LATEST start subscribes
@@ -153,11 +198,14 @@ impl Reader {
             return match &self.reopen_at {
                 StartingPoint::AtSequence(_)
                 | StartingPoint::AfterSequence(_)
-                | StartingPoint::AfterSubSequence(..) => self
-                    .api
-                    .get_shard_iterator(&self.stream, &self.shard, &self.reopen_at)
-                    .await
-                    .map(drop),
+                | StartingPoint::AfterSubSequence(..) => within_timeout(
+                    Operation::GetShardIterator,
+                    &self.stream,
+                    self.api
+                        .get_shard_iterator(&self.stream, &self.shard, &self.reopen_at),
+                )
+                .await
+                .map(drop),
                 _ => Ok(()),
             };
         }
@@ -191,12 +239,16 @@ impl Reader {
             }
         };
         let at = self.subscribe_at();
-        let subscribed = self
-            .api
-            .subscribe_to_shard(&self.stream, &arn, &self.shard, &at)
-            .await;
+        let subscribed = within_timeout(
+            Operation::SubscribeToShard,
+            &self.stream,
+            self.api
+                .subscribe_to_shard(&self.stream, &arn, &self.shard, &at),
+        )
+        .await;
         match subscribed {
             Ok(events) => {
+                self.fan().heard = false;
                 if !self.fan().events.set(events) {
                     // Suspended meanwhile (a seek): dropped at once, read by GetRecords.
                     self.refused_for_now(&suspended(&self.stream));
@@ -363,16 +415,22 @@ impl Reader {
         }
         self.fan().last_end_probe = Some(Instant::now());
         let at = StartingPoint::AfterSequence(self.fan().continuation.clone()?);
-        let iterator = self
-            .api
-            .get_shard_iterator(&self.stream, &self.shard, &at)
-            .await
-            .ok()?;
-        let out = self
-            .api
-            .get_records(&self.stream, &self.shard, iterator, 1)
-            .await
-            .ok()?;
+        // A failed probe (one not answered in time too) is not reported: the reader goes back
+        // to its subscription, and the next probe asks again.
+        let iterator = within_timeout(
+            Operation::GetShardIterator,
+            &self.stream,
+            self.api.get_shard_iterator(&self.stream, &self.shard, &at),
+        )
+        .await
+        .ok()?;
+        let out = within_timeout(
+            Operation::GetRecords,
+            &self.stream,
+            self.api.get_records(&self.stream, &self.shard, iterator, 1),
+        )
+        .await
+        .ok()?;
         (out.records.is_empty() && out.next_shard_iterator.is_none()).then_some(out.child_shards)
     }
 }
