@@ -458,6 +458,45 @@ async fn a_reader_opened_inside_an_aggregate_whose_first_iterator_expires_still_
     assert_eq!(reopened_at(&memory), [start.clone(), start]);
 }
 
+/// `prime()` after a failed attempt (a transient GetShardIterator failure) fixes the position
+/// at the next call. Before, every later call returned false without asking ("the first
+/// iterator was already fetched and lost"), so a caller retrying until true looped forever.
+/// A LATEST start asked again opens at the time of the first request (nothing written since
+/// is skipped), and an expiry before the first read re-opens exactly there.
+#[tokio::test(start_paused = true)]
+async fn prime_after_a_failed_attempt_fixes_the_position() {
+    for start in [StartingPoint::Latest, StartingPoint::TrimHorizon] {
+        let (memory, api) = kinesis_with(0);
+        memory.inject(Fault::fail(Operation::GetShardIterator, "500"));
+        let mut shard = open(&api, ReadSettings::default(), start.clone());
+        assert!(!shard.prime().await, "{start:?}: the first attempt fails");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            shard.prime().await,
+            "{start:?}: the second attempt fixes it"
+        );
+        // The iterator expires before the first read.
+        tokio::time::sleep(Duration::from_secs(301)).await;
+        memory.put(STREAM, "key", "new").unwrap();
+        assert_eq!(text(&take(&mut shard, 1).await[0]), "new", "{start:?}");
+        let opened = reopened_at(&memory);
+        assert_eq!(opened.len(), 3, "{start:?}: {opened:?}");
+        assert_eq!(opened[0], start);
+        assert_eq!(
+            opened[1], opened[2],
+            "the expiry re-opens where the iterator was"
+        );
+        if start == StartingPoint::Latest {
+            assert!(
+                matches!(opened[1], StartingPoint::AtTimestamp(_)),
+                "{opened:?}"
+            );
+        } else {
+            assert_eq!(opened[1], start);
+        }
+    }
+}
+
 /// A fan-out reader whose subscription is refused for now reads by GetRecords (it bridges);
 /// an expired iterator there goes on after the last record read too.
 #[tokio::test(start_paused = true)]

@@ -72,7 +72,9 @@ pub(crate) struct Reader {
     idle: bool,
     /// Where the next GetShardIterator opens; `start` until an iterator expires.
     reopen_at: StartingPoint,
-    /// When the first GetShardIterator was sent.
+    /// When the first GetShardIterator was sent (answered or not). A LATEST start asked again
+    /// (the first request failed, or its iterator expired unread) opens at this time, so the
+    /// iterator obtained and every later one start there.
     first_iterator_at: Option<SystemTime>,
     /// The last record read (an aggregate read whole, with de-aggregation): the stream
     /// starts a step only once everything the previous one returned was taken, so when a
@@ -165,7 +167,8 @@ impl Reader {
     }
 
     /// Fetches the first iterator now, fixing where the reader starts. A failure is left to
-    /// the first step, which retries and reports it by the usual rules.
+    /// the first step, which retries and reports it by the usual rules; asked again, it tries
+    /// again.
     pub(crate) async fn prime(&mut self) -> bool {
         self.try_prime().await.is_ok()
     }
@@ -178,14 +181,8 @@ impl Reader {
         if self.iterator.is_some() {
             return Ok(());
         }
-        if self.first_iterator_at.is_some() {
-            return Err(KinesisError::Service {
-                operation: crate::error::Operation::GetShardIterator,
-                stream: self.stream.to_string(),
-                message: "the first iterator was already fetched and lost".into(),
-                source: None,
-            });
-        }
+        // No iterator, also after a failed attempt: fetched where the next step would fetch
+        // it (a LATEST start asked again opens at the time of the first request).
         match self.fetch_iterator().await {
             Ok(iterator) => {
                 self.iterator = Some(iterator);

@@ -338,7 +338,9 @@ impl ShardStream {
     /// Fixes the starting position now: fetches the first shard iterator before the stream is
     /// first polled, so that a LATEST reader sees every record written after this returns.
     /// Without it the iterator is fetched at the first poll. A failure is not reported here:
-    /// the first poll retries it and reports it by the usual rules.
+    /// the first poll retries it and reports it by the usual rules, and calling `prime` again
+    /// tries again (a LATEST start asked again opens at the time of the first attempt, so
+    /// nothing written after that is skipped).
     ///
     /// Returns true when the position is fixed (or the stream already started reading).
     pub async fn prime(&mut self) -> bool {
