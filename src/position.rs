@@ -126,6 +126,42 @@ impl KinesisPosition {
         }
     }
 
+    /// Why the service would refuse this position, or `None` when it would not: a sequence
+    /// number must be `0` or 1 to 129 decimal digits without a leading zero (the service's
+    /// `0|([1-9]\d{0,128})`), a shard id 1 to 128 letters, digits, `_`, `.` or `-`. A position
+    /// refused so at the service would fail every take of its shard, so a subscription refuses
+    /// it at `start` instead.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        let (shard, sequence_number) = match self {
+            Self::Sequence {
+                shard,
+                sequence_number,
+            }
+            | Self::SubSequence {
+                shard,
+                sequence_number,
+                ..
+            } => (shard, sequence_number),
+            Self::Horizon | Self::Latest | Self::Timestamp(_) => return None,
+        };
+        let shard_ok = (1..=128).contains(&shard.len())
+            && shard
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !shard_ok {
+            return Some(format!(
+                "the shard id {shard:?} must be 1 to 128 letters, digits, `_`, `.` or `-`"
+            ));
+        }
+        if !is_sequence_number(sequence_number) {
+            return Some(format!(
+                "the sequence number {sequence_number:?} must be 0 or 1 to 129 decimal digits \
+                 without a leading zero, as the service issues them"
+            ));
+        }
+        None
+    }
+
     /// Where this position opens `shard`, or `None` when it names another shard.
     #[must_use]
     pub fn for_shard(&self, shard: &str) -> Option<StartingPoint> {
@@ -159,6 +195,13 @@ impl KinesisPosition {
             }
         })
     }
+}
+
+/// True for a sequence number as the service issues and accepts them:
+/// `0|([1-9]\d{0,128})`.
+fn is_sequence_number(text: &str) -> bool {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    digits && (text == "0" || (!text.starts_with('0') && text.len() <= 129))
 }
 
 /// One GetShardIterator request: the five iterator types and their arguments.
@@ -527,6 +570,46 @@ mod tests {
         // A start at a time or at the horizon settles nothing comparable.
         let horizon = Checkpoint::Start(StartingPoint::TrimHorizon);
         assert!(through("20").is_ahead_of(Some(&horizon)));
+    }
+
+    #[test]
+    fn positions_the_service_would_refuse_say_why() {
+        let seq = |shard: &str, seq: &str| KinesisPosition::sequence(shard, seq).refusal();
+        let shard = "shardId-000000000000";
+        for accepted in ["0", "1", "4959", &"9".repeat(129)] {
+            assert_eq!(seq(shard, accepted), None, "{accepted}");
+        }
+        for refused in [
+            "",
+            " 1",
+            "1 ",
+            "01",
+            "00",
+            "1.5",
+            "-1",
+            "+1",
+            &"9".repeat(130),
+        ] {
+            let why = seq(shard, refused).unwrap_or_else(|| panic!("{refused:?} accepted"));
+            assert!(why.contains("sequence number"), "{why}");
+        }
+        for refused in ["", "shard 0", "shard/0", &"s".repeat(129)] {
+            let why = seq(refused, "1").unwrap_or_else(|| panic!("{refused:?} accepted"));
+            assert!(why.contains("shard id"), "{why}");
+        }
+        assert_eq!(seq(&"s".repeat(128), "1"), None);
+        assert!(
+            KinesisPosition::sub_sequence(shard, "01", 0)
+                .refusal()
+                .is_some()
+        );
+        for every in [
+            KinesisPosition::horizon(),
+            KinesisPosition::latest(),
+            KinesisPosition::timestamp(0),
+        ] {
+            assert_eq!(every.refusal(), None);
+        }
     }
 
     #[test]

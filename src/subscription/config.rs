@@ -210,6 +210,8 @@ impl SubscriptionConfig {
                 self.max_in_flight == 0,
                 "must be at least 1",
             ),
+            position_rule("start_at", self.start_at.as_ref()),
+            position_rule("initial_position", self.initial_position.as_ref()),
         ]);
         rules
     }
@@ -239,6 +241,12 @@ fn rule(setting: &'static str, value: String, refused: bool, reason: impl Into<S
 /// An optional count as a message shows it: the number, or `none`.
 fn optional(count: Option<impl ToString>) -> String {
     count.map_or_else(|| "none".to_owned(), |n| n.to_string())
+}
+
+/// A position setting: one the service would accept (see [`KinesisPosition::refusal`]).
+fn position_rule(setting: &'static str, position: Option<&KinesisPosition>) -> Rule {
+    let value = position.map_or_else(|| "none".to_owned(), |p| format!("{p:?}"));
+    (setting, value, position.and_then(KinesisPosition::refusal))
 }
 
 /// A duration setting: more than zero (unless `zero_allowed`) and at most [`MAX_DURATION`].
@@ -324,6 +332,16 @@ mod tests {
                 "0",
             ),
             (Box::new(|c| c.max_in_flight = 0), "max_in_flight", "0"),
+            (
+                Box::new(|c| c.start_at = Some(KinesisPosition::sequence("s", "4959 "))),
+                "start_at",
+                "Sequence",
+            ),
+            (
+                Box::new(|c| c.initial_position = Some(KinesisPosition::sequence("", "4959"))),
+                "initial_position",
+                "Sequence",
+            ),
         ];
         for (change, setting, value) in cases {
             let (named, shown) = refused(change).unwrap_or_else(|| panic!("{setting}: accepted"));

@@ -160,7 +160,10 @@ impl SubscriptionBuilder {
     /// Where the shards the subscription opens with start, ahead of their checkpoints: every
     /// start replays from here (the spec's `start_at`). Shards opened later (children,
     /// takeovers) resume from their checkpoints. Also where shards nobody has read yet begin,
-    /// unless [`initial_position`](Self::initial_position) says otherwise.
+    /// unless [`initial_position`](Self::initial_position) says otherwise. A position of one
+    /// record the service would refuse (a malformed sequence number or shard id) fails
+    /// [`start`](Self::start) with [`KinesisError::InvalidConfig`], as it does for
+    /// `initial_position`.
     pub fn start_at(mut self, position: KinesisPosition) -> Self {
         self.config.start_at = Some(position);
         self
