@@ -6,10 +6,13 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::{Stream, StreamExt};
 use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::LeaseStore;
+use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{
-    KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore, MultiSubscription, StreamSet,
-    SubscriptionBuilder,
+    Delivery, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore, MultiSubscription,
+    Record, StartingPoint, StreamSet, SubscriptionBuilder,
 };
 
 const STREAM: &str = "orders";
@@ -27,6 +30,36 @@ fn setup(shards: u32) -> (MemoryKinesis, SharedKinesis, MemoryLeaseStore) {
 
 fn fast(api: &SharedKinesis, store: &MemoryLeaseStore, owner: &str) -> SubscriptionBuilder {
     support::reading::fast(api, Arc::new(store.clone()), STREAM, owner)
+}
+
+/// Reads `n` deliveries (acking each) within `within`: their payloads, and the errors seen.
+async fn read<S>(sub: &mut S, n: usize, within: Duration) -> (Vec<String>, Vec<String>)
+where
+    S: Stream<Item = Result<Delivery<Record>, KinesisError>> + Unpin,
+{
+    let mut got = Vec::new();
+    let mut errors = Vec::new();
+    let _ = tokio::time::timeout(within, async {
+        while got.len() < n {
+            match sub.next().await {
+                Some(Ok(d)) => {
+                    got.push(String::from_utf8_lossy(d.data()).into_owned());
+                    d.ack();
+                }
+                Some(Err(e)) => errors.push(e.to_string()),
+                None => break,
+            }
+        }
+    })
+    .await;
+    (got, errors)
+}
+
+/// The checkpoint of `shard` of `stream` in the table.
+async fn checkpoint(store: &MemoryLeaseStore, stream: &str, shard: &str) -> Option<Checkpoint> {
+    (store.list(stream).await.unwrap().into_iter())
+        .find(|row| row.shard_id == shard)
+        .and_then(|row| row.checkpoint)
 }
 
 /// The setting an `InvalidConfig` names, or a panic saying what came instead.
@@ -74,10 +107,7 @@ async fn a_position_the_service_would_refuse_is_refused_at_start_naming_its_sett
         assert_eq!(refused_setting(started), "initial_position", "{position:?}");
         // Before any call: the table holds nothing of the stream.
         assert!(
-            kinesis_dataflow::lease::LeaseStore::list(&store, STREAM)
-                .await
-                .unwrap()
-                .is_empty(),
+            store.list(STREAM).await.unwrap().is_empty(),
             "{position:?}: nothing written"
         );
     }
@@ -105,4 +135,138 @@ async fn a_multi_stream_subscription_refuses_a_malformed_position_naming_its_set
     .await
     .expect("start answers");
     assert_eq!(refused_setting(started), "start_at");
+}
+
+/// Streams `a` and `b` of one shard each (so both have a shard `shardId-000000000000`), with
+/// records `a-0`, `a-1` and `b-0`; the sequence number of `a-0`.
+fn two_streams() -> (MemoryKinesis, SharedKinesis, MemoryLeaseStore, String) {
+    let memory = MemoryKinesis::new();
+    memory.add_stream("a", 1).unwrap();
+    memory.add_stream("b", 1).unwrap();
+    let seq_a = memory.put("a", "k", "a-0").unwrap().1;
+    memory.put("a", "k", "a-1").unwrap();
+    memory.put("b", "k", "b-0").unwrap();
+    let api: SharedKinesis = Arc::new(memory.clone());
+    (memory, api, MemoryLeaseStore::new(), seq_a)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_position_of_one_record_shared_by_every_stream_is_refused_saying_how_to_name_its_stream()
+{
+    let (_memory, api, store, seq_a) = two_streams();
+    let position = KinesisPosition::sequence(SHARD0, seq_a);
+    for setting in ["start_at", "initial_position"] {
+        let position = position.clone();
+        let started = tokio::time::timeout(
+            START_WITHIN,
+            MultiSubscription::builder(
+                api.clone(),
+                Arc::new(store.clone()),
+                StreamSet::new(["a", "b"]),
+            )
+            .configure(|each| {
+                let each = support::timings::with_fast_timings(each).owner("a");
+                match setting {
+                    "start_at" => each.start_at(position),
+                    _ => each.initial_position(position),
+                }
+            })
+            .start(),
+        )
+        .await
+        .expect("start answers");
+        match started {
+            Err(KinesisError::InvalidConfig {
+                setting: named,
+                reason,
+                ..
+            }) => {
+                assert_eq!(named, setting);
+                assert!(reason.contains(&format!("{setting}_for")), "{reason}");
+            }
+            other => panic!("{setting}: expected InvalidConfig, got {other:?}"),
+        }
+        assert!(
+            store.list("b").await.unwrap().is_empty(),
+            "no row of stream b was written"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_position_given_for_one_stream_applies_to_that_stream_only() {
+    let (memory, api, store, seq_a) = two_streams();
+    let mut all =
+        MultiSubscription::builder(api, Arc::new(store.clone()), StreamSet::new(["a", "b"]))
+            .configure(|each| support::timings::with_fast_timings(each).owner("x"))
+            .initial_position_for("a", KinesisPosition::sequence(SHARD0, seq_a.clone()))
+            .start()
+            .await
+            .unwrap();
+    memory.put("b", "k", "b-1").unwrap();
+    let (mut got, errors) = read(&mut all, 3, Duration::from_secs(20)).await;
+    got.sort();
+    assert_eq!(
+        got,
+        ["a-0", "a-1", "b-1"],
+        "a from its record, b from the tip"
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    let b = checkpoint(&store, "b", SHARD0).await;
+    assert!(
+        !matches!(b, Some(Checkpoint::Initial(StartingPoint::AtSequence(_)))),
+        "b's row does not begin at a's record: {b:?}"
+    );
+    all.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replay_given_for_a_stream_inserted_later_applies_at_its_start() {
+    let (memory, api, store, _) = two_streams();
+    memory.add_stream("c", 1).unwrap();
+    memory.put("c", "k", "c-0").unwrap();
+    let seq_c1 = memory.put("c", "k", "c-1").unwrap().1;
+    memory.put("c", "k", "c-2").unwrap();
+    let streams = StreamSet::new(["b"]);
+    let mut all = MultiSubscription::builder(api, Arc::new(store.clone()), streams.clone())
+        .configure(|each| {
+            support::timings::with_fast_timings(each)
+                .owner("x")
+                .start_at(KinesisPosition::horizon())
+        })
+        .start_at_for("c", KinesisPosition::sequence(SHARD0, seq_c1))
+        .start()
+        .await
+        .unwrap();
+    let (got, errors) = read(&mut all, 1, Duration::from_secs(20)).await;
+    assert_eq!(got, ["b-0"], "the shared position applies to b");
+    streams.insert("c");
+    let (got, errors_c) = read(&mut all, 2, Duration::from_secs(20)).await;
+    assert_eq!(got, ["c-1", "c-2"], "c from its own record");
+    assert!(
+        errors.is_empty() && errors_c.is_empty(),
+        "{errors:?} {errors_c:?}"
+    );
+    all.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_position_given_for_one_stream_the_service_would_refuse_is_refused_naming_it() {
+    let (_memory, api, store, _) = two_streams();
+    let started = tokio::time::timeout(
+        START_WITHIN,
+        MultiSubscription::builder(api, Arc::new(store.clone()), StreamSet::new(["a", "b"]))
+            .configure(|each| support::timings::with_fast_timings(each).owner("x"))
+            .start_at_for("b", KinesisPosition::sequence(SHARD0, "4959 "))
+            .start(),
+    )
+    .await
+    .expect("start answers");
+    match started {
+        Err(KinesisError::InvalidConfig { setting, value, .. }) => {
+            assert_eq!(setting, "start_at_for");
+            assert!(value.starts_with("b: "), "{value}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
 }

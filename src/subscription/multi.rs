@@ -11,7 +11,7 @@
 //! | a stream is removed | it stops gracefully: checkpoints flushed, leases released, rows kept |
 //! | a stream is deleted in Kinesis | two listings in a row find it gone: its readers stop and its rows are removed |
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -28,6 +28,7 @@ use crate::ack::Delivery;
 use crate::api::SharedKinesis;
 use crate::error::KinesisError;
 use crate::lease::SharedLeaseStore;
+use crate::position::KinesisPosition;
 use crate::record::Record;
 
 /// The streams a [`MultiSubscription`] reads: a shared, cloneable set. Inserting or removing
@@ -71,7 +72,11 @@ impl StreamSet {
 }
 
 /// Builds a [`MultiSubscription`]: every setting of a [`SubscriptionBuilder`] applies to each
-/// of its streams.
+/// of its streams, except a position of one record
+/// ([`KinesisPosition::sequence`], [`KinesisPosition::sub_sequence`]), which names a shard but
+/// not its stream while the streams share shard ids: give it for its stream with
+/// [`start_at_for`](Self::start_at_for) or
+/// [`initial_position_for`](Self::initial_position_for).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -102,6 +107,7 @@ impl StreamSet {
 pub struct MultiSubscriptionBuilder {
     each: SubscriptionBuilder,
     streams: StreamSet,
+    own: OwnPositions,
 }
 
 impl fmt::Debug for MultiSubscriptionBuilder {
@@ -109,21 +115,128 @@ impl fmt::Debug for MultiSubscriptionBuilder {
         f.debug_struct("MultiSubscriptionBuilder")
             .field("streams", &self.streams)
             .field("each", &self.each.config)
+            .field("own", &self.own)
             .finish()
     }
 }
 
+/// The positions given for one stream of the set, by stream name.
+type OwnPositions = BTreeMap<Arc<str>, StreamPositions>;
+
+/// The positions of one stream, in place of those every stream is configured with.
+#[derive(Debug, Clone, Default)]
+struct StreamPositions {
+    start_at: Option<KinesisPosition>,
+    initial_position: Option<KinesisPosition>,
+}
+
 impl MultiSubscriptionBuilder {
     /// Sets what every stream's subscription uses (owner, positions, intervals, limits, ...).
-    /// `max_leases` and `capacity` apply to each stream on its own.
+    /// `max_leases` and `capacity` apply to each stream on its own. A position of one record
+    /// is refused here at [`start`](Self::start): give it with
+    /// [`start_at_for`](Self::start_at_for) or
+    /// [`initial_position_for`](Self::initial_position_for).
     pub fn configure(
         self,
         settings: impl FnOnce(SubscriptionBuilder) -> SubscriptionBuilder,
     ) -> Self {
         Self {
             each: settings(self.each),
-            streams: self.streams,
+            ..self
         }
+    }
+
+    /// [`start_at`](SubscriptionBuilder::start_at) for one stream of the set, in place of the
+    /// one [`configure`](Self::configure) gives every stream: how a replay from one record
+    /// ([`KinesisPosition::sequence`]) names its stream. It applies at each start of that
+    /// stream, as `start_at` does (also once it is inserted into the set later, or created
+    /// again).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), kinesis_dataflow::KinesisError> {
+    /// use std::sync::Arc;
+    /// use futures::StreamExt;
+    /// use kinesis_dataflow::{
+    ///     KinesisPosition, MemoryKinesis, MemoryLeaseStore, MultiSubscription, StreamSet,
+    /// };
+    ///
+    /// let kinesis = MemoryKinesis::new();
+    /// kinesis.add_stream("orders", 1)?;
+    /// kinesis.add_stream("payments", 1)?;
+    /// kinesis.put("payments", "customer-1", "paid")?;
+    /// let (shard, seq) = kinesis.put("payments", "customer-1", "refunded")?;
+    ///
+    /// let streams = StreamSet::new(["orders", "payments"]);
+    /// let mut all = MultiSubscription::builder(Arc::new(kinesis), Arc::new(MemoryLeaseStore::new()), streams)
+    ///     // Both streams have a shard of this id: the position names the one of `payments`.
+    ///     .start_at_for("payments", KinesisPosition::sequence(shard, seq))
+    ///     .start()
+    ///     .await?;
+    /// let delivery = all.next().await.unwrap()?;
+    /// assert_eq!(&delivery.data()[..], b"refunded");
+    /// delivery.ack();
+    /// all.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn start_at_for(mut self, stream: impl Into<Arc<str>>, position: KinesisPosition) -> Self {
+        self.own.entry(stream.into()).or_default().start_at = Some(position);
+        self
+    }
+
+    /// [`initial_position`](SubscriptionBuilder::initial_position) for one stream of the set,
+    /// in place of the one [`configure`](Self::configure) gives every stream: where that
+    /// stream's shards that have no checkpoint yet begin, a record of it
+    /// ([`KinesisPosition::sequence`]) included.
+    pub fn initial_position_for(
+        mut self,
+        stream: impl Into<Arc<str>>,
+        position: KinesisPosition,
+    ) -> Self {
+        self.own.entry(stream.into()).or_default().initial_position = Some(position);
+        self
+    }
+
+    /// Refuses a position of one record among the settings every stream shares, and a
+    /// position for one stream that the service would refuse.
+    fn check_positions(&self) -> Result<(), KinesisError> {
+        let shared = [
+            ("start_at", &self.each.config.start_at),
+            ("initial_position", &self.each.config.initial_position),
+        ];
+        for (setting, position) in shared {
+            if let Some(position) = position.as_ref().filter(|p| p.shard().is_some()) {
+                return Err(KinesisError::InvalidConfig {
+                    setting,
+                    value: format!("{position:?}"),
+                    reason: format!(
+                        "a position of one record names a shard but not its stream, and the \
+                         streams of a MultiSubscription have shards of the same ids (every \
+                         stream's first is shardId-000000000000): give it for its stream with \
+                         `MultiSubscriptionBuilder::{setting}_for(stream, position)`"
+                    ),
+                });
+            }
+        }
+        for (stream, own) in &self.own {
+            let given = [
+                ("start_at_for", &own.start_at),
+                ("initial_position_for", &own.initial_position),
+            ];
+            for (setting, position) in given {
+                if let Some((position, reason)) = position
+                    .as_ref()
+                    .and_then(|p| p.refusal().map(|reason| (p, reason)))
+                {
+                    return Err(KinesisError::InvalidConfig {
+                        setting,
+                        value: format!("{stream}: {position:?}"),
+                        reason,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Starts a subscription for every stream in the set, and returns once each has taken its
@@ -136,11 +249,12 @@ impl MultiSubscriptionBuilder {
     /// inserted later that do not exist yet are not errors: they start once they exist.
     pub async fn start(self) -> Result<MultiSubscription, KinesisError> {
         self.each.config.validate()?;
+        self.check_positions()?;
         let names: Vec<Arc<str>> = self.streams.names.borrow().iter().cloned().collect();
         let started = futures::future::join_all(
             names
                 .iter()
-                .map(|name| self.each.for_stream(name.clone()).start()),
+                .map(|name| self.each.for_stream(name.clone(), &self.own).start()),
         )
         .await;
         let mut members = ReadyMap::new();
@@ -167,6 +281,7 @@ impl MultiSubscriptionBuilder {
         let owner = self.each.config.owner.clone();
         let keeper = Keeper {
             each: self.each,
+            own: self.own,
             set: self.streams.names.subscribe(),
             running,
             reported: BTreeSet::new(),
@@ -195,9 +310,18 @@ impl MultiSubscriptionBuilder {
 }
 
 impl SubscriptionBuilder {
-    /// This builder's settings for one stream of a [`MultiSubscription`].
-    fn for_stream(&self, stream: Arc<str>) -> Self {
+    /// This builder's settings for one stream of a [`MultiSubscription`], with the positions
+    /// given for that stream (`own`) in place of the shared ones.
+    fn for_stream(&self, stream: Arc<str>, own: &OwnPositions) -> Self {
         let mut each = self.clone();
+        if let Some(own) = own.get(&stream) {
+            if let Some(position) = &own.start_at {
+                each.config.start_at = Some(position.clone());
+            }
+            if let Some(position) = &own.initial_position {
+                each.config.initial_position = Some(position.clone());
+            }
+        }
         each.stream = stream;
         each.config.end_when_deleted = true;
         each
@@ -230,6 +354,8 @@ impl Member {
 /// The background task: keeps one subscription per stream of the set.
 struct Keeper {
     each: SubscriptionBuilder,
+    /// The positions given for one stream.
+    own: OwnPositions,
     set: watch::Receiver<BTreeSet<Arc<str>>>,
     running: HashMap<Arc<str>, Member>,
     /// Streams whose failure to start was reported (once each).
@@ -322,11 +448,11 @@ impl Keeper {
     /// is bounded by the call timeout.
     async fn start(&mut self, name: Arc<str>) {
         let mut shutdown = self.shutdown.clone();
-        let each = &self.each;
+        let (each, own) = (&self.each, &self.own);
         let starting = async {
             let limit = each.config.call_timeout();
             match tokio::time::timeout(limit, each.api.describe_stream_summary(&name)).await {
-                Ok(Ok(_)) => each.for_stream(name.clone()).start().await,
+                Ok(Ok(_)) => each.for_stream(name.clone(), own).start().await,
                 Ok(Err(e)) => Err(e),
                 Err(_) => Err(KinesisError::Service {
                     operation: crate::error::Operation::DescribeStreamSummary,
@@ -406,6 +532,7 @@ impl MultiSubscription {
         MultiSubscriptionBuilder {
             each: Subscription::builder(api, store, ""),
             streams,
+            own: OwnPositions::new(),
         }
     }
 
