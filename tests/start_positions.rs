@@ -270,3 +270,98 @@ async fn a_position_given_for_one_stream_the_service_would_refuse_is_refused_nam
         other => panic!("expected InvalidConfig, got {other:?}"),
     }
 }
+
+/// What is logged when a position naming one shard does not apply at a start.
+const NOT_APPLIED: &str = "a position naming one shard does not apply at this start";
+
+/// The `(setting, shard, why)` of each [`NOT_APPLIED`] line of `owner` so far.
+fn not_applied(owner: &str) -> Vec<(String, String, String)> {
+    let field = |fields: &support::events::Fields, name: &str| {
+        fields.get(name).cloned().unwrap_or_default()
+    };
+    (support::events::events(NOT_APPLIED).iter())
+        .filter(|fields| fields.get("owner").map(String::as_str) == Some(owner))
+        .map(|f| (field(f, "setting"), field(f, "shard"), field(f, "why")))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replay_of_a_shard_the_stream_does_not_list_is_refused_at_start() {
+    let (memory, api, store) = setup(2);
+    let seq = memory.put(STREAM, "k", "r-0").unwrap().1;
+    // A mistyped shard id: one zero short.
+    let typo = KinesisPosition::sequence("shardId-00000000000", seq);
+    let started =
+        tokio::time::timeout(START_WITHIN, fast(&api, &store, "a").start_at(typo).start())
+            .await
+            .expect("start answers");
+    match started {
+        Err(KinesisError::InvalidConfig {
+            setting, reason, ..
+        }) => {
+            assert_eq!(setting, "start_at");
+            assert!(
+                reason.contains("shardId-00000000000") && reason.contains(SHARD0),
+                "names the shard and those listed: {reason}"
+            );
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    let shard_rows: Vec<_> = (store.list(STREAM).await.unwrap().into_iter())
+        .filter(|row| !row.shard_id.starts_with("worker:"))
+        .collect();
+    assert!(
+        shard_rows.is_empty(),
+        "no shard row created: {shard_rows:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_position_of_a_shard_the_stream_does_not_list_is_said() {
+    support::events::record_events();
+    let (memory, api, store) = setup(1);
+    let seq = memory.put(STREAM, "k", "r-0").unwrap().1;
+    let typo = KinesisPosition::sequence("shardId-00000000000", seq);
+    let mut sub = fast(&api, &store, "initial-typo")
+        .initial_position(typo)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        not_applied("initial-typo"),
+        [(
+            "initial_position".to_owned(),
+            "shardId-00000000000".to_owned(),
+            "the stream does not list it (a mistyped id, or a shard past the retention period)"
+                .to_owned()
+        )]
+    );
+    sub.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replay_of_a_shard_another_instance_holds_is_said_not_to_apply_here() {
+    support::events::record_events();
+    let (memory, api, store) = setup(1);
+    let seq = memory.put(STREAM, "k", "r-0").unwrap().1;
+    // Of two instances over one shard, the first in owner order reads it: "held-a" keeps it.
+    let mut holder = fast(&api, &store, "held-a").start().await.unwrap();
+    let mut late = fast(&api, &store, "held-b")
+        .start_at(KinesisPosition::sequence(SHARD0, seq))
+        .start()
+        .await
+        .unwrap();
+    assert!(late.shards().is_empty(), "{:?}", late.shards());
+    let said = not_applied("held-b");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(
+        (said[0].0.as_str(), said[0].1.as_str()),
+        ("start_at", SHARD0)
+    );
+    assert!(
+        said[0].2.contains("not opened by this instance"),
+        "{said:?}"
+    );
+    late.shutdown().await;
+    holder.shutdown().await;
+}

@@ -236,7 +236,8 @@ pub enum KinesisError {
     #[error(transparent)]
     LeaseStore(#[from] LeaseError),
 
-    /// A setting was refused before any call was made.
+    /// A setting was refused: before any call was made, or, for a `start_at` naming a shard
+    /// the stream does not list, at `start`'s first listing, before any shard row is written.
     #[error("invalid setting `{setting}` = {value}: {reason}")]
     InvalidConfig {
         /// The setting's name, as the builder method spells it.

@@ -163,7 +163,9 @@ impl SubscriptionBuilder {
     /// unless [`initial_position`](Self::initial_position) says otherwise. A position of one
     /// record the service would refuse (a malformed sequence number or shard id) fails
     /// [`start`](Self::start) with [`KinesisError::InvalidConfig`], as it does for
-    /// `initial_position`.
+    /// `initial_position`, and so does one naming a shard the stream does not list; one
+    /// naming a shard this start does not open (another instance reads it, it is finished, a
+    /// parent of it is not) is said in a warning.
     pub fn start_at(mut self, position: KinesisPosition) -> Self {
         self.config.start_at = Some(position);
         self

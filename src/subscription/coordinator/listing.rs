@@ -10,6 +10,7 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use super::lineage::{self, Frontier};
+use super::opening;
 use super::shared::Shared;
 use crate::api::{ShardDescription, ShardEvents, list_all_shards};
 use crate::error::{KinesisError, Operation};
@@ -157,6 +158,8 @@ pub(crate) enum ListingFailure {
     Kinesis(KinesisError),
     /// The lease table could not be read or written.
     Table(LeaseError),
+    /// A setting cannot apply to the stream as listed (see [`NewRowRule::refuse_unlisted`]).
+    Refused(KinesisError),
 }
 
 impl From<LeaseError> for ListingFailure {
@@ -179,6 +182,9 @@ pub(crate) struct NewRowRule {
     /// Read the table only if the shards differ from these (the shards at the last scan);
     /// `None`: read it in any case.
     pub(crate) unless_shards: Option<ShardSet>,
+    /// A `start_at` naming one shard, while `start` runs: refused (before any row is created)
+    /// when the stream does not list that shard.
+    pub(crate) refuse_unlisted: Option<KinesisPosition>,
 }
 
 /// Lists the shards and the rows, and creates the rows of shards that have none.
@@ -186,6 +192,11 @@ pub(crate) async fn list(shared: Arc<Shared>, rule: NewRowRule) -> Result<Listin
     let shards = list_shards(&shared)
         .await
         .map_err(ListingFailure::Kinesis)?;
+    if let Some(refusal) = (rule.refuse_unlisted.as_ref())
+        .and_then(|start_at| opening::unlisted_refusal(&shared.stream, start_at, &shards))
+    {
+        return Err(ListingFailure::Refused(refusal));
+    }
     if rule.unless_shards.as_ref() == Some(&shard_set(&shards)) {
         return Ok(Listing {
             shards,

@@ -2,8 +2,77 @@
 //! checkpoint, with what only the subscription knows (is this one of the shards it opens with,
 //! has `start` returned yet). Pure, tested without I/O.
 
+use std::collections::{BTreeMap, HashSet};
+
 use super::listing::Tip;
+use crate::api::ShardDescription;
+use crate::error::KinesisError;
+use crate::lease::Lease;
 use crate::position::{Checkpoint, KinesisPosition, ShardOrigin, StartingPoint, starting_point};
+
+/// Why a position naming a shard the stream does not list applies to nothing.
+pub(crate) const UNLISTED: &str =
+    "the stream does not list it (a mistyped id, or a shard past the retention period)";
+
+/// Why a `start_at` naming a finished shard does not replay it.
+pub(crate) const FINISHED: &str = "the shard is finished (read to its end): a start does not \
+     read it again (the command-line tool's `reset` does)";
+
+/// Why a `start_at` naming a shard this instance does not open at its start does not apply.
+pub(crate) const NOT_OPENED: &str = "not opened by this instance at this start (another \
+     instance reads it, or a parent of it is not finished yet): wherever it is opened later, it \
+     resumes from its checkpoint";
+
+/// The shard a position of one record names, with the setting's name, when it does not
+/// apply at the start whose first listing saw `shards` and `rows` and took `opened`: `None`
+/// when it applies, or names no shard.
+///
+/// A `start_at` applies to the named shard when this instance opens it at its start; an
+/// `initial_position` applies to the shard's row when it has none yet, so it is said only when
+/// the stream does not list the shard (it then applies to nothing, ever).
+pub(crate) fn not_applied<'p>(
+    setting: &'static str,
+    position: &'p KinesisPosition,
+    shards: &[ShardDescription],
+    rows: &BTreeMap<String, Lease>,
+    opened: &HashSet<String>,
+) -> Option<(&'p str, &'static str)> {
+    let shard = position.shard()?;
+    if !shards.iter().any(|s| s.shard_id == shard) {
+        return Some((shard, UNLISTED));
+    }
+    if setting != "start_at" || opened.contains(shard) {
+        return None;
+    }
+    let finished = rows.get(shard).is_some_and(Lease::is_finished);
+    Some((shard, if finished { FINISHED } else { NOT_OPENED }))
+}
+
+/// The refusal of a `start_at` naming a shard the stream does not list, or `None`.
+pub(crate) fn unlisted_refusal(
+    stream: &str,
+    start_at: &KinesisPosition,
+    shards: &[ShardDescription],
+) -> Option<KinesisError> {
+    let shard = start_at.shard()?;
+    if shards.iter().any(|s| s.shard_id == shard) {
+        return None;
+    }
+    const SHOWN: usize = 8;
+    let mut listed: Vec<&str> = shards.iter().map(|s| s.shard_id.as_str()).collect();
+    listed.sort_unstable();
+    let more = listed.len().saturating_sub(SHOWN);
+    listed.truncate(SHOWN);
+    let listed = match more {
+        0 => listed.join(", "),
+        more => format!("{} and {more} more", listed.join(", ")),
+    };
+    Some(KinesisError::InvalidConfig {
+        setting: "start_at",
+        value: format!("{start_at:?}"),
+        reason: format!("stream `{stream}` lists no shard {shard} ({UNLISTED}); it lists {listed}"),
+    })
+}
 
 /// What the subscription knows about its own start.
 #[derive(Debug, Clone)]
@@ -109,6 +178,52 @@ mod tests {
         context: &StartContext<'_>,
     ) -> Option<StartingPoint> {
         opening("s", checkpoint.as_ref(), at_startup, context).map(|o| o.start)
+    }
+
+    fn listed(id: &str) -> ShardDescription {
+        ShardDescription {
+            shard_id: id.to_owned(),
+            parent_shard_id: None,
+            adjacent_parent_shard_id: None,
+            starting_hash_key: "0".into(),
+            ending_hash_key: "1".into(),
+            starting_sequence_number: "1".into(),
+            ending_sequence_number: None,
+        }
+    }
+
+    #[test]
+    fn a_position_of_one_shard_that_does_not_apply_at_this_start_says_why() {
+        let shards = [listed("s0"), listed("s1")];
+        let mut rows = BTreeMap::new();
+        let mut finished = Lease::new("st", "s1", vec![]);
+        finished.checkpoint = Some(Checkpoint::ShardEnd);
+        rows.insert("s1".to_owned(), finished);
+        let opened: HashSet<String> = ["s0".to_owned()].into();
+        let at = |shard: &str| KinesisPosition::sequence(shard, "7");
+        let why_over = |rows: &BTreeMap<String, Lease>, setting, position: &KinesisPosition| {
+            not_applied(setting, position, &shards, rows, &opened).map(|(_, why)| why)
+        };
+        let why = |setting, position: &KinesisPosition| why_over(&rows, setting, position);
+        assert_eq!(why("start_at", &at("s0")), None, "opened here: applies");
+        assert_eq!(why("start_at", &at("s1")), Some(FINISHED));
+        assert_eq!(why("start_at", &at("s9")), Some(UNLISTED));
+        assert_eq!(why("initial_position", &at("s9")), Some(UNLISTED));
+        assert_eq!(why("initial_position", &at("s1")), None);
+        assert_eq!(why("start_at", &KinesisPosition::horizon()), None);
+        let unread = BTreeMap::new();
+        assert_eq!(why_over(&unread, "start_at", &at("s1")), Some(NOT_OPENED));
+        let refused = unlisted_refusal("st", &at("s9"), &shards).map(|e| e.to_string());
+        assert!(
+            refused.as_deref().is_some_and(|e| e.contains("`start_at`")
+                && e.contains("s9")
+                && e.contains("s0, s1")),
+            "{refused:?}"
+        );
+        assert!(unlisted_refusal("st", &at("s1"), &shards).is_none());
+        let many: Vec<ShardDescription> = (0..20).map(|i| listed(&format!("s{i:02}"))).collect();
+        let refused = unlisted_refusal("st", &at("x"), &many).unwrap().to_string();
+        assert!(refused.ends_with("s07 and 12 more"), "{refused}");
     }
 
     #[test]

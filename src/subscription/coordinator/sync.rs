@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::listing::{self, Listing, ListingFailure, NewRowRule};
-use super::opening::{StartContext, opening};
+use super::opening::{self, StartContext, opening};
 use super::plan::{self, Holdings, WORKER_PREFIX};
 use super::take::{self, TakeOutcome};
 use super::{Command, Coordinator, Done, lineage, liveness, roster, worker};
@@ -39,6 +39,8 @@ impl Coordinator {
             replaceable: self.listings.replaceable.clone(),
             fetch_tips: self.startup.tell.is_some(),
             unless_shards,
+            refuse_unlisted: (config.start_at.clone())
+                .filter(|p| p.shard().is_some() && self.startup.tell.is_some()),
         };
         let shared = self.shared.clone();
         self.inbox.jobs.push(Box::pin(async move {
@@ -88,6 +90,14 @@ impl Coordinator {
             ListingFailure::Table(e) => {
                 tracing::warn!(error = %e, "lease table unavailable during the listing; retried shortly");
                 e.into()
+            }
+            ListingFailure::Refused(e) => {
+                // Only asked for while `start` runs: it fails `start`.
+                if let Some(tell) = self.startup.tell.take() {
+                    let _ = tell.send(Some(e));
+                    return;
+                }
+                e
             }
         };
         // `start` returns; the shards it opens with open at its start time when they can.
@@ -197,7 +207,9 @@ impl Coordinator {
         self.say_waits(&listing.rows, short, now);
         let first = self.startup.shards.is_none();
         if first {
-            self.startup.shards = Some(shares.take.iter().map(|l| l.shard_id.clone()).collect());
+            let opened = shares.take.iter().map(|l| l.shard_id.clone()).collect();
+            self.say_not_applied(listing, &opened);
+            self.startup.shards = Some(opened);
         }
         for lease in shares.take {
             let range = (listing.shards.iter())
@@ -208,6 +220,30 @@ impl Coordinator {
         self.balance(shares.hand_off, shares.target, shares.live_workers);
         if self.startup.pending.is_empty() {
             self.tell_started();
+        }
+    }
+
+    /// Says, at the first listing, each position naming one shard that does not apply at
+    /// this start (see [`opening::not_applied`]), as a warning naming the setting and the
+    /// shard.
+    fn say_not_applied(&self, listing: &Listing, opened: &HashSet<String>) {
+        let config = self.config();
+        let settings = [
+            ("start_at", config.start_at.as_ref()),
+            ("initial_position", config.initial_position.as_ref()),
+        ];
+        for (setting, position) in settings {
+            let Some(position) = position else { continue };
+            if let Some((shard, why)) =
+                opening::not_applied(setting, position, &listing.shards, &listing.rows, opened)
+            {
+                tracing::warn!(
+                    setting,
+                    shard,
+                    why,
+                    "a position naming one shard does not apply at this start"
+                );
+            }
         }
     }
 
