@@ -10,7 +10,8 @@
 //!
 //! 1. A reader started at startup with a position from `start_at(..)` opens there, ahead of any
 //!    checkpoint. A `sequence(shard, seq)` position names one shard; the other shards are
-//!    treated as if no position had been given.
+//!    treated as if no position had been given. A finished shard (its checkpoint is
+//!    SHARD_END) is never started, at startup neither: a `start_at` does not read it again.
 //! 2. Otherwise a stored checkpoint opens the shard right AFTER the record it names. A
 //!    checkpoint that only records where an earlier reader began (nothing settled yet,
 //!    [`Checkpoint::Start`]), or where a shard nobody has read yet begins

@@ -1,5 +1,11 @@
-//! Where a subscription starts, on the in-memory transport under paused time: positions the
-//! service would refuse are refused at `start`, naming their setting.
+//! Where a subscription starts, on the in-memory transport under paused time:
+//!
+//! * positions the service would refuse are refused at `start`, naming their setting;
+//! * a position of one record names its stream in a `MultiSubscription`;
+//! * a `start_at` naming a shard the stream does not list is refused at `start`, and one that
+//!   does not apply at this start is said;
+//! * a `start_at` of every shard after a finished split replays the children, not the finished
+//!   parent, and says so.
 
 mod support;
 
@@ -364,4 +370,92 @@ async fn a_replay_of_a_shard_another_instance_holds_is_said_not_to_apply_here() 
     );
     late.shutdown().await;
     holder.shutdown().await;
+}
+
+/// What is logged when `start_at` reaches back before shards that are finished.
+const FINISHED_NOT_REPLAYED: &str = "start_at does not read finished shards again: their \
+     records are not replayed (the command-line tool's `reset` replays them)";
+
+/// Shard 0 read to its end, split, and its children read by an instance that then stopped:
+/// the parent's row says SHARD_END. Returns the payloads written (parent's, children's).
+async fn read_through_a_split(
+    memory: &MemoryKinesis,
+    api: &SharedKinesis,
+    store: &MemoryLeaseStore,
+) -> (Vec<String>, Vec<String>) {
+    let parent = support::reading::write_tagged(memory, STREAM, "p", 0, 3, 3);
+    let mut first = fast(api, store, "first")
+        .initial_position(KinesisPosition::horizon())
+        .start()
+        .await
+        .unwrap();
+    let (got, _) = read(&mut first, 3, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 3);
+    memory
+        .split_shard(STREAM, SHARD0, &(u128::MAX / 2).to_string())
+        .await
+        .unwrap();
+    let children = support::reading::write_tagged(memory, STREAM, "c", 0, 3, 3);
+    let (got, _) = read(&mut first, 3, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 3);
+    first.shutdown().await;
+    assert_eq!(
+        checkpoint(store, STREAM, SHARD0).await,
+        Some(Checkpoint::ShardEnd)
+    );
+    (parent, children)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replay_from_the_horizon_after_a_finished_split_reads_the_children_and_says_so() {
+    support::events::record_events();
+    for (owner, position) in [
+        ("replay-horizon", KinesisPosition::horizon()),
+        ("replay-time", KinesisPosition::timestamp(0)),
+    ] {
+        let (memory, api, store) = setup(1);
+        let (_parent, mut children) = read_through_a_split(&memory, &api, &store).await;
+        let mut replay = fast(&api, &store, owner)
+            .start_at(position)
+            .start()
+            .await
+            .unwrap();
+        // Everything there is, and a little time for more to come (none should).
+        let (mut got, errors) = read(&mut replay, 6, Duration::from_secs(10)).await;
+        got.sort();
+        children.sort();
+        assert_eq!(
+            got, children,
+            "{owner}: the children again, not their finished parent"
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let said: Vec<_> = (support::events::events(FINISHED_NOT_REPLAYED).into_iter())
+            .filter(|fields| fields.get("owner").map(String::as_str) == Some(owner))
+            .collect();
+        assert_eq!(said.len(), 1, "{owner}: {said:?}");
+        assert_eq!(said[0].get("finished").map(String::as_str), Some("1"));
+        assert_eq!(said[0].get("shards").map(String::as_str), Some(SHARD0));
+        replay.shutdown().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replay_of_a_record_of_a_finished_shard_is_said_not_to_happen() {
+    support::events::record_events();
+    let (memory, api, store) = setup(1);
+    let seq = memory.put(STREAM, "k", "p-first").unwrap().1;
+    read_through_a_split(&memory, &api, &store).await;
+    let mut replay = fast(&api, &store, "replay-record")
+        .start_at(KinesisPosition::sequence(SHARD0, seq))
+        .start()
+        .await
+        .unwrap();
+    let said = not_applied("replay-record");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(
+        (said[0].0.as_str(), said[0].1.as_str()),
+        ("start_at", SHARD0)
+    );
+    assert!(said[0].2.contains("finished"), "{said:?}");
+    replay.shutdown().await;
 }

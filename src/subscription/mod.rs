@@ -158,9 +158,14 @@ impl SubscriptionBuilder {
     }
 
     /// Where the shards the subscription opens with start, ahead of their checkpoints: every
-    /// start replays from here (the spec's `start_at`). Shards opened later (children,
-    /// takeovers) resume from their checkpoints. Also where shards nobody has read yet begin,
-    /// unless [`initial_position`](Self::initial_position) says otherwise. A position of one
+    /// start replays from here what those shards hold (the spec's `start_at`). The shards a
+    /// start opens with are the unfinished ones this instance takes at its first listing; a
+    /// shard already read to its end (its row says SHARD_END) is not read again, so after a
+    /// finished split `horizon()` replays the children from their beginning but not their
+    /// parent (a warning at the start names such shards; the command-line tool's `reset`
+    /// replays a whole tree). Shards opened later (children, takeovers, shards another
+    /// instance held) resume from their checkpoints. Also where shards nobody has read yet
+    /// begin, unless [`initial_position`](Self::initial_position) says otherwise. A position of one
     /// record the service would refuse (a malformed sequence number or shard id) fails
     /// [`start`](Self::start) with [`KinesisError::InvalidConfig`], as it does for
     /// `initial_position`, and so does one naming a shard the stream does not list; one
@@ -180,7 +185,7 @@ impl SubscriptionBuilder {
     /// |---|---|---|
     /// | neither | resume after it | the tip (LATEST) |
     /// | `initial_position(p)` | resume after it | `p` |
-    /// | `start_at(p)` | `p`, at every start | `p` |
+    /// | `start_at(p)` | `p`, at every start (the unfinished shards it opens with) | `p` |
     pub fn initial_position(mut self, position: KinesisPosition) -> Self {
         self.config.initial_position = Some(position);
         self

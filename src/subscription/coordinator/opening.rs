@@ -48,6 +48,40 @@ pub(crate) fn not_applied<'p>(
     Some((shard, if finished { FINISHED } else { NOT_OPENED }))
 }
 
+/// The listed shards a `start_at` of every shard (the horizon, a time) reaches back before
+/// but does not read again: those whose row says they are finished. A start opens only
+/// unfinished shards; their children open at the position. Empty for any other position.
+pub(crate) fn finished_not_replayed<'l>(
+    start_at: &KinesisPosition,
+    shards: &'l [ShardDescription],
+    rows: &BTreeMap<String, Lease>,
+) -> Vec<&'l str> {
+    if !matches!(
+        start_at,
+        KinesisPosition::Horizon | KinesisPosition::Timestamp(_)
+    ) {
+        return Vec::new();
+    }
+    shards
+        .iter()
+        .filter(|shard| {
+            rows.get(&shard.shard_id).is_some_and(|row| {
+                row.is_finished() && !super::lineage::is_other_generation(row, shard)
+            })
+        })
+        .map(|shard| shard.shard_id.as_str())
+        .collect()
+}
+
+/// At most `shown` of `ids`, joined, and how many more there are.
+pub(crate) fn some_of(ids: &[&str], shown: usize) -> String {
+    let listed = ids[..ids.len().min(shown)].join(", ");
+    match ids.len().saturating_sub(shown) {
+        0 => listed,
+        more => format!("{listed} and {more} more"),
+    }
+}
+
 /// The refusal of a `start_at` naming a shard the stream does not list, or `None`.
 pub(crate) fn unlisted_refusal(
     stream: &str,
@@ -58,15 +92,9 @@ pub(crate) fn unlisted_refusal(
     if shards.iter().any(|s| s.shard_id == shard) {
         return None;
     }
-    const SHOWN: usize = 8;
     let mut listed: Vec<&str> = shards.iter().map(|s| s.shard_id.as_str()).collect();
     listed.sort_unstable();
-    let more = listed.len().saturating_sub(SHOWN);
-    listed.truncate(SHOWN);
-    let listed = match more {
-        0 => listed.join(", "),
-        more => format!("{} and {more} more", listed.join(", ")),
-    };
+    let listed = some_of(&listed, 8);
     Some(KinesisError::InvalidConfig {
         setting: "start_at",
         value: format!("{start_at:?}"),
@@ -224,6 +252,33 @@ mod tests {
         let many: Vec<ShardDescription> = (0..20).map(|i| listed(&format!("s{i:02}"))).collect();
         let refused = unlisted_refusal("st", &at("x"), &many).unwrap().to_string();
         assert!(refused.ends_with("s07 and 12 more"), "{refused}");
+    }
+
+    #[test]
+    fn a_replay_of_every_shard_passes_over_the_finished_ones() {
+        let mut child = listed("s1");
+        child.parent_shard_id = Some("s0".into());
+        let shards = [listed("s0"), child];
+        let mut rows = BTreeMap::new();
+        let mut parent = Lease::new("st", "s0", vec![]);
+        parent.checkpoint = Some(Checkpoint::ShardEnd);
+        rows.insert("s0".to_owned(), parent.clone());
+        rows.insert("s1".to_owned(), Lease::new("st", "s1", vec!["s0".into()]));
+        for every in [KinesisPosition::horizon(), KinesisPosition::timestamp(5)] {
+            assert_eq!(finished_not_replayed(&every, &shards, &rows), ["s0"]);
+        }
+        for other in [
+            KinesisPosition::latest(),
+            KinesisPosition::sequence("s0", "7"),
+        ] {
+            assert!(finished_not_replayed(&other, &shards, &rows).is_empty());
+        }
+        // A row of an earlier stream of the same name is not the shard's.
+        parent.starting_sequence_number = Some("0".into());
+        rows.insert("s0".to_owned(), parent);
+        assert!(finished_not_replayed(&KinesisPosition::horizon(), &shards, &rows).is_empty());
+        assert_eq!(some_of(&["a", "b", "c"], 2), "a, b and 1 more");
+        assert_eq!(some_of(&["a", "b"], 2), "a, b");
     }
 
     #[test]

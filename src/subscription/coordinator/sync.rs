@@ -225,9 +225,21 @@ impl Coordinator {
 
     /// Says, at the first listing, each position naming one shard that does not apply at
     /// this start (see [`opening::not_applied`]), as a warning naming the setting and the
-    /// shard.
+    /// shard; and the finished shards a `start_at` of every shard does not read again (see
+    /// [`opening::finished_not_replayed`]).
     fn say_not_applied(&self, listing: &Listing, opened: &HashSet<String>) {
         let config = self.config();
+        if let Some(start_at) = &config.start_at {
+            let finished = opening::finished_not_replayed(start_at, &listing.shards, &listing.rows);
+            if !finished.is_empty() {
+                tracing::warn!(
+                    setting = "start_at",
+                    finished = finished.len(),
+                    shards = %opening::some_of(&finished, 8),
+                    "start_at does not read finished shards again: their records are not replayed (the command-line tool's `reset` replays them)"
+                );
+            }
+        }
         let settings = [
             ("start_at", config.start_at.as_ref()),
             ("initial_position", config.initial_position.as_ref()),
