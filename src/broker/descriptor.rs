@@ -93,9 +93,11 @@ impl KinesisStream {
         self
     }
 
-    /// Where the shards start at startup, ahead of their checkpoints (see
-    /// [`KinesisPosition`]). Shards taken later (children, takeovers) resume from their
-    /// checkpoints.
+    /// Where the unfinished shards this instance opens at startup start, ahead of their
+    /// checkpoints (see [`KinesisPosition`] and
+    /// [`SubscriptionBuilder::start_at`](crate::SubscriptionBuilder::start_at)). Shards taken
+    /// later (children, takeovers) resume from their checkpoints; finished shards are not read
+    /// again. A position the service would refuse is refused before anything is created.
     ///
     /// This is the descriptor's own setting, applied when the subscription starts. A running
     /// subscription moves with its [`KinesisSeeker`](super::KinesisSeeker).
@@ -236,6 +238,19 @@ impl KinesisStream {
                 value: shards.to_string(),
                 reason: format!("a stream is created with 1 to {MAX_CREATE_SHARDS} shards"),
             });
+        }
+        for (setting, position) in [
+            ("start_at", &self.start_at),
+            ("initial_position", &self.initial_position),
+        ] {
+            // Refused here, before a stream is created for a subscription that cannot start.
+            if let Some(reason) = position.as_ref().and_then(KinesisPosition::refusal) {
+                return Err(KinesisError::InvalidConfig {
+                    setting,
+                    value: format!("{position:?}"),
+                    reason,
+                });
+            }
         }
         if self.max_wait > MAX_MAX_WAIT {
             return Err(KinesisError::InvalidConfig {
@@ -476,6 +491,17 @@ mod tests {
                 "poll_interval",
             ),
             (KinesisStream::new("ok").batch_size(0), None, "batch_size"),
+            (
+                KinesisStream::new("ok")
+                    .start_at(KinesisPosition::sequence("shardId-000000000000", "4959 ")),
+                None,
+                "start_at",
+            ),
+            (
+                KinesisStream::new("ok").initial_position(KinesisPosition::sequence("", "1")),
+                None,
+                "initial_position",
+            ),
             (
                 KinesisStream::new("ok").batch_size(10_001),
                 None,
