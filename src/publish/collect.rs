@@ -1,23 +1,40 @@
 //! Collection: publishes from many tasks share PutRecords calls ([`Publisher::collect`]).
 //!
-//! A collecting publisher hands each publish (its records, checked) to a background task: one
-//! per publisher and tokio runtime it publishes from, started there at the runtime's first
-//! publish (a publish never waits on a runtime that is not running). The task fills a
-//! *batch* with whole publishes in arrival order until it holds a call's worth
-//! ([`max_records_per_call`](Publisher::max_records_per_call) or
+//! A collecting publisher shares *calls*, not publishes. Each publish runs its own rounds
+//! (the retries, waits and ordering rule of the [module docs](super)) in the task that awaits
+//! it, as without collection, and hands each call of its rounds (the records it chose for
+//! the call, checked) to a background task: one per publisher and tokio runtime it publishes
+//! from, started there at the runtime's first publish (a publish never waits on a runtime
+//! that is not running). The task fills a *batch* with whole calls in arrival order until it
+//! holds a call's worth ([`max_records_per_call`](Publisher::max_records_per_call) or
 //! [`max_bytes_per_call`](Publisher::max_bytes_per_call)) or half of the records outstanding
 //! (handed over and not answered yet; with two or more call slots), or the
-//! [`Collect::linger`] time since the batch's first publish has passed, then sends it as one
-//! publish of its own (the rounds, retries and ordering rule of the [module docs](super)), up
-//! to [`Collect::max_calls_in_flight`] batches at once. While every slot is taken the batch
-//! keeps filling. Each publish gets its own records' answer: the places where they were
-//! stored, or an error about its records only.
+//! [`Collect::linger`] time since the batch's first call has passed, then sends it as one
+//! PutRecords call, up to [`Collect::max_calls_in_flight`] at once, and gives each publish
+//! the results of its own entries. While every slot is taken the batch keeps filling. A call
+//! that fills a PutRecords call by itself gains nothing from sharing one: it goes out from
+//! the publish's own task.
+//!
+//! So a publish returns once its own records are stored (or it gives up on them), whatever
+//! the other publishes of its calls wait for: records turned away by a shard over its write
+//! limit wait in their own publish's rounds, and their retries go into later batches, while
+//! the call slots keep going to whatever comes. Publishes running concurrently have no order
+//! between them: with [`KeyOrder::Strict`](super::KeyOrder::Strict) one call may carry
+//! records of one partition key from several publishes, and a record of one publish never
+//! waits for (or fails with) a record of another. A publish whose future is dropped stops, as
+//! without collection: it makes no more rounds (a call it handed over is still sent).
 //!
 //! Why half: callers that each await their publish have only so many records outstanding. In
 //! one call, all of them wait for its answer and nothing else moves; in two calls of half,
 //! the second is in the service while the first one's callers publish again, which keeps both
-//! sides busy. With an aggregating publisher the batch is bounded by a call's bytes only:
-//! there, fewer and fuller records are the point.
+//! sides busy.
+//!
+//! With an aggregating publisher the task collects whole publishes instead: their user
+//! records are packed into aggregates together (an aggregate holds records of many
+//! publishes), so the task runs the batch's rounds, as one publish, and each publish returns
+//! when its batch is done (and a batch keeps its call slot until then), with its own records'
+//! answer. There the batch is bounded by a call's bytes only: fewer and fuller records are
+//! the point.
 //!
 //! [`Publisher::collect`]: super::Publisher::collect
 //! [`Publisher`]: super::Publisher
@@ -32,6 +49,7 @@ use super::Publisher;
 use super::aggregate::{Aggregate, SharedMap};
 use super::plan::CallLimits;
 use super::split::split;
+use crate::api::{PutRecordsEntry, PutRecordsOutput};
 use crate::error::KinesisError;
 use crate::record::{OutgoingRecord, Published};
 
@@ -66,10 +84,11 @@ impl Default for Collect {
 }
 
 impl Collect {
-    /// How long a batch waits, from its first publish, for more before it is sent (unless it
-    /// fills first): the most a publish's latency grows by. At most 10 s.
+    /// How long a batch waits, from its first call (or publish, when aggregating), for more
+    /// before it is sent (unless it fills first): the most each call of a publish is delayed
+    /// by. At most 10 s.
     ///
-    /// With 0 (the default) a batch takes the publishes waiting (up to half of those
+    /// With 0 (the default) a batch takes the calls waiting (up to half of the records
     /// outstanding) and goes as soon as a call slot is free, so the load sets the batch size:
     /// a lone publish goes at once, and while every slot is taken the publishes arriving
     /// meanwhile fill the next call. Measured with 64 tasks each awaiting one publish after
@@ -83,8 +102,9 @@ impl Collect {
         self
     }
 
-    /// How many batches may be on their way at once (1 to 64): more keeps the stream busy
-    /// under load, fewer makes bigger calls.
+    /// How many batches (PutRecords calls; with aggregation, batches of publishes until
+    /// they are done) may be on their way at once (1 to 64): more keeps the stream busy under
+    /// load, fewer makes bigger calls.
     #[must_use]
     pub fn max_calls_in_flight(mut self, calls: usize) -> Self {
         self.calls_in_flight = calls;
@@ -111,13 +131,36 @@ impl Collect {
     }
 }
 
-/// One publish handed to the collector.
+/// Work handed to the collector: one PutRecords call's worth of records.
 struct Request {
-    records: Vec<OutgoingRecord>,
-    sizes: Vec<usize>,
-    answer: oneshot::Sender<Result<Vec<Published>, KinesisError>>,
+    work: Work,
+    /// How many records, and their bytes (data and partition keys).
+    records: usize,
+    bytes: usize,
     /// Its records counted as outstanding until it is answered or lost.
     _counted: Outstanding,
+}
+
+/// Where the results of a call's entries go.
+type CallAnswer = oneshot::Sender<Result<PutRecordsOutput, KinesisError>>;
+/// Where a whole publish's answer goes.
+type PublishAnswer = oneshot::Sender<Result<Vec<Published>, KinesisError>>;
+
+/// What a [`Request`] carries, and where its answer goes.
+enum Work {
+    /// The entries of one call of a publish's round (the publish runs its rounds itself):
+    /// answered with the results of these entries, or the error of the shared call.
+    Call {
+        entries: Vec<PutRecordsEntry>,
+        answer: CallAnswer,
+    },
+    /// A whole publish whose user records are packed into aggregates with those of the
+    /// others (an aggregate mixes publishes, so the collector runs the rounds): answered with
+    /// the places of its records, or an error about them.
+    Publish {
+        records: Vec<OutgoingRecord>,
+        answer: PublishAnswer,
+    },
 }
 
 /// Records counted in a collector's outstanding total while this lives: a request lost with
@@ -148,7 +191,7 @@ pub(crate) struct Collector {
     settings: Collect,
     /// Set when user records are packed into aggregates: how, and the shard map.
     aggregation: Option<(Aggregate, Arc<SharedMap>)>,
-    /// Records handed over and not answered yet (queued, batched or on their way).
+    /// Records handed over and not answered yet (queued, batched or in a call on its way).
     outstanding: Arc<AtomicUsize>,
     /// The collecting task's queue on each tokio runtime publishes came from.
     queues: Mutex<Vec<(tokio::runtime::Id, mpsc::UnboundedSender<Request>)>>,
@@ -172,63 +215,94 @@ impl Collector {
         self.aggregation.as_ref().map(|(a, _)| *a)
     }
 
-    /// Publishes checked `records` (of these `sizes`) in the next batch of `direct` (the
-    /// publisher without its collector), starting the collecting task if none runs.
+    /// Makes the PutRecords call of `entries` (of `bytes` bytes; one call's worth of a round
+    /// of `publisher`, which collects) in the next batch, shared with the calls of other
+    /// publishes; answers the results of these entries.
+    pub(crate) async fn put(
+        &self,
+        publisher: &Publisher,
+        entries: Vec<PutRecordsEntry>,
+        bytes: usize,
+    ) -> Result<PutRecordsOutput, KinesisError> {
+        let (answer, answered) = oneshot::channel();
+        let records = entries.len();
+        self.hand_over(publisher, Work::Call { entries, answer }, records, bytes)?;
+        answered.await.unwrap_or_else(|_| Err(stopped(publisher)))
+    }
+
+    /// Publishes checked `records` (of these `sizes`), packed into aggregates with the other
+    /// publishes of the next batch of `publisher` (which collects and aggregates).
     pub(crate) async fn publish(
         &self,
-        direct: &Publisher,
+        publisher: &Publisher,
         records: Vec<OutgoingRecord>,
         sizes: Vec<usize>,
     ) -> Result<Vec<Published>, KinesisError> {
         let (answer, answered) = oneshot::channel();
+        let count = records.len();
+        let bytes = sizes.iter().sum();
+        self.hand_over(publisher, Work::Publish { records, answer }, count, bytes)?;
+        answered.await.unwrap_or_else(|_| Err(stopped(publisher)))
+    }
+
+    /// Hands `work` (`records` records of `bytes` bytes) to the collecting task of the
+    /// current runtime, starting it if none runs.
+    fn hand_over(
+        &self,
+        publisher: &Publisher,
+        work: Work,
+        records: usize,
+        bytes: usize,
+    ) -> Result<(), KinesisError> {
         let mut request = Request {
-            _counted: Outstanding::new(&self.outstanding, records.len()),
+            _counted: Outstanding::new(&self.outstanding, records),
+            work,
             records,
-            sizes,
-            answer,
+            bytes,
         };
-        {
-            // A publish goes to the task on its own runtime: a task on another one may not be
-            // running (a runtime kept but not driven), and the publish would wait for ever.
-            let runtime = tokio::runtime::Handle::current().id();
-            let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-            let mut started = false;
-            loop {
-                if let Some(at) = queues.iter().position(|(id, _)| *id == runtime) {
-                    match queues[at].1.send(request) {
-                        Ok(()) => break,
-                        // The task stopped with its runtime's shutdown: start one again, once.
-                        // A task started on a runtime that is shutting down is dropped at once.
-                        Err(mpsc::error::SendError(back)) if !started => request = back,
-                        Err(_) => {
-                            return Err(KinesisError::PublisherStopped {
-                                stream: direct.stream().to_owned(),
-                            });
-                        }
-                    }
+        // A publish goes to the task on its own runtime: a task on another one may not be
+        // running (a runtime kept but not driven), and the publish would wait for ever.
+        let runtime = tokio::runtime::Handle::current().id();
+        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let mut started = false;
+        loop {
+            if let Some(at) = queues.iter().position(|(id, _)| *id == runtime) {
+                match queues[at].1.send(request) {
+                    Ok(()) => return Ok(()),
+                    // The task stopped with its runtime's shutdown: start one again, once.
+                    // A task started on a runtime that is shutting down is dropped at once.
+                    Err(mpsc::error::SendError(back)) if !started => request = back,
+                    Err(_) => return Err(stopped(publisher)),
                 }
-                started = true;
-                queues.retain(|(_, sender)| !sender.is_closed());
-                let (sender, receiver) = mpsc::unbounded_channel();
-                tokio::spawn(collect(
-                    receiver,
-                    direct.clone(),
-                    self.settings,
-                    self.aggregation.clone(),
-                    self.outstanding.clone(),
-                ));
-                queues.push((runtime, sender));
             }
+            started = true;
+            queues.retain(|(_, sender)| !sender.is_closed());
+            let (sender, receiver) = mpsc::unbounded_channel();
+            // The task sends directly: the publisher without its collector.
+            let direct = Publisher {
+                collector: None,
+                ..publisher.clone()
+            };
+            tokio::spawn(collect(
+                receiver,
+                direct,
+                self.settings,
+                self.aggregation.clone(),
+                self.outstanding.clone(),
+            ));
+            queues.push((runtime, sender));
         }
-        answered.await.unwrap_or_else(|_| {
-            Err(KinesisError::PublisherStopped {
-                stream: direct.stream().to_owned(),
-            })
-        })
     }
 }
 
-/// Whole publishes, in arrival order, to send together.
+/// The error of a publish whose collecting task is gone.
+fn stopped(publisher: &Publisher) -> KinesisError {
+    KinesisError::PublisherStopped {
+        stream: publisher.stream().to_owned(),
+    }
+}
+
+/// Requests, in arrival order, to send together.
 struct Batch {
     requests: Vec<Request>,
     records: usize,
@@ -238,8 +312,8 @@ struct Batch {
 impl Batch {
     fn new(first: Request) -> Self {
         Self {
-            records: first.records.len(),
-            bytes: first.sizes.iter().sum(),
+            records: first.records,
+            bytes: first.bytes,
             requests: vec![first],
         }
     }
@@ -250,20 +324,19 @@ impl Batch {
 
     /// Adds `request` if the batch stays within one call's limits; else hands it back.
     fn add(&mut self, request: Request, limits: CallLimits) -> Result<(), Request> {
-        let bytes: usize = request.sizes.iter().sum();
-        if self.records + request.records.len() > limits.records
-            || self.bytes + bytes > limits.bytes
+        if self.records + request.records > limits.records
+            || self.bytes + request.bytes > limits.bytes
         {
             return Err(request);
         }
-        self.records += request.records.len();
-        self.bytes += bytes;
+        self.records += request.records;
+        self.bytes += request.bytes;
         self.requests.push(request);
         Ok(())
     }
 }
 
-/// The collecting task: batches the queue's publishes and sends them, until every publisher
+/// The collecting task: batches the queue's requests and sends them, until every publisher
 /// handle is gone (batches on their way still finish).
 async fn collect(
     queue: mpsc::UnboundedReceiver<Request>,
@@ -305,7 +378,7 @@ async fn collect(
     }
 }
 
-/// The queue as the collecting task reads it: a publish held back for the next batch (it did
+/// The queue as the collecting task reads it: a request held back for the next batch (it did
 /// not fit), and whether any publisher handle is left.
 struct Queue {
     rx: mpsc::UnboundedReceiver<Request>,
@@ -314,7 +387,7 @@ struct Queue {
 }
 
 impl Queue {
-    /// The first publish of the next batch; `None` once every handle is gone and the queue
+    /// The first request of the next batch; `None` once every handle is gone and the queue
     /// is empty.
     async fn first(&mut self) -> Option<Request> {
         match self.held.take() {
@@ -389,34 +462,113 @@ fn batch_limits(call: CallLimits, outstanding: usize, calls_in_flight: usize) ->
     }
 }
 
-/// Sends one batch as one publish and answers each of its publishes.
+/// Sends one batch and answers each of its requests: the calls of publishes' rounds in one
+/// PutRecords call, the publishes to aggregate as one publish.
 async fn send(
     publisher: Publisher,
     batch: Batch,
     aggregation: Option<(Aggregate, Arc<SharedMap>)>,
     _slot: OwnedSemaphorePermit,
 ) {
-    let mut lengths = Vec::with_capacity(batch.requests.len());
-    let mut answers = Vec::with_capacity(batch.requests.len());
+    let mut calls = Vec::new();
+    let mut publishes = Vec::new();
+    // Answered (or dropped) with their batch: the records stop counting as outstanding.
     let mut counted = Vec::with_capacity(batch.requests.len());
-    let mut records = Vec::with_capacity(batch.records);
-    let mut sizes = Vec::with_capacity(batch.records);
     for request in batch.requests {
-        lengths.push(request.records.len());
-        answers.push(request.answer);
         counted.push(request._counted);
-        records.extend(request.records);
-        sizes.extend(request.sizes);
+        match request.work {
+            Work::Call { entries, answer } => calls.push((entries, answer)),
+            Work::Publish { records, answer } => publishes.push((records, answer)),
+        }
     }
-    let outcome = match aggregation {
-        Some((settings, map)) => publisher.send_aggregated(records, settings, &map).await,
-        None => publisher.send_checked(records, sizes).await,
-    };
+    // A collector aggregates or not: a batch holds one kind of work.
+    if !calls.is_empty() {
+        put_together(&publisher, calls).await;
+    }
+    if !publishes.is_empty() {
+        match aggregation {
+            Some((settings, map)) => {
+                aggregate_together(&publisher, publishes, settings, &map).await;
+            }
+            // Never handed over without aggregation; sent as one publish all the same.
+            None => publish_together(&publisher, publishes).await,
+        }
+    }
     drop(counted);
+}
+
+/// The calls of several publishes' rounds in one PutRecords call: each gets the results of
+/// its own entries, or the call's error.
+async fn put_together(publisher: &Publisher, calls: Vec<(Vec<PutRecordsEntry>, CallAnswer)>) {
+    let mut lengths = Vec::with_capacity(calls.len());
+    let mut answers = Vec::with_capacity(calls.len());
+    let mut entries = Vec::new();
+    for (mine, answer) in calls {
+        lengths.push(mine.len());
+        entries.extend(mine);
+        answers.push(answer);
+    }
+    publisher.metrics.call(entries.len());
+    let answer = super::run::put_within(&publisher.api, &publisher.stream, entries).await;
+    match answer {
+        Ok(out) => {
+            // An answer with fewer results than entries leaves the last ones short: their
+            // publishes count the missing results as failures.
+            let mut results = out.results.into_iter();
+            for (answer, n) in answers.into_iter().zip(lengths) {
+                let results = results.by_ref().take(n).collect();
+                // A publish dropped while its call was on its way: nothing to tell.
+                let _ = answer.send(Ok(PutRecordsOutput { results }));
+            }
+        }
+        Err(error) => {
+            for answer in answers {
+                let _ = answer.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+/// Whole publishes sent as one, packed into aggregates; each gets its own records' answer.
+async fn aggregate_together(
+    publisher: &Publisher,
+    publishes: Vec<(Vec<OutgoingRecord>, PublishAnswer)>,
+    settings: Aggregate,
+    map: &SharedMap,
+) {
+    let (records, lengths, answers) = joined(publishes);
+    let outcome = publisher.send_aggregated(records, settings, map).await;
     for (answer, outcome) in answers.into_iter().zip(split(outcome, &lengths)) {
-        // A publish dropped while waiting: its records were sent all the same.
         let _ = answer.send(outcome);
     }
+}
+
+/// Whole publishes sent as one, as plain records; each gets its own records' answer.
+async fn publish_together(
+    publisher: &Publisher,
+    publishes: Vec<(Vec<OutgoingRecord>, PublishAnswer)>,
+) {
+    let (records, lengths, answers) = joined(publishes);
+    let sizes = records.iter().map(OutgoingRecord::size).collect();
+    let outcome = publisher.send_checked(records, sizes).await;
+    for (answer, outcome) in answers.into_iter().zip(split(outcome, &lengths)) {
+        let _ = answer.send(outcome);
+    }
+}
+
+/// The records of several publishes in one batch, how many each has, and their answers.
+type Joined = (Vec<OutgoingRecord>, Vec<usize>, Vec<PublishAnswer>);
+
+fn joined(publishes: Vec<(Vec<OutgoingRecord>, PublishAnswer)>) -> Joined {
+    let mut records = Vec::new();
+    let mut lengths = Vec::with_capacity(publishes.len());
+    let mut answers = Vec::with_capacity(publishes.len());
+    for (mine, answer) in publishes {
+        lengths.push(mine.len());
+        records.extend(mine);
+        answers.push(answer);
+    }
+    (records, lengths, answers)
 }
 
 #[cfg(test)]
@@ -680,8 +832,130 @@ mod tests {
             assert_eq!((failure.total(), failure.failed[0].index), (1, 0));
             assert_eq!(failure.attempts, 2);
         }
-        // Two batches of 16, each sent in two rounds.
+        // The first rounds in two calls of 16; the failing publishes' second rounds share
+        // calls again (two: the half rule).
         assert_eq!(kinesis.call_count(Operation::PutRecords), 4);
+    }
+
+    /// `n` partition keys whose records go to shard `shard` (0 or 1) of a stream of two.
+    fn keys_on(shard: u128, n: usize) -> Vec<String> {
+        (0..)
+            .map(|i| format!("key-{i}"))
+            .filter(|key| crate::api::memory::hash_key(key) >> 127 == shard)
+            .take(n)
+            .collect()
+    }
+
+    /// 64 tasks publish at once, half of them to a shard over its write limit for good: the
+    /// publishes to the other shard share batches with those, and each must return once its
+    /// own record is stored, not once the batch's throttled records are given up (the retry
+    /// patience, 11.3 s); nor may the batches retrying take the call slots from new publishes.
+    #[tokio::test(start_paused = true)]
+    async fn a_publish_returns_once_its_own_records_are_stored_whatever_its_batch_waits_for() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 2).unwrap();
+        kinesis.inject(
+            Fault::throttle(Operation::PutRecords)
+                .on_shard("shardId-000000000000")
+                .times(u32::MAX),
+        );
+        // The defaults: 4 calls in flight, no linger, 11.3 s of patience for throttled ones.
+        let publisher = Publisher::new(Arc::new(kinesis.clone()), "orders");
+        let start = tokio::time::Instant::now();
+        let publish = |key: String| {
+            let publisher = publisher.clone();
+            tokio::spawn(async move {
+                let outcome = publisher.publish(key, "x").await;
+                (outcome, start.elapsed())
+            })
+        };
+        let test = async {
+            let (mut throttled, mut healthy) = (Vec::new(), Vec::new());
+            let mut cold = keys_on(1, 33);
+            let late = cold.pop().unwrap();
+            for (hot, cold) in keys_on(0, 32).into_iter().zip(cold) {
+                throttled.push(publish(hot));
+                healthy.push(publish(cold));
+            }
+            for task in healthy {
+                let (outcome, took) = task.await.unwrap();
+                assert_eq!(outcome.unwrap().shard_id, "shardId-000000000001");
+                assert!(took < Duration::from_secs(1), "returned after {took:?}");
+            }
+            // The throttled ones are still retrying: a new publish to the healthy shard goes.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let (outcome, took) = publish(late).await.unwrap();
+            outcome.unwrap();
+            assert!(
+                took < Duration::from_secs(3),
+                "published at 2 s, returned at {took:?}"
+            );
+            for task in throttled {
+                let (outcome, took) = task.await.unwrap();
+                assert!(
+                    matches!(outcome, Err(KinesisError::PublishFailed(_))),
+                    "{outcome:?}"
+                );
+                assert!(
+                    took >= RetryPolicy::default().patience(),
+                    "gave up at {took:?}"
+                );
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(120), test)
+            .await
+            .expect("every publish returns");
+    }
+
+    /// With [`KeyOrder::Strict`](crate::publish::KeyOrder::Strict), two concurrent publishes
+    /// of one partition key collected into one batch: the first one's record fails for good
+    /// (its explicit hash key sends it to a failing shard); the second one's goes elsewhere,
+    /// and concurrent publishes have no order between them: it is sent, and stored.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_publish_holds_back_no_record_of_another_of_its_key() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 2).unwrap();
+        kinesis.inject(
+            Fault::fail(Operation::PutRecords, "internal failure")
+                .on_shard("shardId-000000000000")
+                .times(u32::MAX),
+        );
+        // One call slot: a batch takes whatever arrives within the linger.
+        let publisher = publisher(&kinesis)
+            .key_order(crate::publish::KeyOrder::Strict)
+            .collect(
+                Collect::default()
+                    .linger(Duration::from_millis(20))
+                    .max_calls_in_flight(1),
+            );
+        let first = OutgoingRecord::new("k", "first").with_explicit_hash_key("0");
+        let second =
+            OutgoingRecord::new("k", "second").with_explicit_hash_key((1u128 << 127).to_string());
+        let (first, second) = tokio::time::timeout(
+            Duration::from_secs(60),
+            futures::future::join(
+                publisher.publish_batch(vec![first]),
+                publisher.publish_batch(vec![second]),
+            ),
+        )
+        .await
+        .expect("both return");
+        let Err(KinesisError::PublishFailed(failure)) = first else {
+            panic!("the first publish fails: {first:?}");
+        };
+        assert_eq!(
+            failure.failed[0].last_error.as_ref().unwrap().code,
+            "InternalFailure"
+        );
+        let second = second.expect("the second publish is stored");
+        assert_eq!(second[0].shard_id, "shardId-000000000001");
+        assert_eq!(
+            kinesis
+                .records("orders", "shardId-000000000001")
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

@@ -125,25 +125,34 @@
 //! # Collection and aggregation
 //!
 //! On by default, as the KPL collects by default: every publish of the publisher (and its
-//! clones) goes to one background task that batches whole publishes, in
-//! arrival order, until a call's worth is collected or [`Collect::linger`] (default 0) has
-//! passed since the batch's first one, and sends each batch as one publish, several at once
-//! ([`Collect::max_calls_in_flight`], 4): with no linger, the publishes that arrive while
-//! every call slot is taken share the next call, and a batch takes at most half of the
-//! records outstanding, so that one call fills while another is answered. Each publish still returns once its own records
-//! are stored, with their places, or fails with an error about its own records only. The
-//! ordering guarantee is unchanged: one publish's records stay together and in order in one
-//! batch, a task awaiting one publish after another still orders them, and publishes running
-//! concurrently had no order between them to keep. A publish whose future is dropped after
-//! it was handed over is still sent. A publish that fills a PutRecords call by itself (500
-//! records or 5 MiB, or the publisher's own bounds) gains nothing from sharing one: it goes
-//! out from its own task, as without collection (unless it is to be aggregated), so batch
-//! publishers keep as many calls in flight as they run.
+//! clones) runs its own rounds, as above, from its own task, and hands each of its calls to
+//! one background task that puts the calls of many publishes, in arrival order, into one
+//! PutRecords call, until a call's worth is collected or [`Collect::linger`] (default 0) has
+//! passed since the first one, several such calls at once
+//! ([`Collect::max_calls_in_flight`], 4): with no linger, the calls that arrive while every
+//! call slot is taken share the next PutRecords call, and one takes at most half of the
+//! records outstanding, so that one call fills while another is answered. Each publish gets
+//! the results of its own entries and goes on from there: it returns once its own records
+//! are stored, with their places, or fails with an error about its own records only,
+//! whatever the other publishes of its calls wait for (records of a shard over its write
+//! limit are retried in their own publish's rounds, in later calls). The ordering guarantee
+//! is unchanged: one publish's records keep the rule above, a task awaiting one publish
+//! after another still orders them, and publishes running concurrently had no order between
+//! them to keep (so a record of one publish never waits for, or fails with, a record of the
+//! same key of another; with [`KeyOrder::Strict`] one call may carry records of one key from
+//! several publishes). A publish whose future is dropped stops, as without collection: it
+//! makes no more rounds (a call it handed over is still sent). A call that fills a
+//! PutRecords call by itself (500 records or 5 MiB, or the publisher's own bounds) gains
+//! nothing from sharing one: it goes out from its publish's own task, so batch publishers
+//! keep as many calls in flight as they run.
 //! [`Publisher::without_collect`] turns it off: each
 //! publish then makes its own calls from its own task, so a handler that publishes one record
 //! per message makes one PutRecords call per record.
 //!
-//! [`Publisher::aggregate`] also packs the user records of each batch into KPL aggregates
+//! [`Publisher::aggregate`] makes the background task collect whole publishes instead, into
+//! batches it sends as one publish each (up to [`Collect::max_calls_in_flight`] at once; an
+//! aggregate holds records of many publishes, so a publish returns when its batch is done,
+//! with its own records' answer), and packs the user records of each batch into KPL aggregates
 //! (the format the KPL writes and the KCL, AWS's `aws-kinesis-agg` libraries and
 //! [`ReadSettings::deaggregate`](crate::ReadSettings::deaggregate) read), one stream of them
 //! per shard predicted from the listed hash-key ranges, each at most [`Aggregate::max_bytes`]
@@ -203,7 +212,7 @@ pub use sink::{PublishSink, Publishable};
 use self::collect::Collector;
 use self::plan::{CallLimits, Plan};
 use self::run::{Run, error_kind};
-use crate::api::{PutRecordResult, SharedKinesis};
+use crate::api::{PutRecordResult, PutRecordsEntry, PutRecordsOutput, SharedKinesis};
 use crate::error::KinesisError;
 
 /// The entry error code of a record over its shard's write limit (1,000 records or 1 MiB a
@@ -345,8 +354,9 @@ impl Publisher {
     }
 
     /// How the publishes of this publisher and its clones, from any number of tasks, are
-    /// collected into shared PutRecords calls: see [`Collect`] for how, and the
-    /// [module docs](self) for what it keeps of the ordering guarantee. **On by default**,
+    /// collected into shared PutRecords calls (each publish still returns once its own
+    /// records are stored): see [`Collect`] for how, and the [module docs](self) for what it
+    /// keeps of the ordering guarantee. **On by default**,
     /// with [`Collect::default`] (no linger: a lone publish goes at once).
     /// [`without_collect`](Self::without_collect) turns it off. Clones share one collecting
     /// task per tokio runtime they publish from, started there at that runtime's first
@@ -530,23 +540,42 @@ impl Publisher {
             return Ok(Vec::new());
         }
         match &self.collector {
-            // A batch that fills a call by itself gains nothing from sharing one: it goes out
-            // from its own task, as without collection (unless its records are to be packed
-            // into aggregates, which the collector does).
-            Some(collector) if collector.aggregate().is_some() || !self.fills_a_call(&sizes) => {
-                let direct = Self {
-                    collector: None,
-                    ..self.clone()
-                };
-                collector.publish(&direct, records, sizes).await
+            // User records to pack into aggregates: the collector packs them with those of
+            // other publishes and sends them.
+            Some(collector) if collector.aggregate().is_some() => {
+                collector.publish(self, records, sizes).await
             }
+            // Otherwise the publish runs its own rounds here, and each call of them goes
+            // through the collector, if any (`put`).
             _ => self.send_checked(records, sizes).await,
         }
     }
 
-    /// Whether records of these sizes fill one PutRecords call by themselves.
-    fn fills_a_call(&self, sizes: &[usize]) -> bool {
-        sizes.len() >= self.limits.records || sizes.iter().sum::<usize>() >= self.limits.bytes
+    /// Whether `records` records of `bytes` bytes fill one PutRecords call by themselves.
+    fn fills_a_call(&self, records: usize, bytes: usize) -> bool {
+        records >= self.limits.records || bytes >= self.limits.bytes
+    }
+
+    /// Makes one PutRecords call of a publish's round: `entries`, of `bytes` bytes of data
+    /// and partition keys. A collecting publisher hands it to its collecting task, which
+    /// sends it with the calls of other publishes, unless it fills a call by itself (then it
+    /// gains nothing from sharing one and goes out from this task).
+    async fn put(
+        &self,
+        entries: Vec<PutRecordsEntry>,
+        bytes: usize,
+    ) -> Result<PutRecordsOutput, KinesisError> {
+        match &self.collector {
+            Some(collector)
+                if collector.aggregate().is_none() && !self.fills_a_call(entries.len(), bytes) =>
+            {
+                collector.put(self, entries, bytes).await
+            }
+            _ => {
+                self.metrics.call(entries.len());
+                run::put_within(&self.api, &self.stream, entries).await
+            }
+        }
     }
 
     /// Sends checked `records` (of these `sizes`; not empty) in calls of its own.

@@ -168,16 +168,19 @@ impl<'p> Run<'p> {
         self.calls += 1;
         let bytes: usize = call.iter().map(|&i| self.records[i].size()).sum();
         let answer = match self.answered.take() {
-            Some(answer) => answer,
+            Some(answer) => {
+                self.publisher.metrics.call(call.len());
+                answer
+            }
             None => {
                 let entries = call
                     .iter()
                     .map(|&i| check::entry(&self.records[i]))
                     .collect();
-                put_within(&self.publisher.api, &self.publisher.stream, entries).await
+                // Its own call, or one shared with other publishes' (collection).
+                self.publisher.put(entries, bytes).await
             }
         };
-        self.publisher.metrics.call(call.len());
         let out = match answer {
             Ok(out) => out,
             Err(error) => return self.call_failed(round, call, bytes, error),
