@@ -1,7 +1,8 @@
 //! `Publisher::sink()`: a stream forwarded into kinesis-local in batches and in order per key;
 //! refused records stopping the sink after what came before them is stored; and, on the
 //! in-memory transport, a stream-to-stream pipeline whose deliveries are acked only once
-//! their copies are stored, even when publishing fails.
+//! their copies are stored, even when publishing fails; and a sink dropped mid-batch sends
+//! nothing more.
 
 mod support;
 
@@ -214,6 +215,51 @@ async fn forward_counting(
     });
     let result = records.map(Ok).forward(publisher.sink()).await;
     (taken.into_inner(), result)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dropping a sink
+
+/// A sink dropped while its batch waits to be sent again (its first call was throttled)
+/// sends nothing more: the record's delivery goes back, its newer copy is published, and the
+/// abandoned one must not land after it (a reader keeping a key's last value would see the
+/// stale one). With collection on (the default), off, and aggregating.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_sink_sends_nothing_more_so_no_stale_copy_lands_after_a_newer_one() {
+    use futures::SinkExt;
+    use kinesis_dataflow::publish::{Aggregate, Collect};
+    for way in ["collect", "without_collect", "aggregate"] {
+        let memory = MemoryKinesis::new();
+        memory.add_stream("orders", 1).unwrap();
+        memory.inject(Fault::throttle(Operation::PutRecords).on_shard(SHARD0));
+        let publisher = Publisher::new(Arc::new(memory.clone()), "orders");
+        let publisher = match way {
+            "collect" => publisher,
+            "without_collect" => publisher.without_collect(),
+            // No linger: the batch goes at once.
+            _ => publisher
+                .collect(Collect::default())
+                .aggregate(Aggregate::default()),
+        };
+        let mut sink = publisher.sink();
+        let sent = tokio::time::timeout(
+            Duration::from_millis(10),
+            sink.send(OutgoingRecord::new("k", "old")),
+        )
+        .await;
+        assert!(sent.is_err(), "still waiting to send it again: {sent:?}");
+        drop(sink);
+        publisher.publish("k", "new").await.unwrap();
+        // Longer than the retries of the abandoned batch would go on.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let stored: Vec<String> = memory
+            .records("orders", SHARD0)
+            .unwrap()
+            .iter()
+            .map(|r| text(r.data()))
+            .collect();
+        assert_eq!(stored, ["new"], "{way}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@
 //! between them: with [`KeyOrder::Strict`](super::KeyOrder::Strict) one call may carry
 //! records of one partition key from several publishes, and a record of one publish never
 //! waits for (or fails with) a record of another. A publish whose future is dropped stops, as
-//! without collection: it makes no more rounds (a call it handed over is still sent).
+//! without collection: it makes no more rounds, and a call of it whose batch has not gone yet
+//! is not sent (a call already on its way cannot be called back).
 //!
 //! Why half: callers that each await their publish have only so many records outstanding. In
 //! one call, all of them wait for its answer and nothing else moves; in two calls of half,
@@ -33,7 +34,9 @@
 //! records are packed into aggregates together (an aggregate holds records of many
 //! publishes), so the task runs the batch's rounds, as one publish, and each publish returns
 //! when its batch is done (and a batch keeps its call slot until then), with its own records'
-//! answer. There the batch is bounded by a call's bytes only: fewer and fuller records are
+//! answer. A publish dropped before its batch goes is not sent, and a batch stops once every
+//! publish of it is dropped; but while another publish of it waits, it goes on with the
+//! records of a dropped one too, and a `warn` event says when some of them were stored. There the batch is bounded by a call's bytes only: fewer and fuller records are
 //! the point.
 //!
 //! [`Publisher::collect`]: super::Publisher::collect
@@ -161,6 +164,16 @@ enum Work {
         records: Vec<OutgoingRecord>,
         answer: PublishAnswer,
     },
+}
+
+impl Work {
+    /// Whether the publish it belongs to was dropped (nothing awaits the answer).
+    fn dropped(&self) -> bool {
+        match self {
+            Self::Call { answer, .. } => answer.is_closed(),
+            Self::Publish { answer, .. } => answer.is_closed(),
+        }
+    }
 }
 
 /// Records counted in a collector's outstanding total while this lives: a request lost with
@@ -476,6 +489,12 @@ async fn send(
     let mut counted = Vec::with_capacity(batch.requests.len());
     for request in batch.requests {
         counted.push(request._counted);
+        // Dropped before its batch went: not sent, as a dropped publish stops without
+        // collection (a sink dropped mid-batch sends its records back for redelivery, and a
+        // copy sent now could land after their new copies).
+        if request.work.dropped() {
+            continue;
+        }
         match request.work {
             Work::Call { entries, answer } => calls.push((entries, answer)),
             Work::Publish { records, answer } => publishes.push((records, answer)),
@@ -530,15 +549,42 @@ async fn put_together(publisher: &Publisher, calls: Vec<(Vec<PutRecordsEntry>, C
 }
 
 /// Whole publishes sent as one, packed into aggregates; each gets its own records' answer.
+/// The batch stops once every publish of it is dropped, as a dropped publish stops without
+/// collection; while one still waits it goes on, and a `warn` event says when records of a
+/// dropped one were stored.
 async fn aggregate_together(
     publisher: &Publisher,
     publishes: Vec<(Vec<OutgoingRecord>, PublishAnswer)>,
     settings: Aggregate,
     map: &SharedMap,
 ) {
-    let (records, lengths, answers) = joined(publishes);
-    let outcome = publisher.send_aggregated(records, settings, map).await;
+    let (records, lengths, mut answers) = joined(publishes);
+    let outcome = tokio::select! {
+        outcome = publisher.send_aggregated(records, settings, map) => outcome,
+        () = async {
+            for answer in &mut answers {
+                answer.closed().await;
+            }
+        } => return,
+    };
     for (answer, outcome) in answers.into_iter().zip(split(outcome, &lengths)) {
+        if answer.is_closed() {
+            let stored = match &outcome {
+                Ok(places) => places.len(),
+                Err(KinesisError::PublishFailed(failure)) => failure.written(),
+                Err(_) => 0,
+            };
+            if stored > 0 {
+                tracing::warn!(
+                    stream = publisher.stream(),
+                    stored,
+                    "{stored} records of a publish dropped while its aggregated batch was on \
+                     its way were stored all the same, possibly after records of the same keys \
+                     published since (an aggregated batch goes on while another publish of it \
+                     waits)"
+                );
+            }
+        }
         let _ = answer.send(outcome);
     }
 }
@@ -956,6 +1002,42 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    /// A publish dropped while its batch waits for a call slot is not sent: as without
+    /// collection, dropping a publish's future stops it (what a sink dropped mid-batch relies
+    /// on: its deliveries go back, and a copy sent later could land after their new copies).
+    #[tokio::test(start_paused = true)]
+    async fn a_publish_dropped_before_its_call_goes_is_not_sent() {
+        let kinesis = MemoryKinesis::new();
+        kinesis.add_stream("orders", 1).unwrap();
+        // The first call takes a second, and holds the only call slot meanwhile.
+        kinesis.inject(Fault::latency(
+            Operation::PutRecords,
+            Duration::from_secs(1),
+        ));
+        let publisher = Publisher::new(Arc::new(kinesis.clone()), "orders")
+            .collect(Collect::default().max_calls_in_flight(1));
+        let first = tokio::spawn({
+            let publisher = publisher.clone();
+            async move { publisher.publish("a", "first").await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(100),
+            publisher.publish("b", "dropped"),
+        )
+        .await;
+        assert!(dropped.is_err(), "still waiting: {dropped:?}");
+        first.await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let stored: Vec<_> = kinesis
+            .records("orders", "shardId-000000000000")
+            .unwrap()
+            .iter()
+            .map(|r| r.data().clone())
+            .collect();
+        assert_eq!(stored, ["first"]);
     }
 
     #[test]

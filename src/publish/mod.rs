@@ -141,7 +141,7 @@
 //! them to keep (so a record of one publish never waits for, or fails with, a record of the
 //! same key of another; with [`KeyOrder::Strict`] one call may carry records of one key from
 //! several publishes). A publish whose future is dropped stops, as without collection: it
-//! makes no more rounds (a call it handed over is still sent). A call that fills a
+//! makes no more rounds, and a call of it not sent yet is not sent. A call that fills a
 //! PutRecords call by itself (500 records or 5 MiB, or the publisher's own bounds) gains
 //! nothing from sharing one: it goes out from its publish's own task, so batch publishers
 //! keep as many calls in flight as they run.

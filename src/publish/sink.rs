@@ -153,8 +153,14 @@ enum Until {
 /// batch's, the buffer's, and any item sent after the failure) are sent back with
 /// [`AckToken::retry`]: delivered again while their subscription runs, and never passed by
 /// its checkpoint (after the subscription stopped, its next reader reads them again).
-/// Dropping the sink does the same with everything it holds (its buffer is not sent, and a
-/// batch in flight is abandoned mid-way, so some of its records may be stored twice).
+/// Dropping the sink does the same with everything it holds: its buffer is not sent, and a
+/// batch in flight is abandoned mid-way, so some of its records may be stored twice. An
+/// abandoned batch sends nothing after the drop (with collection too: its rounds run in the
+/// sink's own future, and a call of it still waiting for its shared call is not sent), so the
+/// copies published after redelivery are not followed by stale ones; only a PutRecords call
+/// already on its way cannot be called back. With [`Publisher::aggregate`], a batch whose
+/// aggregates are shared with other publishes still waiting goes on to its end (up to the
+/// retry patience): a `warn` event says when records of it were stored after the drop.
 ///
 /// **Failures.** The first failure stops the sink; it takes nothing more. It is reported by
 /// the next `start_send`, `poll_flush` or `poll_close`; `poll_ready` itself never fails, so
