@@ -821,6 +821,55 @@ async fn bad_settings_are_refused_before_any_call() {
     );
 }
 
+/// `aggregate(..)` then `without_collect()`: aggregation needs collection, so the pair is
+/// refused by name rather than aggregation silently turned off; `without_collect()` then
+/// `aggregate(..)` aggregates (and collects again), as does `collect(..)` after the pair.
+#[tokio::test]
+async fn aggregation_then_without_collect_is_refused_naming_both() {
+    use kinesis_dataflow::publish::{Aggregate, Collect};
+    let (memory, recording) = memory_stream("orders");
+    let publisher = Publisher::new(recording.clone(), "orders");
+    let refused = publisher
+        .clone()
+        .aggregate(Aggregate::default())
+        .without_collect();
+    let error = refused.validate().unwrap_err();
+    let KinesisError::InvalidConfig { setting, .. } = &error else {
+        panic!("InvalidConfig, not {error:?}");
+    };
+    assert_eq!(*setting, "without_collect");
+    let message = error.to_string();
+    assert!(message.contains("aggregate"), "{message}");
+    assert!(
+        matches!(
+            refused.publish("a", "x").await,
+            Err(KinesisError::InvalidConfig { .. })
+        ),
+        "publishing refuses it too"
+    );
+    assert!(recording.layer().puts().is_empty(), "nothing sent");
+
+    // The other way round, or with `collect(..)` after the pair, it aggregates: two records
+    // of one key, one aggregate.
+    for aggregating in [
+        publisher
+            .clone()
+            .without_collect()
+            .aggregate(Aggregate::default()),
+        publisher
+            .clone()
+            .aggregate(Aggregate::default())
+            .without_collect()
+            .collect(Collect::default()),
+    ] {
+        aggregating.validate().unwrap();
+        let records = vec![OutgoingRecord::new("a", "1"), OutgoingRecord::new("a", "2")];
+        let places = aggregating.publish_batch(records).await.unwrap();
+        assert_eq!(places[1].sub_sequence_number, Some(1), "aggregated");
+    }
+    drop(memory);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_tasks_publish_through_clones_at_once() {
     fn shareable<T: Clone + Send + Sync + 'static>(_: &T) {}

@@ -283,6 +283,9 @@ pub struct Publisher {
     collector: Option<Arc<Collector>>,
     /// [`collect`](Self::collect) was called: its settings stand under `aggregate` too.
     collect_set: bool,
+    /// [`without_collect`](Self::without_collect) was called after
+    /// [`aggregate`](Self::aggregate): refused by [`validate`](Self::validate).
+    without_collect_after_aggregate: bool,
     metrics: PublishMetrics,
 }
 
@@ -299,6 +302,10 @@ impl fmt::Debug for Publisher {
             .field(
                 "aggregate",
                 &self.collector.as_ref().and_then(|c| c.aggregate()),
+            )
+            .field(
+                "without_collect_after_aggregate",
+                &self.without_collect_after_aggregate,
             )
             .finish()
     }
@@ -320,6 +327,7 @@ impl Publisher {
             key_order: KeyOrder::default(),
             collector: Some(Arc::new(Collector::new(Collect::default(), None))),
             collect_set: false,
+            without_collect_after_aggregate: false,
         }
     }
 
@@ -369,15 +377,29 @@ impl Publisher {
         let aggregate = self.collector.as_ref().and_then(|c| c.aggregate());
         self.collector = Some(Arc::new(Collector::new(settings, aggregate)));
         self.collect_set = true;
+        self.without_collect_after_aggregate = false;
         self
     }
 
     /// Each publish makes its own PutRecords calls, from the task that awaits it, with no
     /// background task: the publisher as it was before collection was on by default. For a
     /// program that publishes only whole batches from one task, or that must not start
-    /// tasks of its own. (An [`aggregate`](Self::aggregate) set after this collects again.)
+    /// tasks of its own. An [`aggregate`](Self::aggregate) set after this collects again.
+    /// Set after `aggregate`, it is refused: aggregation packs the records of collected
+    /// publishes and needs collection, so [`validate`](Self::validate), every publish and
+    /// every sink fail with [`KinesisError::InvalidConfig`] naming both settings (rather than
+    /// aggregation silently turned off). A [`collect`](Self::collect) or `aggregate` after it
+    /// collects and aggregates again.
     #[must_use]
     pub fn without_collect(mut self) -> Self {
+        if self
+            .collector
+            .as_ref()
+            .is_some_and(|c| c.aggregate().is_some())
+        {
+            self.without_collect_after_aggregate = true;
+            return self;
+        }
         self.collector = None;
         self.collect_set = false;
         self
@@ -403,6 +425,7 @@ impl Publisher {
             _ => Collect::default().linger(DEFAULT_AGGREGATION_LINGER),
         };
         self.collector = Some(Arc::new(Collector::new(collect, Some(settings))));
+        self.without_collect_after_aggregate = false;
         self
     }
 
@@ -431,8 +454,19 @@ impl Publisher {
     /// # Errors
     ///
     /// [`KinesisError::InvalidConfig`] for a record count outside 1..=500, a byte limit
-    /// outside 1 MiB..=5 MiB, or a refused [`RetryPolicy`].
+    /// outside 1 MiB..=5 MiB, a refused [`RetryPolicy`], [`Collect`] or [`Aggregate`], or
+    /// [`without_collect`](Self::without_collect) after [`aggregate`](Self::aggregate).
     pub fn validate(&self) -> Result<(), KinesisError> {
+        if self.without_collect_after_aggregate {
+            return Err(KinesisError::InvalidConfig {
+                setting: "without_collect",
+                value: "after aggregate(..)".into(),
+                reason: "aggregate(..) packs the records of collected publishes and needs \
+                         collection: drop one of without_collect() and aggregate(..) (a \
+                         collect(..) or aggregate(..) after them collects and aggregates)"
+                    .into(),
+            });
+        }
         if !(1..=MAX_RECORDS_PER_CALL).contains(&self.limits.records) {
             return Err(KinesisError::InvalidConfig {
                 setting: "max_records_per_call",
