@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::MemoryKinesis;
+use crate::api::MemoryKinesis;
 use crate::api::memory::Fault;
 use crate::error::Operation;
 use crate::publish::RetryPolicy;
