@@ -103,6 +103,14 @@ pub struct Lease {
     /// to compute the same shares. `None` on shard rows (and on worker rows written before
     /// limits were recorded, which count as [`WorkerLimits::default`]).
     pub limits: Option<WorkerLimits>,
+    /// On a worker row: the liveness group of the instance (`<anchor stream>/<id>`), when it
+    /// reads several streams as one [`MultiSubscription`](crate::MultiSubscription). Every
+    /// reader of such an instance also stops once its worker row of the anchor stream is
+    /// stale, so the others judge all its streams by that one row: its leases in any stream
+    /// are free at once when its anchor row, read after the listing, is released and names
+    /// the same group. `None` on shard rows and on the worker rows of instances reading one
+    /// stream.
+    pub liveness_group: Option<String>,
 }
 
 /// How much of a stream one instance takes: its share relative to the others', and an upper
@@ -143,6 +151,7 @@ impl Lease {
             parents,
             starting_sequence_number: None,
             limits: None,
+            liveness_group: None,
         }
     }
 

@@ -223,6 +223,7 @@ mod tests {
                 parents: parents.iter().map(|p| (*p).to_owned()).collect(),
                 starting_sequence_number: Some("1".into()),
                 limits: None,
+                liveness_group: None,
             },
             last_written_ms: None,
         };

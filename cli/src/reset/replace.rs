@@ -62,6 +62,7 @@ fn replacement(held: &Lease, change: &Change) -> Lease {
         parents: change.shard.parents.clone(),
         starting_sequence_number: Some(change.shard.starting_sequence_number.clone()),
         limits: None,
+        liveness_group: None,
     }
 }
 

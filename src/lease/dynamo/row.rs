@@ -32,6 +32,8 @@ const STARTING_SEQUENCE: &str = "startingSequenceNumber";
 const WEIGHT: &str = "workerWeight";
 /// On a worker row: the most shards the instance reads at once.
 const MAX_LEASES: &str = "workerMaxLeases";
+/// On a worker row: the instance's liveness group (see [`Lease::liveness_group`]).
+const LIVENESS_GROUP: &str = "workerLivenessGroup";
 /// How a [`Checkpoint::ShardEnd`] is stored.
 const SHARD_END: &str = "SHARD_END";
 
@@ -80,6 +82,9 @@ pub(super) fn to_item(lease: &Lease, layout: KeyLayout) -> HashMap<String, Attri
         if let Some(max) = limits.max_leases {
             item.insert(MAX_LEASES.to_owned(), number(u64::from(max)));
         }
+    }
+    if let Some(group) = &lease.liveness_group {
+        item.insert(LIVENESS_GROUP.to_owned(), AttributeValue::S(group.clone()));
     }
     if !lease.parents.is_empty() {
         let parents = lease
@@ -134,6 +139,7 @@ pub(super) fn parse_row(
         parents: row.parents()?,
         starting_sequence_number: row.string(STARTING_SEQUENCE)?,
         limits: row.limits()?,
+        liveness_group: row.string(LIVENESS_GROUP)?,
     })
 }
 
@@ -306,6 +312,10 @@ mod tests {
             let item = to_item(&worker, KeyLayout::SingleKey);
             assert_eq!(item[WEIGHT], AttributeValue::N(limits.weight.to_string()));
             assert_eq!(parse_row("t", Operation::Scan, &item).unwrap(), worker);
+            worker.liveness_group = Some("g-1".into());
+            let item = to_item(&worker, KeyLayout::ByStream);
+            assert_eq!(item[LIVENESS_GROUP], AttributeValue::S("g-1".into()));
+            assert_eq!(parse_row("t", Operation::Query, &item).unwrap(), worker);
         }
         let bad = row(&[
             (STREAM, AttributeValue::S("s".into())),
