@@ -63,6 +63,8 @@ pub(crate) struct SubscriptionConfig {
     pub(crate) end_when_deleted: bool,
     /// The `application` label of every metric.
     pub(crate) application: Arc<str>,
+    /// The liveness group of a [`MultiSubscription`](crate::MultiSubscription)'s streams.
+    pub(crate) group: Option<Arc<super::group::LivenessGroup>>,
 }
 
 impl SubscriptionConfig {
@@ -89,6 +91,7 @@ impl SubscriptionConfig {
             limits: WorkerLimits::default(),
             end_when_deleted: false,
             application: Arc::from(crate::telemetry::DEFAULT_APPLICATION),
+            group: None,
         }
     }
 

@@ -12,6 +12,10 @@
 //! renewed for two thirds of the worker timeout ([`WorkerGate`]): another instance that sees
 //! the worker row unchanged for the whole worker timeout may declare the instance gone and
 //! take all its shards at once, without waiting for each lease to expire in its view.
+//!
+//! In a [`MultiSubscription`](crate::MultiSubscription) every reader, of every stream, also
+//! answers to the worker row of the group's anchor stream ([`super::group`]), and only for
+//! as long as that row was not lost since the reader's shard was taken (the gate's *epoch*).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +33,9 @@ pub(crate) struct LeaseGate {
     give_up_after: Duration,
     /// The instance's worker row, which must be fresh too.
     worker: Arc<WorkerGate>,
+    /// In a liveness group: the anchor stream's worker gate, and its epoch when the shard
+    /// was taken. The anchor's row must be fresh too, and not lost since.
+    anchor: Option<(Arc<WorkerGate>, u64)>,
 }
 
 impl LeaseGate {
@@ -41,6 +48,7 @@ impl LeaseGate {
             valid_until: AtomicU64::new(0),
             give_up_after,
             worker,
+            anchor: None,
         };
         gate.renewed(sent);
         gate
@@ -55,7 +63,15 @@ impl LeaseGate {
             valid_until: AtomicU64::new(previous.valid_until.load(Ordering::Acquire)),
             give_up_after: previous.give_up_after,
             worker: previous.worker.clone(),
+            anchor: previous.anchor.clone(),
         }
+    }
+
+    /// The same gate, answering also to a liveness group's anchor gate as it is in `epoch`.
+    #[must_use]
+    pub(crate) fn anchored(mut self, anchor: Option<(Arc<WorkerGate>, u64)>) -> Self {
+        self.anchor = anchor;
+        self
     }
 
     /// A write sent at `sent` moved the counter: the lease is ours for longer.
@@ -88,7 +104,10 @@ impl LeaseGate {
     /// True while records of this shard may be handed out.
     pub(crate) fn is_open(&self) -> bool {
         let now = Instant::now();
-        !self.is_revoked() && now < self.deadline() && self.worker.is_open(now)
+        !self.is_revoked()
+            && now < self.deadline()
+            && self.worker.is_open(now)
+            && (self.anchor.as_ref()).is_none_or(|(anchor, epoch)| anchor.is_open_in(*epoch, now))
     }
 
     /// True when the lease ran out without a renewal (as opposed to a revocation).
@@ -104,6 +123,10 @@ impl LeaseGate {
 /// gone through a row that does not exist, and each lease still has its own gate. Bound from
 /// the first write of the row on, it closes two thirds of the worker timeout after the last
 /// write that succeeded was sent, exactly like a lease.
+///
+/// Its *epoch* counts the times the row was lost (written by another instance: declared
+/// gone). A liveness group's readers each answer to the epoch their shard was taken in, so a
+/// loss closes them for good, whatever renewal succeeds later.
 #[derive(Debug)]
 pub(crate) struct WorkerGate {
     base: Instant,
@@ -111,6 +134,7 @@ pub(crate) struct WorkerGate {
     /// Nanoseconds after `base` until which the worker row is safely this instance's.
     valid_until: AtomicU64,
     give_up_after: Duration,
+    epoch: AtomicU64,
 }
 
 impl WorkerGate {
@@ -121,7 +145,25 @@ impl WorkerGate {
             bound: AtomicBool::new(false),
             valid_until: AtomicU64::new(0),
             give_up_after,
+            epoch: AtomicU64::new(0),
         }
+    }
+
+    /// The number of times the row was lost so far.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// The row was lost (another instance wrote it): closed until written again, and closed
+    /// for good to every reader of an earlier epoch.
+    pub(crate) fn lost(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.valid_until.store(0, Ordering::SeqCst);
+    }
+
+    /// True while a reader of `epoch` may hand out records.
+    pub(crate) fn is_open_in(&self, epoch: u64, now: Instant) -> bool {
+        self.epoch() == epoch && self.is_open(now)
     }
 
     /// A write of the worker row sent at `sent` succeeded.

@@ -35,6 +35,7 @@ mod clock;
 mod config;
 mod coordinator;
 mod gate;
+mod group;
 mod multi;
 mod position_source;
 mod pump;

@@ -22,6 +22,7 @@ use futures::Stream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::group::LivenessGroup;
 use super::ready::ReadyMap;
 use super::{ShutdownHandle, Subscription, SubscriptionBuilder};
 use crate::ack::Delivery;
@@ -247,10 +248,16 @@ impl MultiSubscriptionBuilder {
     /// A refused setting ([`KinesisError::InvalidConfig`]), and the first error of a stream
     /// that cannot be started (e.g. [`KinesisError::StreamNotFound`], naming it). Streams
     /// inserted later that do not exist yet are not errors: they start once they exist.
-    pub async fn start(self) -> Result<MultiSubscription, KinesisError> {
+    pub async fn start(mut self) -> Result<MultiSubscription, KinesisError> {
         self.each.config.validate()?;
         self.check_positions()?;
         let names: Vec<Arc<str>> = self.streams.names.borrow().iter().cloned().collect();
+        // One liveness group for every stream, anchored on the first (see `group`).
+        if let Some(anchor) = names.first() {
+            let give_up_after = self.each.config.worker_give_up_after();
+            let group = LivenessGroup::new(anchor.clone(), give_up_after);
+            self.each.config.group = Some(Arc::new(group));
+        }
         let started = futures::future::join_all(
             names
                 .iter()

@@ -33,11 +33,16 @@ impl Coordinator {
         } else {
             tracing::info!(shard = %shard, parents = ?lease.parents, position = ?start, "lease taken; child started after its parents");
         }
-        let gate = Arc::new(LeaseGate::new(
-            sent,
-            self.config().give_up_after(),
-            self.shared.worker_gate.clone(),
-        ));
+        let anchor = (self.shared.config.group.as_ref())
+            .map(|group| (group.gate().clone(), self.instance.group_epoch));
+        let gate = Arc::new(
+            LeaseGate::new(
+                sent,
+                self.config().give_up_after(),
+                self.shared.worker_gate.clone(),
+            )
+            .anchored(anchor),
+        );
         self.start_reading(shard, lease, written, acks, reader, gate);
     }
 

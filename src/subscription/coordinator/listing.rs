@@ -32,6 +32,9 @@ pub(crate) struct Listing {
     /// False when the table was not read (the shards were as at the last scan; see
     /// [`NewRowRule::unless_shards`]): `rows` is then empty.
     pub(crate) scanned: bool,
+    /// Other instances declared gone through the anchor row of their liveness group (see
+    /// [`declared_elsewhere`]): their leases here are free at once.
+    pub(crate) declared: HashSet<String>,
 }
 
 /// The shards of a listing as far as the lease table cares: each shard's id and whether it
@@ -203,6 +206,7 @@ pub(crate) async fn list(shared: Arc<Shared>, rule: NewRowRule) -> Result<Listin
             rows: BTreeMap::new(),
             tips: HashMap::new(),
             scanned: false,
+            declared: HashSet::new(),
         });
     }
     let mut rows = scan(&shared).await?;
@@ -229,12 +233,68 @@ pub(crate) async fn list(shared: Arc<Shared>, rule: NewRowRule) -> Result<Listin
         rows = scan(&shared).await?;
     }
     tips.retain(|shard, _| created.contains(shard));
+    let declared = declared_elsewhere(&shared, &rows).await;
     Ok(Listing {
         shards,
         rows,
         tips,
         scanned: true,
+        declared,
     })
+}
+
+/// The other instances whose worker row here names a liveness group anchored on another
+/// stream, and whose anchor row, read now (after the listing), is released and names the
+/// same group: they were declared gone, and every reader of theirs has stopped (see
+/// [`crate::subscription::group`]). An anchor row missing, held, or naming another group (a
+/// later start) declares nothing; neither does a failed read (the leases then wait for their
+/// expiry).
+pub(crate) async fn declared_elsewhere(
+    shared: &Shared,
+    rows: &BTreeMap<String, Lease>,
+) -> HashSet<String> {
+    let me = shared.config.owner.as_str();
+    let mut by_anchor: BTreeMap<&str, BTreeMap<String, (&str, &str)>> = BTreeMap::new();
+    for row in rows.values() {
+        let (Some(owner), Some(group)) = (row.owner.as_deref(), row.liveness_group.as_deref())
+        else {
+            continue;
+        };
+        let Some(anchor) = crate::subscription::group::anchor_of(group) else {
+            continue;
+        };
+        if owner == me
+            || anchor == &*shared.stream
+            || super::plan::worker_owner(&row.shard_id).is_none()
+        {
+            continue;
+        }
+        let id = super::worker::worker_row_id(owner);
+        by_anchor
+            .entry(anchor)
+            .or_default()
+            .insert(id, (owner, group));
+    }
+    let mut declared = HashSet::new();
+    for (anchor, wanted) in by_anchor {
+        let ids: Vec<String> = wanted.keys().cloned().collect();
+        let read = match shared.store.get(anchor, &ids).await {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::debug!(anchor, error = %e, "could not read the anchor rows of other instances' liveness groups; their leases wait for their expiry");
+                continue;
+            }
+        };
+        for row in read {
+            let Some((owner, group)) = wanted.get(&row.shard_id) else {
+                continue;
+            };
+            if row.owner.is_none() && row.liveness_group.as_deref() == Some(*group) {
+                declared.insert((*owner).to_owned());
+            }
+        }
+    }
+    declared
 }
 
 /// Fetches a LATEST iterator for each of the `new` rows that begin at `tip` and have none yet,

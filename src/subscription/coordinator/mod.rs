@@ -161,7 +161,7 @@ enum Done {
     Take(String, TakeOutcome, u64),
     Worker(WorkerDone),
     Deleted(Vec<(Lease, Result<(), LeaseError>)>),
-    Watched(Result<BTreeMap<String, Lease>, LeaseError>),
+    Watched(Result<roster::WatchRead, LeaseError>),
     Declared(Lease, Result<(), LeaseError>),
     RosterMoved,
     Seek(Box<seek::Opened>),
@@ -300,6 +300,9 @@ struct Instance {
     health: Health,
     /// The instances this one said it waits on (once each, until its share is full).
     waiting_on: HashSet<String>,
+    /// In a liveness group: the epoch of the anchor gate this stream's shards are read in
+    /// (the anchor row lost since, they are dropped before any is read again).
+    group_epoch: u64,
 }
 
 impl Coordinator {
@@ -320,6 +323,10 @@ impl Coordinator {
             deleted,
         } = links;
         let health = Health::new(config.lease_duration * 3);
+        let group_epoch = (config.group.as_ref()).map_or(0, |group| {
+            group.join(&stream);
+            group.gate().epoch()
+        });
         Self {
             shared: Arc::new(Shared::new(api, store, stream, config, stopping)),
             inbox: Inbox::new(shutdown, seeks),
@@ -343,6 +350,7 @@ impl Coordinator {
                 watch: roster::Watch::default(),
                 health,
                 waiting_on: HashSet::new(),
+                group_epoch,
             },
         }
     }

@@ -14,7 +14,10 @@
 //!
 //! The roster row is moved by an instance that joined, declared another gone, handed a shard
 //! back, finished a shard or stopped, so the others hear of it at their next read instead of
-//! at their next listing.
+//! at their next listing. Every move also moves a table-wide roster row; in a
+//! [`MultiSubscription`](crate::MultiSubscription)'s liveness group the anchor stream reads that
+//! one instead of its own, and the watch of the group's other streams reads only what the
+//! anchor's does not cover (see [`crate::subscription::group`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +30,7 @@ use super::plan::{ROSTER_ROW, worker_owner};
 use super::shared::Shared;
 use super::worker::worker_row_id;
 use crate::lease::{Lease, LeaseError};
+use crate::subscription::group::TABLE_ROWS;
 
 /// How many other instances each instance watches.
 pub(crate) const WATCHED: usize = 2;
@@ -120,6 +124,11 @@ pub(crate) struct Watch {
     pub(crate) moving: bool,
     /// Move it once more when the current move is done.
     pub(crate) move_again: bool,
+    /// In a liveness group, for a stream other than the anchor: the group's news (moves of
+    /// the table-wide roster row) as of this stream's last read of its own roster row.
+    pub(crate) news_seen: Option<u64>,
+    /// In a liveness group: the group's declarations this stream has listed for.
+    pub(crate) declarations_seen: u64,
 }
 
 impl Default for Watch {
@@ -131,19 +140,61 @@ impl Default for Watch {
             roster: None,
             moving: false,
             move_again: false,
+            news_seen: None,
+            declarations_seen: 0,
         }
     }
 }
 
-/// Reads the watched rows and the roster row.
-pub(crate) async fn read(
-    shared: Arc<Shared>,
-    ring: Vec<String>,
-) -> Result<BTreeMap<String, Lease>, LeaseError> {
-    let mut ids = ring;
-    ids.push(ROSTER_ROW.to_owned());
-    let rows = shared.store.get(&shared.stream, &ids).await?;
-    Ok(rows.into_iter().map(|r| (r.shard_id.clone(), r)).collect())
+/// What one watch read asks for.
+#[derive(Debug, Default)]
+pub(crate) struct WatchPlan {
+    /// Worker rows of this stream.
+    pub(crate) ring: Vec<String>,
+    /// This stream's roster row too.
+    pub(crate) roster: bool,
+    /// The table-wide roster row too (a liveness group's anchor).
+    pub(crate) table_roster: bool,
+    /// The group's news when the read was planned.
+    pub(crate) news: Option<u64>,
+}
+
+impl WatchPlan {
+    /// True when the read needs no call.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ring.is_empty() && !self.roster && !self.table_roster
+    }
+}
+
+/// What one watch read found.
+#[derive(Debug, Default)]
+pub(crate) struct WatchRead {
+    /// What was asked for.
+    pub(crate) plan: WatchPlan,
+    /// The rows of this stream read, by id.
+    pub(crate) rows: BTreeMap<String, Lease>,
+    /// The table-wide roster counter, when it was read (`Some(None)`: no such row).
+    pub(crate) table_roster: Option<Option<u64>>,
+}
+
+/// Reads what `plan` asks for.
+pub(crate) async fn read(shared: Arc<Shared>, plan: WatchPlan) -> Result<WatchRead, LeaseError> {
+    let mut ids = plan.ring.clone();
+    if plan.roster {
+        ids.push(ROSTER_ROW.to_owned());
+    }
+    let mut read = WatchRead::default();
+    if !ids.is_empty() {
+        let rows = shared.store.get(&shared.stream, &ids).await?;
+        read.rows = rows.into_iter().map(|r| (r.shard_id.clone(), r)).collect();
+    }
+    if plan.table_roster {
+        let ids = [ROSTER_ROW.to_owned()];
+        let row = shared.store.get(TABLE_ROWS, &ids).await?.pop();
+        read.table_roster = Some(row.map(|row| row.counter));
+    }
+    read.plan = plan;
+    Ok(read)
 }
 
 /// Declares the owner of `row` gone: releases its worker row on condition that it is still
@@ -154,16 +205,22 @@ pub(crate) async fn declare(shared: Arc<Shared>, row: Lease) -> Result<(), Lease
     Ok(())
 }
 
-/// Moves the roster row's counter (creating the row when missing). Failures are only
-/// logged: the others then learn of the change at their next listing.
+/// Moves the stream's roster row's counter, then the table-wide one's (creating each row
+/// when missing), so that instances reading several streams hear of it through that one row.
+/// Failures are only logged: the others then learn of the change at their next listing.
 pub(crate) async fn bump_roster(shared: &Shared) {
+    bump_roster_of(shared, &shared.stream).await;
+    bump_roster_of(shared, TABLE_ROWS).await;
+}
+
+async fn bump_roster_of(shared: &Shared, stream: &str) {
     let owner = shared.config.owner.as_str();
     let bumped = async {
         let ids = [ROSTER_ROW.to_owned()];
-        match shared.store.get(&shared.stream, &ids).await?.pop() {
+        match shared.store.get(stream, &ids).await?.pop() {
             Some(row) => shared.store.take(&row, owner).await.map(drop),
             None => {
-                let mut row = Lease::new(shared.stream.to_string(), ROSTER_ROW, Vec::new());
+                let mut row = Lease::new(stream, ROSTER_ROW, Vec::new());
                 row.owner = Some(owner.to_owned());
                 shared.store.create(&row).await.map(drop)
             }

@@ -15,6 +15,7 @@ impl Coordinator {
     /// Keeps this instance's worker row while it can do the work, and deletes it while it
     /// cannot, so the other instances count it exactly then.
     pub(super) fn keep_worker_row(&mut self) {
+        self.follow_group_epoch();
         let can_work = self
             .instance
             .health
@@ -36,6 +37,13 @@ impl Coordinator {
         if forget {
             // Takes under way are not installed either.
             self.shards.epoch += 1;
+            if (self.shared.config.group.as_ref())
+                .is_some_and(|group| group.is_anchor(&self.shared.stream))
+            {
+                // Every stream's readers close for good; they drop their shards next.
+                self.shared.worker_gate.lost();
+                self.instance.group_epoch = self.shared.worker_gate.epoch();
+            }
         }
         if forget && !self.shards.held.is_empty() {
             tracing::warn!(
@@ -63,6 +71,31 @@ impl Coordinator {
         self.instance.worker.done(&done, give_up_after);
         if failed {
             self.retry_worker_row();
+        }
+    }
+
+    /// In a liveness group whose anchor row was lost since this stream's shards were taken:
+    /// their readers are closed for good, and the shards may be another's. They are dropped
+    /// (and takes under way not installed) before anything is read again.
+    fn follow_group_epoch(&mut self) {
+        let Some(group) = &self.shared.config.group else {
+            return;
+        };
+        let epoch = group.gate().epoch();
+        if epoch == self.instance.group_epoch {
+            return;
+        }
+        self.instance.group_epoch = epoch;
+        self.shards.epoch += 1;
+        if !self.shards.held.is_empty() {
+            tracing::warn!(
+                held = self.shards.held.len(),
+                owner = %self.config().owner,
+                "this instance's worker row of the anchor stream was released by another \
+                 instance (it was not renewed for the worker timeout): this stream's shards \
+                 may be another's now and are dropped; their unsettled records are read again"
+            );
+            self.forget_all();
         }
     }
 

@@ -29,7 +29,8 @@ pub(crate) struct Shared {
     pub(crate) policy: crate::ack::AckPolicy,
     /// How hand-backs went, for the stop log.
     pub(crate) releases: Arc<ReleaseTally>,
-    /// Whether this instance's worker row is fresh (every reader's gate asks it).
+    /// Whether this instance's worker row is fresh (every reader's gate asks it); the
+    /// liveness group's own gate for its anchor stream.
     pub(crate) worker_gate: Arc<WorkerGate>,
     /// The stream's lease metrics.
     pub(crate) leases: LeaseMetrics,
@@ -59,7 +60,10 @@ impl Shared {
             first_reads: Arc::default(),
             policy,
             releases: Arc::default(),
-            worker_gate: Arc::new(WorkerGate::new(config.worker_give_up_after())),
+            worker_gate: match &config.group {
+                Some(group) if group.is_anchor(&stream) => group.gate().clone(),
+                _ => Arc::new(WorkerGate::new(config.worker_give_up_after())),
+            },
             leases: LeaseMetrics::new(&config.application, &stream),
             api,
             store,

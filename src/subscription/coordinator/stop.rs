@@ -11,6 +11,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{Instant, MissedTickBehavior, interval};
 
 use super::take::TakeOutcome;
+use super::worker::AtStop;
 use super::{Command, Coordinator, Done, roster};
 use crate::error::KinesisError;
 
@@ -69,9 +70,27 @@ impl Coordinator {
                 }
             }
         }
-        self.instance.worker.delete_at_stop(&self.shared).await;
+        let row = self.instance.worker.delete_at_stop(&self.shared).await;
+        self.leave_group(row);
         // The others list at once and take what was released.
         roster::bump_roster(&self.shared).await;
+    }
+
+    /// Leaves the liveness group. The anchor's row deleted, the other streams still running
+    /// answer to their leases and their own worker rows; found written by another (declared
+    /// gone), their readers close for good; not deleted, it goes stale and closes them.
+    fn leave_group(&self, row: AtStop) {
+        let Some(group) = &self.shared.config.group else {
+            return;
+        };
+        if group.is_anchor(&self.shared.stream) {
+            match row {
+                AtStop::Deleted => group.gate().unbind(),
+                AtStop::Lost => group.gate().lost(),
+                AtStop::Kept => {}
+            }
+        }
+        group.leave(&self.shared.stream);
     }
 
     /// A job that finished while stopping: a take is released unread, a worker-row write is

@@ -156,7 +156,13 @@ impl Coordinator {
         let expiry = self.config().expiry();
         let holdings = self.holdings();
         let liveness = &self.instance.liveness;
-        let expired = |row: &Lease| liveness.is_expired(row, now, expiry);
+        // An instance declared gone through its liveness group's anchor row counts as gone
+        // here at once: its rows as expired.
+        let declared = &listing.declared;
+        let expired = |row: &Lease| {
+            liveness.is_expired(row, now, expiry)
+                || row.owner.as_ref().is_some_and(|o| declared.contains(o))
+        };
         let view = plan::View {
             rows: &listing.rows,
             shards: &listing.shards,
@@ -178,7 +184,7 @@ impl Coordinator {
         let shares = plan::shares(&view, &eligible, can_work);
         let shard_set = listing::shard_set(&listing.shards);
         (self.listings.scans).scanned(Instant::now(), shard_set, shares.live_workers);
-        self.instance.watch.ring = roster::ring(&listing.rows, &self.shared.config.owner, &expired);
+        self.instance.watch.ring = self.watch_ring(&listing.rows, &expired);
         self.listings.replaceable = replaceable;
         tracing::debug!(
             shards = listing.shards.len(),
@@ -190,6 +196,25 @@ impl Coordinator {
             "shards listed"
         );
         (shares, stale)
+    }
+
+    /// The worker rows this stream watches (see [`roster::ring`]). In a liveness group the
+    /// anchor stream's listing tells the group which instances its watch covers, and another
+    /// stream leaves those out (see [`crate::subscription::group`]).
+    fn watch_ring(
+        &self,
+        rows: &BTreeMap<String, Lease>,
+        expired: &dyn Fn(&Lease) -> bool,
+    ) -> Vec<String> {
+        let owner = &self.shared.config.owner;
+        match &self.shared.config.group {
+            None => roster::ring(rows, owner, expired),
+            Some(group) if group.is_anchor(&self.shared.stream) => {
+                group.anchor_listed(rows, expired);
+                roster::ring(rows, owner, expired)
+            }
+            Some(group) => roster::ring(rows, owner, &|row| expired(row) || group.covers(row)),
+        }
     }
 
     /// Carries out this instance's share: takes, hand-offs, and the first listing's answer.

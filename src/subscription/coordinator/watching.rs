@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use tokio::time::Instant;
 
-use super::roster;
+use super::roster::{self, WatchPlan, WatchRead};
 use super::{Coordinator, Done};
 use crate::lease::{Lease, LeaseError};
 
@@ -33,17 +33,60 @@ impl Coordinator {
         }
     }
 
-    /// Reads the watched worker rows and the roster row.
+    /// Reads the watched worker rows and the roster row; in a liveness group, what the
+    /// group needs of this stream (see [`crate::subscription::group`]).
     pub(super) fn start_watch(&mut self) {
+        let plan = self.watch_plan();
+        if plan.is_empty() {
+            let interval = roster::watch_interval(self.config().lease_duration);
+            self.instance.watch.next = Instant::now() + interval;
+            return;
+        }
         self.instance.watch.busy = true;
         let shared = self.shared.clone();
-        let ring = self.instance.watch.ring.clone();
         self.inbox.jobs.push(Box::pin(async move {
-            Done::Watched(roster::read(shared, ring).await)
+            Done::Watched(roster::read(shared, plan).await)
         }));
     }
 
-    pub(super) fn on_watched(&mut self, read: Result<BTreeMap<String, Lease>, LeaseError>) {
+    /// The ring and the roster row. In a liveness group of several streams the anchor reads
+    /// the table-wide roster row (which every roster move moves) in place of its own; every
+    /// stream reads its own roster row when the table-wide row moved, and another stream also
+    /// while its ring is not empty (instances the anchor's watch does not cover); a stream other than the
+    /// anchor lists (and moves its roster row) once this instance declared another gone.
+    fn watch_plan(&mut self) -> WatchPlan {
+        let ring = self.instance.watch.ring.clone();
+        let Some(group) = self.shared.config.group.clone() else {
+            return WatchPlan {
+                ring,
+                roster: true,
+                ..WatchPlan::default()
+            };
+        };
+        let anchor = group.is_anchor(&self.shared.stream);
+        if anchor && !group.has_others() {
+            return WatchPlan {
+                ring,
+                roster: true,
+                ..WatchPlan::default()
+            };
+        }
+        let declarations = group.declarations();
+        if !anchor && declarations != self.instance.watch.declarations_seen {
+            self.instance.watch.declarations_seen = declarations;
+            self.list_soon();
+            self.move_roster();
+        }
+        let news = group.news();
+        WatchPlan {
+            roster: (!anchor && !ring.is_empty()) || self.instance.watch.news_seen != Some(news),
+            ring,
+            table_roster: anchor,
+            news: Some(news),
+        }
+    }
+
+    pub(super) fn on_watched(&mut self, read: Result<WatchRead, LeaseError>) {
         let lease_duration = self.config().lease_duration;
         let interval = roster::watch_interval(lease_duration);
         self.instance.watch.busy = false;
@@ -55,22 +98,35 @@ impl Coordinator {
                 return;
             }
         };
+        if let (Some(group), Some(counter)) = (&self.shared.config.group, read.table_roster) {
+            group.table_roster_read(counter);
+            if read.plan.news != Some(group.news()) {
+                // It moved: this stream's own roster row is read at once.
+                self.instance.watch.next = Instant::now();
+            }
+        }
+        if read.plan.roster && read.plan.news.is_some() {
+            self.instance.watch.news_seen = read.plan.news;
+        }
         let now = self.config().clock.now();
-        let ring: BTreeMap<String, Lease> = read
-            .iter()
-            .filter(|(id, _)| self.instance.watch.ring.contains(id))
+        let ring: BTreeMap<String, Lease> = (read.rows.iter())
+            .filter(|(id, _)| read.plan.ring.contains(id))
             .map(|(id, row)| (id.clone(), row.clone()))
             .collect();
         self.instance.liveness.observe_some(&ring, now);
+        // A roster row not read this time is judged at a later read.
+        let roster_seen = self.instance.watch.roster.filter(|_| read.plan.roster);
         let verdict = roster::judge(
-            &self.instance.watch.ring,
-            &read,
-            self.instance.watch.roster,
+            &read.plan.ring,
+            &read.rows,
+            roster_seen,
             &self.instance.liveness,
             now,
             self.config().expiry(),
         );
-        self.instance.watch.roster = Some(verdict.roster);
+        if read.plan.roster {
+            self.instance.watch.roster = Some(verdict.roster);
+        }
         if verdict.list {
             self.list_soon();
         }
@@ -93,6 +149,10 @@ impl Coordinator {
         let owner = super::plan::worker_owner(&row.shard_id).unwrap_or_default();
         match result {
             Ok(()) => {
+                if let Some(group) = &self.shared.config.group {
+                    // Every stream lists, so that instance's shards of each are taken now.
+                    group.declared_one();
+                }
                 tracing::warn!(
                     instance = owner,
                     "another instance's worker row was not renewed for the lease duration: \

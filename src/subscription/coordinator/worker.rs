@@ -35,6 +35,17 @@ pub(crate) enum WorkerDone {
     Deleted,
 }
 
+/// What became of the worker row at a graceful stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtStop {
+    /// Deleted (or there was none).
+    Deleted,
+    /// Another instance had written it (declared this one gone) or removed it.
+    Lost,
+    /// The delete failed: the row stays until it is stale.
+    Kept,
+}
+
 /// How the worker row came to be held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Held {
@@ -119,10 +130,11 @@ impl WorkerRow {
     /// Deletes the row at a graceful stop. The row as last renewed may be stale (a renewal
     /// that timed out here but was written), so a lost condition is tried once more against
     /// the row as it is now, if it is still this instance's.
-    pub(crate) async fn delete_at_stop(&mut self, shared: &Shared) {
+    pub(crate) async fn delete_at_stop(&mut self, shared: &Shared) -> AtStop {
         let Some(row) = self.row.take() else {
-            return;
+            return AtStop::Deleted;
         };
+        let mut lost = false;
         let mut result = shared.store.delete(&row).await;
         if result.as_ref().is_err_and(LeaseError::is_lost) {
             let owner = shared.config.owner.as_str();
@@ -134,12 +146,20 @@ impl WorkerRow {
                 .map(|rows| rows.into_iter().find(|l| l.owner.as_deref() == Some(owner)));
             result = match current {
                 Ok(Some(row)) => shared.store.delete(&row).await,
-                Ok(None) => Ok(()),
+                Ok(None) => {
+                    lost = true;
+                    Ok(())
+                }
                 Err(e) => Err(e),
             };
         }
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "could not delete this instance's worker row; the other instances delete it once it is not renewed for the lease duration");
+        match result {
+            Ok(()) if lost => AtStop::Lost,
+            Ok(()) => AtStop::Deleted,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not delete this instance's worker row; the other instances delete it once it is not renewed for the lease duration");
+                AtStop::Kept
+            }
         }
     }
 }
@@ -192,6 +212,7 @@ async fn ensure(shared: Arc<Shared>, expected_missing: bool) -> WorkerDone {
     let mut row = Lease::new(shared.stream.to_string(), worker_row_id(&owner), Vec::new());
     row.owner = Some(owner.clone());
     row.limits = Some(shared.config.limits);
+    row.liveness_group = (shared.config.group.as_ref()).map(|group| group.id().to_owned());
     let sent = Instant::now();
     // A row deleted between the create and the read is created again.
     let found = async {
@@ -201,9 +222,13 @@ async fn ensure(shared: Arc<Shared>, expected_missing: bool) -> WorkerDone {
                 return Ok(Found::Created);
             }
             match shared.store.get(&shared.stream, &ids).await?.pop() {
-                // Limits set differently (a restart with other settings): the row is made
-                // anew, conditional on it being as read.
-                Some(current) if current.limits != row.limits => {
+                // Limits or group set differently (a restart with other settings, or of
+                // another process with the same owner): the row is made anew, conditional on
+                // it being as read.
+                Some(current)
+                    if current.limits != row.limits
+                        || current.liveness_group != row.liveness_group =>
+                {
                     let ours = current.owner.as_deref() == Some(owner.as_str());
                     shared.store.delete(&current).await?;
                     if shared.store.create(&row).await? {

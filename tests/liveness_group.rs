@@ -1,0 +1,589 @@
+//! The streams of a `MultiSubscription` are judged alive by one worker row, their anchor
+//! stream's (in memory, paused time, default timings): the watch reads of an instance do not
+//! grow with its streams, a frozen instance of several streams is taken over in every stream
+//! within 5 s through that one row and hands out nothing its successor read (also once it
+//! comes back, and when it is declared gone twice), a slow but alive one keeps its shards, and
+//! an instance whose anchor row alone cannot be written stops every stream.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kinesis_dataflow::api::SharedKinesis;
+use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
+use kinesis_dataflow::lease::{LeaseFuture, SharedLeaseStore};
+use kinesis_dataflow::subscription::{DEFAULT_WORKER_TIMEOUT, SubscriptionBuilder};
+use kinesis_dataflow::{
+    KinesisPosition, MemoryKinesis, MemoryLeaseStore, MultiSubscription, StreamSet,
+};
+use support::cutoff::CutOff;
+use tokio::time::Instant;
+
+const SHARDS: u32 = 2;
+
+fn names(streams: usize) -> Vec<String> {
+    (0..streams).map(|i| format!("s{i}")).collect()
+}
+
+fn setup(streams: usize) -> (MemoryKinesis, SharedKinesis, MemoryLeaseStore) {
+    let memory = MemoryKinesis::new();
+    for name in names(streams) {
+        memory.add_stream(&name, SHARDS).unwrap();
+    }
+    let api: SharedKinesis = Arc::new(memory.clone());
+    (memory, api, MemoryLeaseStore::new())
+}
+
+/// An instance reading every stream, with the library's defaults.
+async fn start(
+    api: &SharedKinesis,
+    store: SharedLeaseStore,
+    streams: usize,
+    owner: &str,
+) -> MultiSubscription {
+    start_with(api, store, streams, owner, |each| each).await
+}
+
+/// An instance reading every stream, with the library's defaults changed by `tweak`.
+async fn start_with(
+    api: &SharedKinesis,
+    store: SharedLeaseStore,
+    streams: usize,
+    owner: &str,
+    tweak: impl FnOnce(SubscriptionBuilder) -> SubscriptionBuilder,
+) -> MultiSubscription {
+    let owner = owner.to_owned();
+    MultiSubscription::builder(api.clone(), store, StreamSet::new(names(streams)))
+        .configure(|each| {
+            tweak(
+                each.owner(owner)
+                    .initial_position(KinesisPosition::horizon()),
+            )
+        })
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Polls each of `subs` once (for up to 20 ms), acking what comes.
+async fn drive(subs: &mut [&mut MultiSubscription]) {
+    for sub in subs.iter_mut() {
+        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(20), sub.next()).await {
+            d.ack();
+        }
+    }
+}
+
+/// Drives `subs` until each holds `share` shards.
+async fn balance(subs: &mut [&mut MultiSubscription], share: usize) {
+    let until = Instant::now() + Duration::from_secs(120);
+    while subs.iter().any(|sub| sub.shards().len() != share) {
+        assert!(Instant::now() < until, "not balanced in 120 s");
+        drive(subs).await;
+    }
+}
+
+/// Counts the rows one instance reads one at a time (`get`): worker and roster rows.
+struct Reads(Arc<AtomicU64>);
+
+impl LeaseLayer for Reads {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        if let LeaseCall::Get { ids, .. } = call {
+            self.0.fetch_add(ids.len() as u64, Relaxed);
+        }
+        next
+    }
+}
+
+/// Rows read a second by one of two idle instances reading `streams` streams, over two
+/// minutes once they are balanced.
+async fn watch_reads_per_second(streams: usize) -> f64 {
+    let (_memory, api, store) = setup(streams);
+    let reads = Arc::new(AtomicU64::new(0));
+    let counted: SharedLeaseStore = Arc::new(LayeredStore::new(
+        Arc::new(store.clone()),
+        Reads(reads.clone()),
+    ));
+    let mut a = start(&api, counted, streams, "a").await;
+    let mut b = start(&api, Arc::new(store.clone()), streams, "b").await;
+    balance(&mut [&mut a, &mut b], streams).await;
+    let before = reads.load(Relaxed);
+    let span = Duration::from_secs(120);
+    let until = Instant::now() + span;
+    while Instant::now() < until {
+        drive(&mut [&mut a, &mut b]).await;
+    }
+    let per_second = (reads.load(Relaxed) - before) as f64 / span.as_secs_f64();
+    a.shutdown().await;
+    b.shutdown().await;
+    per_second
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_watch_reads_of_an_instance_do_not_grow_with_its_streams() {
+    let one = watch_reads_per_second(1).await;
+    let two = watch_reads_per_second(2).await;
+    let five = watch_reads_per_second(5).await;
+    eprintln!(
+        "rows read a second by one instance: 1 stream {one:.2}, 2 streams {two:.2}, 5 streams {five:.2}"
+    );
+    assert!(one > 0.0);
+    // With several streams the anchor reads the table-wide roster row in place of its own,
+    // and nothing is read for each stream added (a stream's own roster row is read only when
+    // the table-wide one moved).
+    for (streams, reads) in [(2, two), (5, five)] {
+        assert!(
+            reads <= one * 1.05,
+            "1 stream: {one:.2}/s, {streams} streams: {reads:.2}/s"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_frozen_instance_of_several_streams_is_taken_over_everywhere_through_its_anchor() {
+    const STREAMS: usize = 3;
+    let (memory, api, store) = setup(STREAMS);
+    let a_view = CutOff::new(Arc::new(store.clone()));
+    let mut a = start(&api, a_view.store(), STREAMS, "a").await;
+    let mut b = start(&api, Arc::new(store.clone()), STREAMS, "b").await;
+    balance(&mut [&mut a, &mut b], STREAMS).await;
+    let a_shards: BTreeSet<(String, String)> = a.shards().into_iter().collect();
+
+    // A loses the table and is not read (as a frozen process is not); what it read meanwhile
+    // waits in it. B takes A's shards of every stream once A's anchor row is stale.
+    a_view.set_down(true);
+    let cut = Instant::now();
+    for stream in names(STREAMS) {
+        for i in 0..8 {
+            memory
+                .put(&stream, &format!("k{i}"), format!("{stream}-{i}"))
+                .unwrap();
+        }
+    }
+    let mut resumed: BTreeMap<(String, String), Duration> = BTreeMap::new();
+    let mut b_got = BTreeSet::new();
+    while resumed.len() < a_shards.len() {
+        assert!(
+            cut.elapsed() < Duration::from_secs(30),
+            "B did not take A's shards: {resumed:?} of {a_shards:?}"
+        );
+        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(50), b.next()).await {
+            let at = (
+                d.stream().unwrap_or_default().to_owned(),
+                d.shard_id().to_owned(),
+            );
+            if a_shards.contains(&at) {
+                resumed.entry(at).or_insert_with(|| cut.elapsed());
+            }
+            b_got.insert(String::from_utf8_lossy(d.data()).into_owned());
+            d.ack();
+        }
+    }
+    let takeover = resumed.values().max().copied().unwrap();
+    assert!(
+        takeover <= Duration::from_secs(5),
+        "A's shards resumed on B after {resumed:?}"
+    );
+    // A comes back: it hands out nothing B read.
+    a_view.set_down(false);
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(50), a.next()).await {
+            let payload = String::from_utf8_lossy(d.data()).into_owned();
+            assert!(
+                !b_got.contains(&payload),
+                "A handed out {payload} after B read it"
+            );
+            d.ack();
+        }
+        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(50), b.next()).await {
+            b_got.insert(String::from_utf8_lossy(d.data()).into_owned());
+            d.ack();
+        }
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Every lease-table call of one instance takes this long.
+struct Slow(Duration);
+
+impl LeaseLayer for Slow {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        _call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        let wait = self.0;
+        Box::pin(async move {
+            tokio::time::sleep(wait).await;
+            next.await
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_instance_of_several_streams_keeps_its_shards() {
+    const STREAMS: usize = 3;
+    let (_memory, api, store) = setup(STREAMS);
+    // Each of A's calls takes 1.2 s: more than a third of the worker timeout.
+    let slow: SharedLeaseStore = Arc::new(LayeredStore::new(
+        Arc::new(store.clone()),
+        Slow(DEFAULT_WORKER_TIMEOUT * 3 / 10),
+    ));
+    let mut a = start(&api, slow, STREAMS, "a").await;
+    let mut b = start(&api, Arc::new(store.clone()), STREAMS, "b").await;
+    balance(&mut [&mut a, &mut b], STREAMS).await;
+    let a_shards = a.shards();
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until {
+        drive(&mut [&mut a, &mut b]).await;
+        assert_eq!(a.shards(), a_shards, "A was declared gone");
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Once armed, writes of one worker row (`row` of `stream`) never answer; everything else
+/// does.
+struct StuckRow {
+    stream: &'static str,
+    row: &'static str,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LeaseLayer for StuckRow {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        let lease = match call {
+            LeaseCall::Renew { lease } | LeaseCall::Take { lease, .. } => Some(lease),
+            LeaseCall::Create { lease } => Some(lease),
+            _ => None,
+        };
+        let stuck = lease.is_some_and(|l| l.stream == self.stream && l.shard_id == self.row);
+        if stuck && self.armed.load(Relaxed) {
+            Box::pin(futures::future::pending())
+        } else {
+            next
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_whose_anchor_row_is_stale_stops_every_stream_and_is_taken_over_in_each() {
+    const STREAMS: usize = 3;
+    let (memory, api, store) = setup(STREAMS);
+    support::init_tracing();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let a_store: SharedLeaseStore = Arc::new(LayeredStore::new(
+        Arc::new(store.clone()),
+        StuckRow {
+            stream: "s0",
+            row: "worker:a",
+            armed: armed.clone(),
+        },
+    ));
+    let mut a = start(&api, a_store, STREAMS, "a").await;
+    let mut b = start(&api, Arc::new(store.clone()), STREAMS, "b").await;
+    balance(&mut [&mut a, &mut b], STREAMS).await;
+    let a_shards: BTreeSet<(String, String)> = a.shards().into_iter().collect();
+    // From now on only A's worker row of its anchor stream (the first) cannot be written:
+    // its other rows and its leases stay fresh.
+    armed.store(true, Relaxed);
+    let cut = Instant::now();
+    let mut round = 0;
+    let mut next_put = cut;
+    // When B first handed out a record of each of A's shards, and when A last did.
+    let mut resumed: BTreeMap<(String, String), Duration> = BTreeMap::new();
+    let mut a_last: BTreeMap<(String, String), Duration> = BTreeMap::new();
+    // Driven 10 s past B's takeover, so a reader of A still open then would show.
+    let mut done_at = None;
+    while done_at.is_none_or(|at| cut.elapsed() < at) {
+        assert!(
+            cut.elapsed() < Duration::from_secs(40),
+            "B did not take A's shards: {resumed:?} of {a_shards:?}"
+        );
+        // Records keep coming on every shard, so whoever reads a shard has something to show.
+        if Instant::now() >= next_put {
+            for stream in names(STREAMS) {
+                for i in 0..8 {
+                    let payload = format!("{stream}-{round}-{i}");
+                    memory.put(&stream, &format!("k{i}"), payload).unwrap();
+                }
+            }
+            round += 1;
+            next_put += Duration::from_millis(250);
+        }
+        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(20), a.next()).await {
+            let at = (
+                d.stream().unwrap_or_default().to_owned(),
+                d.shard_id().to_owned(),
+            );
+            a_last.insert(at, cut.elapsed());
+            d.ack();
+        }
+        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(20), b.next()).await {
+            let at = (
+                d.stream().unwrap_or_default().to_owned(),
+                d.shard_id().to_owned(),
+            );
+            if a_shards.contains(&at) {
+                resumed.entry(at).or_insert_with(|| cut.elapsed());
+            }
+            d.ack();
+        }
+        if done_at.is_none() && resumed.len() == a_shards.len() {
+            done_at = Some(cut.elapsed() + Duration::from_secs(10));
+        }
+    }
+    let takeover = resumed.values().max().copied().unwrap();
+    assert!(
+        takeover <= Duration::from_secs(5),
+        "A's shards resumed on B after {resumed:?}"
+    );
+    for (shard, b_first) in &resumed {
+        let a_then = a_last.get(shard).copied().unwrap_or_default();
+        assert!(
+            a_then < *b_first,
+            "A handed out a record of {shard:?} at {a_then:?}, after B began reading it at {b_first:?}"
+        );
+    }
+    a.abort();
+    b.shutdown().await;
+}
+
+/// Rows read a second by one of `instances` idle instances, each reading `streams` streams
+/// of `shards` shards, over two minutes once balanced: with one `MultiSubscription` each
+/// (`grouped`), or with one `Subscription` per stream (how the streams were read before they
+/// formed a liveness group).
+async fn reads_per_instance(instances: usize, streams: usize, shards: u32, grouped: bool) -> f64 {
+    let memory = MemoryKinesis::new();
+    for name in names(streams) {
+        memory.add_stream(&name, shards).unwrap();
+    }
+    let api: SharedKinesis = Arc::new(memory.clone());
+    let store = MemoryLeaseStore::new();
+    let reads = Arc::new(AtomicU64::new(0));
+    let counted: SharedLeaseStore = Arc::new(LayeredStore::new(
+        Arc::new(store.clone()),
+        Reads(reads.clone()),
+    ));
+    let mut subs: Vec<futures::stream::BoxStream<'static, ()>> = Vec::new();
+    let mut stops = Vec::new();
+    for i in 0..instances {
+        let store: SharedLeaseStore = if i == 0 {
+            counted.clone()
+        } else {
+            Arc::new(store.clone())
+        };
+        let owner = format!("i{i}");
+        if grouped {
+            let sub = start(&api, store, streams, &owner).await;
+            stops.push(sub.shutdown_handle());
+            subs.push(Box::pin(sub.map(|item| drop(item.map(|d| d.ack())))));
+        } else {
+            for name in names(streams) {
+                let sub = kinesis_dataflow::Subscription::builder(api.clone(), store.clone(), name)
+                    .owner(owner.clone())
+                    .initial_position(KinesisPosition::horizon())
+                    .start()
+                    .await
+                    .unwrap();
+                stops.push(sub.shutdown_handle());
+                subs.push(Box::pin(sub.map(|item| drop(item.map(|d| d.ack())))));
+            }
+        }
+    }
+    let mut all = futures::stream::select_all(subs);
+    // Balanced well before this; then two minutes are counted.
+    let settle = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < settle {
+        let _ = tokio::time::timeout(Duration::from_millis(100), all.next()).await;
+    }
+    let before = reads.load(Relaxed);
+    let span = Duration::from_secs(120);
+    let until = Instant::now() + span;
+    while Instant::now() < until {
+        let _ = tokio::time::timeout(Duration::from_millis(100), all.next()).await;
+    }
+    let per_second = (reads.load(Relaxed) - before) as f64 / span.as_secs_f64();
+    for stop in stops {
+        stop.shutdown().await;
+    }
+    per_second
+}
+
+/// The figures of BENCHMARKS.md's "Watch reads by number of streams": run with
+/// `cargo test --test liveness_group -- --ignored --nocapture`.
+#[tokio::test(start_paused = true)]
+#[ignore = "a measurement; prints its table"]
+async fn watch_reads_by_number_of_streams() {
+    const INSTANCES: usize = 4;
+    println!(
+        "rows read a second by one of {INSTANCES} idle instances (each row one consistent read \
+         unit), 4 shards a stream"
+    );
+    println!(
+        "{:>8} {:>22} {:>18} {:>8}",
+        "streams", "a Subscription each", "MultiSubscription", "ratio"
+    );
+    for streams in [1, 5, 20] {
+        let apart = reads_per_instance(INSTANCES, streams, 4, false).await;
+        let grouped = reads_per_instance(INSTANCES, streams, 4, true).await;
+        println!(
+            "{streams:>8} {apart:>22.2} {grouped:>18.2} {:>8.3}",
+            grouped / apart
+        );
+    }
+}
+
+/// Once armed: writes of A's worker row of the anchor stream wait until disarmed, then go
+/// through (as calls the network held up land late); renewals of A's shard leases of the
+/// other streams, and its listings of them, never answer from then on (so A cannot learn
+/// there that those leases are gone: only its gates can stop its readers).
+struct HeldUp {
+    armed: tokio::sync::watch::Receiver<bool>,
+    stuck: std::sync::atomic::AtomicBool,
+}
+
+impl LeaseLayer for HeldUp {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        let armed = *self.armed.borrow();
+        if armed {
+            self.stuck.store(true, Relaxed);
+        }
+        let (stuck, anchor_row) = match call {
+            LeaseCall::List { stream, .. } => (stream != "s0", false),
+            LeaseCall::Renew { lease } => (
+                lease.stream != "s0" && lease.shard_id.starts_with("shardId"),
+                lease.stream == "s0" && lease.shard_id == "worker:a",
+            ),
+            LeaseCall::Take { lease, .. } | LeaseCall::Create { lease } => {
+                (false, lease.stream == "s0" && lease.shard_id == "worker:a")
+            }
+            _ => (false, false),
+        };
+        if stuck && self.stuck.load(Relaxed) {
+            return Box::pin(futures::future::pending());
+        }
+        if !(armed && anchor_row) {
+            return next;
+        }
+        let mut armed = self.armed.clone();
+        Box::pin(async move {
+            let _ = armed.wait_for(|armed| !*armed).await;
+            next.await
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_declared_instance_reads_nothing_in_parallel_with_its_successor_once_its_anchor_row_is_back()
+ {
+    const STREAMS: usize = 3;
+    let (memory, api, store) = setup(STREAMS);
+    let (arm, armed) = tokio::sync::watch::channel(false);
+    let a_store: SharedLeaseStore = Arc::new(LayeredStore::new(
+        Arc::new(store.clone()),
+        HeldUp {
+            armed,
+            stuck: Default::default(),
+        },
+    ));
+    // Long leases: A's readers of the other streams stay open by their leases alone for 40 s,
+    // while a declaration frees them for B at once.
+    let long = |each: SubscriptionBuilder| each.lease_duration(Duration::from_secs(60));
+    let mut a = start_with(&api, a_store, STREAMS, "a", long).await;
+    let mut b = start_with(&api, Arc::new(store.clone()), STREAMS, "b", long).await;
+    balance(&mut [&mut a, &mut b], STREAMS).await;
+    let a_shards: BTreeSet<(String, String)> = a.shards().into_iter().collect();
+    // A's anchor row writes are held up: B declares A gone and takes its shards; the moment
+    // it has, the held write lands (refused) and A takes its anchor row again. A is not read
+    // from meanwhile, nor for 1.5 s after (a consumer that did not poll, as a frozen process
+    // does not), so its readers of the other streams meet their gates only then.
+    arm.send_replace(true);
+    let cut = Instant::now();
+    let mut round = 0;
+    let mut next_put = cut;
+    let mut b_first: BTreeMap<(String, String), Duration> = BTreeMap::new();
+    let mut by_a: BTreeMap<String, ((String, String), Duration)> = BTreeMap::new();
+    let mut by_b: BTreeSet<String> = BTreeSet::new();
+    let mut released_at: Option<Duration> = None;
+    while released_at.is_none_or(|at| cut.elapsed() < at + Duration::from_secs(15)) {
+        assert!(
+            cut.elapsed() < Duration::from_secs(60),
+            "B did not take A's shards: {b_first:?} of {a_shards:?}"
+        );
+        if Instant::now() >= next_put {
+            for stream in names(STREAMS) {
+                for i in 0..8 {
+                    let payload = format!("{stream}-{round}-{i}");
+                    memory.put(&stream, &format!("k{i}"), payload).unwrap();
+                }
+            }
+            round += 1;
+            next_put += Duration::from_millis(100);
+        }
+        let read_a =
+            released_at.is_some_and(|at| cut.elapsed() >= at + Duration::from_millis(1500));
+        if read_a
+            && let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(10), a.next()).await
+        {
+            let at = (
+                d.stream().unwrap_or_default().to_owned(),
+                d.shard_id().to_owned(),
+            );
+            by_a.insert(
+                String::from_utf8_lossy(d.data()).into_owned(),
+                (at, cut.elapsed()),
+            );
+            d.ack();
+        }
+        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(10), b.next()).await {
+            let at = (
+                d.stream().unwrap_or_default().to_owned(),
+                d.shard_id().to_owned(),
+            );
+            if a_shards.contains(&at) {
+                b_first.entry(at).or_insert_with(|| cut.elapsed());
+            }
+            by_b.insert(String::from_utf8_lossy(d.data()).into_owned());
+            d.ack();
+        }
+        if released_at.is_none() && b_first.len() == a_shards.len() {
+            arm.send_replace(false);
+            released_at = Some(cut.elapsed());
+        }
+    }
+    // A record both handed out is a redelivery when A had it before B began reading its
+    // shard (B starts at A's last checkpoint); after that, the two read in parallel.
+    for payload in &by_b {
+        let Some((shard, a_at)) = by_a.get(payload) else {
+            continue;
+        };
+        if let Some(b_at) = b_first.get(shard) {
+            assert!(
+                a_at < b_at,
+                "A handed out {payload} of {shard:?} at {a_at:?}, after B began reading that shard at {b_at:?}"
+            );
+        }
+    }
+    // A's renewals that never answer would hold its stop up to its shutdown timeout.
+    a.abort();
+    b.shutdown().await;
+}
