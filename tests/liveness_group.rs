@@ -21,6 +21,7 @@ use kinesis_dataflow::{
     KinesisPosition, MemoryKinesis, MemoryLeaseStore, MultiSubscription, StreamSet,
 };
 use support::cutoff::CutOff;
+use support::slow::Slow;
 use tokio::time::Instant;
 
 const SHARDS: u32 = 2;
@@ -84,6 +85,56 @@ async fn balance(subs: &mut [&mut MultiSubscription], share: usize) {
     while subs.iter().any(|sub| sub.shards().len() != share) {
         assert!(Instant::now() < until, "not balanced in 120 s");
         drive(subs).await;
+    }
+}
+
+/// Shard rows of a `MultiSubscription`: (stream, shard).
+type At = (String, String);
+
+/// One delivery of `sub` within `wait`, acked: where it came from and its payload.
+async fn next_of(sub: &mut MultiSubscription, wait: Duration) -> Option<(At, String)> {
+    let Ok(Some(Ok(d))) = tokio::time::timeout(wait, sub.next()).await else {
+        return None;
+    };
+    let at = (
+        d.stream().unwrap_or_default().to_owned(),
+        d.shard_id().to_owned(),
+    );
+    let payload = String::from_utf8_lossy(d.data()).into_owned();
+    d.ack();
+    Some((at, payload))
+}
+
+/// Writes a round of 8 records to each of `streams` streams every `every` (when due).
+struct Feed {
+    streams: usize,
+    every: Duration,
+    round: usize,
+    next: Instant,
+}
+
+impl Feed {
+    fn new(streams: usize, every: Duration) -> Self {
+        Self {
+            streams,
+            every,
+            round: 0,
+            next: Instant::now(),
+        }
+    }
+
+    fn tick(&mut self, memory: &MemoryKinesis) {
+        if Instant::now() < self.next {
+            return;
+        }
+        for stream in names(self.streams) {
+            for i in 0..8 {
+                let payload = format!("{stream}-{}-{i}", self.round);
+                memory.put(&stream, &format!("k{i}"), payload).unwrap();
+            }
+        }
+        self.round += 1;
+        self.next += self.every;
     }
 }
 
@@ -155,7 +206,7 @@ async fn a_frozen_instance_of_several_streams_is_taken_over_everywhere_through_i
     let mut a = start(&api, a_view.store(), STREAMS, "a").await;
     let mut b = start(&api, Arc::new(store.clone()), STREAMS, "b").await;
     balance(&mut [&mut a, &mut b], STREAMS).await;
-    let a_shards: BTreeSet<(String, String)> = a.shards().into_iter().collect();
+    let a_shards: BTreeSet<At> = a.shards().into_iter().collect();
 
     // A loses the table and is not read (as a frozen process is not); what it read meanwhile
     // waits in it. B takes A's shards of every stream once A's anchor row is stale.
@@ -168,23 +219,18 @@ async fn a_frozen_instance_of_several_streams_is_taken_over_everywhere_through_i
                 .unwrap();
         }
     }
-    let mut resumed: BTreeMap<(String, String), Duration> = BTreeMap::new();
+    let mut resumed: BTreeMap<At, Duration> = BTreeMap::new();
     let mut b_got = BTreeSet::new();
     while resumed.len() < a_shards.len() {
         assert!(
             cut.elapsed() < Duration::from_secs(30),
             "B did not take A's shards: {resumed:?} of {a_shards:?}"
         );
-        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(50), b.next()).await {
-            let at = (
-                d.stream().unwrap_or_default().to_owned(),
-                d.shard_id().to_owned(),
-            );
+        if let Some((at, payload)) = next_of(&mut b, Duration::from_millis(50)).await {
             if a_shards.contains(&at) {
                 resumed.entry(at).or_insert_with(|| cut.elapsed());
             }
-            b_got.insert(String::from_utf8_lossy(d.data()).into_owned());
-            d.ack();
+            b_got.insert(payload);
         }
     }
     let takeover = resumed.values().max().copied().unwrap();
@@ -196,38 +242,18 @@ async fn a_frozen_instance_of_several_streams_is_taken_over_everywhere_through_i
     a_view.set_down(false);
     let until = Instant::now() + Duration::from_secs(20);
     while Instant::now() < until {
-        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(50), a.next()).await {
-            let payload = String::from_utf8_lossy(d.data()).into_owned();
+        if let Some((_, payload)) = next_of(&mut a, Duration::from_millis(50)).await {
             assert!(
                 !b_got.contains(&payload),
                 "A handed out {payload} after B read it"
             );
-            d.ack();
         }
-        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(50), b.next()).await {
-            b_got.insert(String::from_utf8_lossy(d.data()).into_owned());
-            d.ack();
+        if let Some((_, payload)) = next_of(&mut b, Duration::from_millis(50)).await {
+            b_got.insert(payload);
         }
     }
     a.shutdown().await;
     b.shutdown().await;
-}
-
-/// Every lease-table call of one instance takes this long.
-struct Slow(Duration);
-
-impl LeaseLayer for Slow {
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        _call: LeaseCall<'a>,
-        next: LeaseFuture<'a, T>,
-    ) -> LeaseFuture<'a, T> {
-        let wait = self.0;
-        Box::pin(async move {
-            tokio::time::sleep(wait).await;
-            next.await
-        })
-    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -297,16 +323,15 @@ async fn an_instance_whose_anchor_row_is_stale_stops_every_stream_and_is_taken_o
     let mut a = start(&api, a_store, STREAMS, "a").await;
     let mut b = start(&api, Arc::new(store.clone()), STREAMS, "b").await;
     balance(&mut [&mut a, &mut b], STREAMS).await;
-    let a_shards: BTreeSet<(String, String)> = a.shards().into_iter().collect();
+    let a_shards: BTreeSet<At> = a.shards().into_iter().collect();
     // From now on only A's worker row of its anchor stream (the first) cannot be written:
     // its other rows and its leases stay fresh.
     armed.store(true, Relaxed);
     let cut = Instant::now();
-    let mut round = 0;
-    let mut next_put = cut;
+    let mut feed = Feed::new(STREAMS, Duration::from_millis(250));
     // When B first handed out a record of each of A's shards, and when A last did.
-    let mut resumed: BTreeMap<(String, String), Duration> = BTreeMap::new();
-    let mut a_last: BTreeMap<(String, String), Duration> = BTreeMap::new();
+    let mut resumed: BTreeMap<At, Duration> = BTreeMap::new();
+    let mut a_last: BTreeMap<At, Duration> = BTreeMap::new();
     // Driven 10 s past B's takeover, so a reader of A still open then would show.
     let mut done_at = None;
     while done_at.is_none_or(|at| cut.elapsed() < at) {
@@ -315,33 +340,14 @@ async fn an_instance_whose_anchor_row_is_stale_stops_every_stream_and_is_taken_o
             "B did not take A's shards: {resumed:?} of {a_shards:?}"
         );
         // Records keep coming on every shard, so whoever reads a shard has something to show.
-        if Instant::now() >= next_put {
-            for stream in names(STREAMS) {
-                for i in 0..8 {
-                    let payload = format!("{stream}-{round}-{i}");
-                    memory.put(&stream, &format!("k{i}"), payload).unwrap();
-                }
-            }
-            round += 1;
-            next_put += Duration::from_millis(250);
-        }
-        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(20), a.next()).await {
-            let at = (
-                d.stream().unwrap_or_default().to_owned(),
-                d.shard_id().to_owned(),
-            );
+        feed.tick(&memory);
+        if let Some((at, _)) = next_of(&mut a, Duration::from_millis(20)).await {
             a_last.insert(at, cut.elapsed());
-            d.ack();
         }
-        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(20), b.next()).await {
-            let at = (
-                d.stream().unwrap_or_default().to_owned(),
-                d.shard_id().to_owned(),
-            );
-            if a_shards.contains(&at) {
-                resumed.entry(at).or_insert_with(|| cut.elapsed());
-            }
-            d.ack();
+        if let Some((at, _)) = next_of(&mut b, Duration::from_millis(20)).await
+            && a_shards.contains(&at)
+        {
+            resumed.entry(at).or_insert_with(|| cut.elapsed());
         }
         if done_at.is_none() && resumed.len() == a_shards.len() {
             done_at = Some(cut.elapsed() + Duration::from_secs(10));
@@ -511,17 +517,16 @@ async fn a_declared_instance_reads_nothing_in_parallel_with_its_successor_once_i
     let mut a = start_with(&api, a_store, STREAMS, "a", long).await;
     let mut b = start_with(&api, Arc::new(store.clone()), STREAMS, "b", long).await;
     balance(&mut [&mut a, &mut b], STREAMS).await;
-    let a_shards: BTreeSet<(String, String)> = a.shards().into_iter().collect();
+    let a_shards: BTreeSet<At> = a.shards().into_iter().collect();
     // A's anchor row writes are held up: B declares A gone and takes its shards; the moment
     // it has, the held write lands (refused) and A takes its anchor row again. A is not read
     // from meanwhile, nor for 1.5 s after (a consumer that did not poll, as a frozen process
     // does not), so its readers of the other streams meet their gates only then.
     arm.send_replace(true);
     let cut = Instant::now();
-    let mut round = 0;
-    let mut next_put = cut;
-    let mut b_first: BTreeMap<(String, String), Duration> = BTreeMap::new();
-    let mut by_a: BTreeMap<String, ((String, String), Duration)> = BTreeMap::new();
+    let mut feed = Feed::new(STREAMS, Duration::from_millis(100));
+    let mut b_first: BTreeMap<At, Duration> = BTreeMap::new();
+    let mut by_a: BTreeMap<String, (At, Duration)> = BTreeMap::new();
     let mut by_b: BTreeSet<String> = BTreeSet::new();
     let mut released_at: Option<Duration> = None;
     while released_at.is_none_or(|at| cut.elapsed() < at + Duration::from_secs(15)) {
@@ -529,41 +534,17 @@ async fn a_declared_instance_reads_nothing_in_parallel_with_its_successor_once_i
             cut.elapsed() < Duration::from_secs(60),
             "B did not take A's shards: {b_first:?} of {a_shards:?}"
         );
-        if Instant::now() >= next_put {
-            for stream in names(STREAMS) {
-                for i in 0..8 {
-                    let payload = format!("{stream}-{round}-{i}");
-                    memory.put(&stream, &format!("k{i}"), payload).unwrap();
-                }
-            }
-            round += 1;
-            next_put += Duration::from_millis(100);
-        }
+        feed.tick(&memory);
         let read_a =
             released_at.is_some_and(|at| cut.elapsed() >= at + Duration::from_millis(1500));
-        if read_a
-            && let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(10), a.next()).await
-        {
-            let at = (
-                d.stream().unwrap_or_default().to_owned(),
-                d.shard_id().to_owned(),
-            );
-            by_a.insert(
-                String::from_utf8_lossy(d.data()).into_owned(),
-                (at, cut.elapsed()),
-            );
-            d.ack();
+        if read_a && let Some((at, payload)) = next_of(&mut a, Duration::from_millis(10)).await {
+            by_a.insert(payload, (at, cut.elapsed()));
         }
-        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(10), b.next()).await {
-            let at = (
-                d.stream().unwrap_or_default().to_owned(),
-                d.shard_id().to_owned(),
-            );
+        if let Some((at, payload)) = next_of(&mut b, Duration::from_millis(10)).await {
             if a_shards.contains(&at) {
                 b_first.entry(at).or_insert_with(|| cut.elapsed());
             }
-            by_b.insert(String::from_utf8_lossy(d.data()).into_owned());
-            d.ack();
+            by_b.insert(payload);
         }
         if released_at.is_none() && b_first.len() == a_shards.len() {
             arm.send_replace(false);

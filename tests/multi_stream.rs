@@ -12,7 +12,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use kinesis_dataflow::api::{KinesisAdmin, PutRecordsEntry, SharedKinesis};
-use kinesis_dataflow::lease::SharedLeaseStore;
+use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
+use kinesis_dataflow::lease::{LeaseFuture, SharedLeaseStore};
 use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
     AwsKinesis, KinesisError, KinesisPosition, MultiSubscription, MultiSubscriptionBuilder,
@@ -238,6 +239,11 @@ async fn start_abortable(
         .start()
         .await
         .unwrap();
+    consume_abortable(world, first)
+}
+
+/// Reads `first` as instance 1 (errors printed only) until the returned sender aborts it.
+fn consume_abortable(world: &World, first: MultiSubscription) -> tokio::sync::oneshot::Sender<()> {
     let (abort_tx, abort_rx) = tokio::sync::oneshot::channel::<()>();
     let log = world.log.clone();
     tokio::spawn(async move {
@@ -506,4 +512,108 @@ async fn streams_inserted_removed_and_deleted_while_running() {
         .filter(|e| e.stream.contains(c.as_str()))
         .count();
     assert_eq!(about_c, 1, "the missing stream reported once: {reported:?}");
+}
+
+/// Counts the rows one instance reads by id (`get`), by stream and row.
+#[derive(Clone, Default)]
+struct RowReads(Arc<Mutex<BTreeMap<(String, String), usize>>>);
+
+impl LeaseLayer for RowReads {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        if let LeaseCall::Get { stream, ids } = call {
+            let mut reads = self.0.lock().unwrap();
+            for id in ids {
+                *reads.entry((stream.to_owned(), id.clone())).or_default() += 1;
+            }
+        }
+        next
+    }
+}
+
+/// Two instances of three streams with leases far longer than the test: a crashed instance's
+/// shards of every stream are read again only if the other declared it gone through its
+/// anchor stream's worker row (the first of the set), and the other watched no worker row of
+/// the crashed one outside that stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_instance_of_three_streams_is_taken_over_in_each_through_its_anchor_row() {
+    support::init_tracing();
+    let world = World::new("group-leases");
+    // Named so that the first of the set (the anchor) is known.
+    let names: Vec<String> = ["grp-a", "grp-b", "grp-c"]
+        .iter()
+        .map(|p| support::unique_name(p))
+        .collect();
+    for name in &names {
+        support::create_stream(&world.client, name, 2).await;
+    }
+    let streams = StreamSet::new(names.clone());
+    let grouped = |store: &SharedLeaseStore, owner: &str| {
+        let owner = owner.to_owned();
+        MultiSubscription::builder(world.api.clone(), store.clone(), streams.clone()).configure(
+            |each| {
+                each.owner(owner)
+                    .initial_position(KinesisPosition::horizon())
+                    .read_settings(
+                        ReadSettings::default()
+                            .poll_interval(Duration::from_millis(100))
+                            .unlimited_reads(),
+                    )
+                    .list_interval(Duration::from_millis(300))
+                    .lease_duration(Duration::from_secs(600))
+                    .checkpoint_interval(Duration::from_millis(100))
+            },
+        )
+    };
+    let first = grouped(&world.store, "first").start().await.unwrap();
+    let abort_first = consume_abortable(&world, first);
+    let reads = RowReads::default();
+    let counted: SharedLeaseStore = Arc::new(LayeredStore::new(world.store.clone(), reads.clone()));
+    let second = grouped(&counted, "second").start().await.unwrap();
+    let second = consume(2, second, world.log.clone(), world.errors.clone());
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut rounds = 0;
+    loop {
+        for name in &all {
+            write_round(&world.api, name, rounds).await;
+        }
+        rounds += 1;
+        wait_delivered(&world.log, &all, rounds, "before the crash").await;
+        let instances: BTreeSet<(usize, String)> = (world.log.lock().unwrap().iter())
+            .filter(|s| s.ordinal + 1 == rounds)
+            .map(|s| (s.instance, s.stream.clone()))
+            .collect();
+        if instances.len() == 2 * all.len() {
+            break;
+        }
+        assert!(
+            rounds < 60,
+            "both instances read every stream within 60 rounds"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    abort_first.send(()).unwrap();
+    let after = rounds + 5;
+    for round in rounds..after {
+        for name in &all {
+            write_round(&world.api, name, round).await;
+        }
+    }
+    // The leases run 600 s: only a declaration frees them within this wait.
+    wait_delivered(&world.log, &all, after, "after the crash").await;
+    second.shutdown().await;
+    let watched: Vec<(String, String)> = (reads.0.lock().unwrap().keys())
+        .filter(|(stream, id)| *stream != names[0] && id == "worker:first")
+        .cloned()
+        .collect();
+    assert!(
+        watched.is_empty(),
+        "the crashed instance's worker rows read outside its anchor stream: {watched:?}"
+    );
+    assert_per_key_order(&world.log.lock().unwrap());
+    let errors = world.errors.lock().unwrap();
+    assert!(errors.is_empty(), "no errors but retried calls: {errors:?}");
 }

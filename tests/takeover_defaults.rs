@@ -21,6 +21,7 @@ use kinesis_dataflow::{
     KinesisPosition, MemoryKinesis, MemoryLeaseStore, Subscription, SubscriptionBuilder,
 };
 use support::cutoff::CutOff;
+use support::slow::{Slow, SlowGets};
 use tokio::time::Instant;
 
 const STREAM: &str = "orders";
@@ -75,6 +76,29 @@ async fn balance(subs: &mut [&mut Subscription], shares: &[usize]) {
     }
 }
 
+/// Reads `b` (acking) until it has delivered a record of each of `a_shards`: when each was
+/// first read there, counted from `crashed` (90 s at most).
+async fn resumed_on(
+    b: &mut Subscription,
+    a_shards: &BTreeSet<String>,
+    crashed: Instant,
+) -> BTreeMap<String, Duration> {
+    let mut resumed: BTreeMap<String, Duration> = BTreeMap::new();
+    while resumed.len() < a_shards.len() {
+        let delivery = tokio::time::timeout(Duration::from_secs(90), b.next())
+            .await
+            .expect("A's shards taken over")
+            .expect("running")
+            .expect("a delivery");
+        let shard = delivery.shard_id().to_owned();
+        if a_shards.contains(&shard) {
+            resumed.entry(shard).or_insert_with(|| crashed.elapsed());
+        }
+        delivery.ack();
+    }
+    resumed
+}
+
 /// Instances `a` and `b` on their lease-table views, holding two shards each.
 async fn two_instances(
     api: &SharedKinesis,
@@ -87,6 +111,41 @@ async fn two_instances(
     (a, b)
 }
 
+/// A lease far longer than the worker timeout (60 s against 4 s) with frequent listings: the
+/// worker timeout still governs a crash's takeover. The crashed instance's worker row must be
+/// declared gone (which frees its leases), not deleted as stale by a listing first (which
+/// leaves its leases to their 60 s), and the watch reads it at the worker timeout's pace.
+#[tokio::test(start_paused = true)]
+async fn a_long_lease_still_hands_a_crashed_instances_shards_over_within_the_worker_timeout() {
+    let (memory, api, store) = setup();
+    let long = |store: SharedLeaseStore, owner: &str| {
+        defaults(&api, store, owner)
+            .lease_duration(Duration::from_secs(60))
+            .list_interval(Duration::from_millis(300))
+    };
+    // B's single-row reads (the watch's) answer in a second, its listings at once: a listing
+    // sees A's worker row stale before the watch's read of it comes back.
+    let b_store: SharedLeaseStore = Arc::new(LayeredStore::new(
+        Arc::new(store.clone()),
+        SlowGets(Duration::from_secs(1)),
+    ));
+    let mut a = long(Arc::new(store.clone()), "a").start().await.unwrap();
+    let mut b = long(b_store, "b").start().await.unwrap();
+    balance(&mut [&mut a, &mut b], &[2, 2]).await;
+    let a_shards: BTreeSet<String> = a.shards().into_iter().collect();
+    a.abort();
+    let crashed = Instant::now();
+    put_everywhere(&memory, "after");
+    let resumed = resumed_on(&mut b, &a_shards, crashed).await;
+    let takeover = resumed.values().max().copied().unwrap();
+    // The worker timeout, the watch's slow read, and a second.
+    assert!(
+        takeover <= DEFAULT_WORKER_TIMEOUT + Duration::from_secs(2),
+        "A's shards resumed on B after {resumed:?}"
+    );
+    b.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_crashed_instance_is_taken_over_within_five_seconds_with_the_defaults() {
     let (memory, api, store) = setup();
@@ -97,19 +156,7 @@ async fn a_crashed_instance_is_taken_over_within_five_seconds_with_the_defaults(
     a.abort();
     let crashed = Instant::now();
     put_everywhere(&memory, "after");
-    let mut resumed: BTreeMap<String, Duration> = BTreeMap::new();
-    while resumed.len() < a_shards.len() {
-        let delivery = tokio::time::timeout(Duration::from_secs(30), b.next())
-            .await
-            .expect("A's shards taken over")
-            .expect("running")
-            .expect("a delivery");
-        let shard = delivery.shard_id().to_owned();
-        if a_shards.contains(&shard) {
-            resumed.entry(shard).or_insert_with(|| crashed.elapsed());
-        }
-        delivery.ack();
-    }
+    let resumed = resumed_on(&mut b, &a_shards, crashed).await;
     let takeover = resumed.values().max().copied().unwrap();
     assert!(
         takeover <= Duration::from_secs(5),
@@ -170,23 +217,6 @@ async fn an_instance_cut_off_from_the_lease_table_hands_out_nothing_once_it_may_
     }
     a.shutdown().await;
     b.shutdown().await;
-}
-
-/// Every lease-table call of one instance takes this long.
-struct Slow(Duration);
-
-impl LeaseLayer for Slow {
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        _call: LeaseCall<'a>,
-        next: LeaseFuture<'a, T>,
-    ) -> LeaseFuture<'a, T> {
-        let wait = self.0;
-        Box::pin(async move {
-            tokio::time::sleep(wait).await;
-            next.await
-        })
-    }
 }
 
 #[tokio::test(start_paused = true)]

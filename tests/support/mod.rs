@@ -15,6 +15,7 @@ pub mod outage;
 pub mod proxy;
 pub mod reading;
 pub mod shipped;
+pub mod slow;
 pub mod suites;
 pub mod unknown;
 

@@ -55,6 +55,7 @@ impl Holdings {
 }
 
 /// The table as one listing saw it, and this instance's part in it.
+#[derive(Clone, Copy)]
 pub(crate) struct View<'a> {
     /// Every row of the stream, by id.
     pub(crate) rows: &'a BTreeMap<String, Lease>,
@@ -315,7 +316,10 @@ pub(crate) fn hand_off_budget(target: usize, excess: usize) -> usize {
 ///
 /// * another instance's worker row nobody has written for the lease duration (it stopped
 ///   without deleting it, or crashed; a row released to declare its owner gone goes a lease
-///   duration after the release); never the roster row;
+///   duration after the release); never the roster row. The caller's `expired` must judge
+///   worker rows by the lease duration too, not the worker timeout: the watch declares a
+///   stale worker row gone, which frees its leases, and a row deleted before that leaves them
+///   to their own expiry;
 /// * the row of a shard the stream has not listed for `unlisted_for` (past the retention
 ///   period: nothing to read, no child waits for it), not held here, and not written for the
 ///   lease duration.

@@ -35,10 +35,13 @@ use crate::subscription::group::TABLE_ROWS;
 /// How many other instances each instance watches.
 pub(crate) const WATCHED: usize = 2;
 
-/// How often the watched rows are read: a thirtieth of the lease duration (a third of a
-/// second by default), at least every 20 ms.
-pub(crate) fn watch_interval(lease_duration: Duration) -> Duration {
-    (lease_duration / 30).max(Duration::from_millis(20))
+/// How often the watched rows are read: a thirtieth of the lease duration or a twelfth of
+/// the worker timeout, whichever is shorter (a third of a second by default), at least every
+/// 20 ms.
+pub(crate) fn watch_interval(expiry: Expiry) -> Duration {
+    (expiry.lease / 30)
+        .min(expiry.worker / 12)
+        .max(Duration::from_millis(20))
 }
 
 /// The worker rows this instance watches: those of the next [`WATCHED`] live instances after
@@ -327,13 +330,14 @@ mod tests {
 
     #[test]
     fn the_watch_reads_a_few_times_a_second() {
-        assert_eq!(
-            watch_interval(Duration::from_secs(10)),
-            Duration::from_millis(333) + Duration::from_nanos(333_333)
-        );
-        assert_eq!(
-            watch_interval(Duration::from_millis(300)),
-            Duration::from_millis(20)
-        );
+        let expiry = |lease: u64, worker: u64| Expiry {
+            lease: Duration::from_millis(lease),
+            worker: Duration::from_millis(worker),
+        };
+        let third = Duration::from_millis(333) + Duration::from_nanos(333_333);
+        assert_eq!(watch_interval(expiry(10_000, 4_000)), third);
+        assert_eq!(watch_interval(expiry(300, 300)), Duration::from_millis(20));
+        // A long lease: the worker timeout still sets the pace.
+        assert_eq!(watch_interval(expiry(600_000, 4_000)), third);
     }
 }

@@ -172,7 +172,15 @@ impl Coordinator {
             limits: self.shared.config.limits,
         };
         let unlisted_for = lease_duration + self.shared.config.list_interval;
-        let stale = plan::stale_rows(&view, &self.listings.unlisted, now, unlisted_for);
+        // A row is deleted only once nobody wrote it for the lease duration: a worker row
+        // stale for the worker timeout is declared gone by the watch (which frees its leases
+        // at once); deleted first, its leases would wait for their own expiry.
+        let unwritten = |row: &Lease| liveness.is_expired(row, now, lease_duration);
+        let stale_view = plan::View {
+            expired: &unwritten,
+            ..view
+        };
+        let stale = plan::stale_rows(&stale_view, &self.listings.unlisted, now, unlisted_for);
         let replaceable = (listing.rows.values())
             .filter(|row| row.owner.is_none() || expired(row))
             .filter(|row| !holdings.has(&row.shard_id))

@@ -38,7 +38,7 @@ impl Coordinator {
     pub(super) fn start_watch(&mut self) {
         let plan = self.watch_plan();
         if plan.is_empty() {
-            let interval = roster::watch_interval(self.config().lease_duration);
+            let interval = roster::watch_interval(self.config().expiry());
             self.instance.watch.next = Instant::now() + interval;
             return;
         }
@@ -87,8 +87,7 @@ impl Coordinator {
     }
 
     pub(super) fn on_watched(&mut self, read: Result<WatchRead, LeaseError>) {
-        let lease_duration = self.config().lease_duration;
-        let interval = roster::watch_interval(lease_duration);
+        let interval = roster::watch_interval(self.config().expiry());
         self.instance.watch.busy = false;
         self.instance.watch.next = Instant::now() + interval;
         let read = match read {
