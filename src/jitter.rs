@@ -27,6 +27,20 @@ impl Jitter {
     }
 }
 
+/// A value that differs from run to run and call to call (the standard library's randomly
+/// keyed hasher over the current time): for ids that must not repeat across starts.
+pub(crate) fn unpredictable() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    hasher.finish()
+}
+
 /// FNV-1a of `text`: a stable seed from a name.
 pub(crate) fn fnv1a(text: &str) -> u64 {
     text.bytes().fold(0xCBF2_9CE4_8422_2325, |hash, byte| {

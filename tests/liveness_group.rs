@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
-use kinesis_dataflow::lease::{LeaseFuture, SharedLeaseStore};
+use kinesis_dataflow::lease::{LeaseError, LeaseFuture, SharedLeaseStore};
 use kinesis_dataflow::subscription::{DEFAULT_WORKER_TIMEOUT, SubscriptionBuilder};
 use kinesis_dataflow::{
     KinesisPosition, MemoryKinesis, MemoryLeaseStore, MultiSubscription, StreamSet,
@@ -567,4 +567,198 @@ async fn a_declared_instance_reads_nothing_in_parallel_with_its_successor_once_i
     // A's renewals that never answer would hold its stop up to its shutdown timeout.
     a.abort();
     b.shutdown().await;
+}
+
+/// Once armed, deletes of A's worker row of the anchor stream fail (a throttled DeleteItem).
+struct FailDelete(Arc<std::sync::atomic::AtomicBool>);
+
+impl LeaseLayer for FailDelete {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        if let LeaseCall::Delete { lease } = call
+            && lease.stream == "s0"
+            && lease.shard_id == "worker:a"
+            && self.0.load(Relaxed)
+        {
+            let operation = call.operation();
+            return Box::pin(async move {
+                Err(LeaseError::Unavailable {
+                    table: "leases".into(),
+                    operation,
+                    message: "throttled".into(),
+                    source: None,
+                })
+            });
+        }
+        next
+    }
+}
+
+/// Drives `subs` with `feed` running for `span`, counting the deliveries of each shard from
+/// `counted_after` on.
+async fn read_for(
+    subs: &mut [&mut MultiSubscription],
+    memory: &MemoryKinesis,
+    feed: &mut Feed,
+    span: Duration,
+    counted_after: Duration,
+) -> BTreeMap<At, usize> {
+    let start = Instant::now();
+    let mut read: BTreeMap<At, usize> = BTreeMap::new();
+    while start.elapsed() < span {
+        feed.tick(memory);
+        for sub in subs.iter_mut() {
+            if let Some((at, _)) = next_of(sub, Duration::from_millis(20)).await
+                && start.elapsed() >= counted_after
+            {
+                *read.entry(at).or_default() += 1;
+            }
+        }
+    }
+    read
+}
+
+/// The anchor stream leaves A's set (its worker row's delete would fail): the other streams'
+/// readers answer to that row, which A keeps while they run, so every shard of theirs is still
+/// read long after; inserted again, the anchor stream takes its row back and is read too.
+#[tokio::test(start_paused = true)]
+async fn the_anchor_stream_leaving_the_set_and_coming_back_leaves_every_shard_read() {
+    const STREAMS: usize = 3;
+    let (memory, api, store) = setup(STREAMS);
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let a_store: SharedLeaseStore = Arc::new(LayeredStore::new(
+        Arc::new(store.clone()),
+        FailDelete(armed.clone()),
+    ));
+    let a_set = StreamSet::new(names(STREAMS));
+    let mut a = MultiSubscription::builder(api.clone(), a_store, a_set.clone())
+        .configure(|each| each.owner("a").initial_position(KinesisPosition::horizon()))
+        .start()
+        .await
+        .unwrap();
+    let mut b = start(&api, Arc::new(store.clone()), STREAMS, "b").await;
+    balance(&mut [&mut a, &mut b], STREAMS).await;
+    armed.store(true, Relaxed);
+    assert!(a_set.remove("s0"));
+    let mut feed = Feed::new(STREAMS, Duration::from_millis(250));
+    let minute = Duration::from_secs(60);
+    let read = read_for(
+        &mut [&mut a, &mut b],
+        &memory,
+        &mut feed,
+        5 * minute,
+        4 * minute,
+    )
+    .await;
+    let others: Vec<&At> = read.keys().filter(|(stream, _)| stream != "s0").collect();
+    assert_eq!(
+        others.len(),
+        2 * (STREAMS - 1),
+        "shards of the other streams read 4 to 5 minutes after the anchor left: {read:?}"
+    );
+    armed.store(false, Relaxed);
+    assert!(a_set.insert("s0".to_owned()));
+    let read = read_for(
+        &mut [&mut a, &mut b],
+        &memory,
+        &mut feed,
+        2 * minute,
+        minute,
+    )
+    .await;
+    assert_eq!(
+        read.len(),
+        2 * STREAMS,
+        "every shard read a minute after the anchor came back: {read:?}"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A mixed fleet on the anchor stream: two plain `Subscription`s read s0 only; `x` and `y`
+/// read {s0, s1} as `MultiSubscription`s. In s0's ring x is watched by the plain ones only,
+/// and y's s1 leaves x out (its anchor's watch covers it). x freezes: a plain one declares it
+/// gone through s0, and y takes x's shard of s1 as promptly.
+#[tokio::test(start_paused = true)]
+async fn a_declaration_by_an_instance_outside_the_group_reaches_its_other_streams() {
+    let memory = MemoryKinesis::new();
+    memory.add_stream("s0", 4).unwrap();
+    memory.add_stream("s1", 2).unwrap();
+    let api: SharedKinesis = Arc::new(memory.clone());
+    let store = MemoryLeaseStore::new();
+    let two = || StreamSet::new(["s0", "s1"]);
+    let mut plain = Vec::new();
+    for owner in ["p1", "p2"] {
+        let sub =
+            kinesis_dataflow::Subscription::builder(api.clone(), Arc::new(store.clone()), "s0")
+                .owner(owner)
+                .initial_position(KinesisPosition::horizon())
+                .start()
+                .await
+                .unwrap();
+        plain.push(sub);
+    }
+    let drive_plain = async |plain: &mut Vec<kinesis_dataflow::Subscription>| {
+        for sub in plain.iter_mut() {
+            if let Ok(Some(Ok(d))) =
+                tokio::time::timeout(Duration::from_millis(10), sub.next()).await
+            {
+                d.ack();
+            }
+        }
+    };
+    let x_view = CutOff::new(Arc::new(store.clone()));
+    let mut x = MultiSubscription::builder(api.clone(), x_view.store(), two())
+        .configure(|each| each.owner("x").initial_position(KinesisPosition::horizon()))
+        .start()
+        .await
+        .unwrap();
+    let mut y = MultiSubscription::builder(api.clone(), Arc::new(store.clone()), two())
+        .configure(|each| each.owner("y").initial_position(KinesisPosition::horizon()))
+        .start()
+        .await
+        .unwrap();
+    let in_s1 = |sub: &MultiSubscription| -> Vec<At> {
+        sub.shards()
+            .into_iter()
+            .filter(|(s, _)| s == "s1")
+            .collect()
+    };
+    let until = Instant::now() + Duration::from_secs(120);
+    while !(in_s1(&x).len() == 1 && in_s1(&y).len() == 1 && x.shards().len() == 2) {
+        assert!(
+            Instant::now() < until,
+            "not balanced: x {:?} y {:?}",
+            x.shards(),
+            y.shards()
+        );
+        drive(&mut [&mut x, &mut y]).await;
+        drive_plain(&mut plain).await;
+    }
+    let x_s1 = in_s1(&x);
+    x_view.set_down(true);
+    let cut = Instant::now();
+    let mut feed = Feed::new(2, Duration::from_millis(250));
+    let took = loop {
+        assert!(cut.elapsed() < Duration::from_secs(120), "never taken over");
+        feed.tick(&memory);
+        if let Some((at, _)) = next_of(&mut y, Duration::from_millis(10)).await
+            && x_s1.contains(&at)
+        {
+            break cut.elapsed();
+        }
+        drive_plain(&mut plain).await;
+    };
+    assert!(
+        took <= Duration::from_secs(5),
+        "x's shard of s1 resumed on y after {took:?}"
+    );
+    x.abort();
+    y.shutdown().await;
+    for mut sub in plain {
+        sub.shutdown().await;
+    }
 }

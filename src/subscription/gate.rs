@@ -163,7 +163,10 @@ impl WorkerGate {
 
     /// True while a reader of `epoch` may hand out records.
     pub(crate) fn is_open_in(&self, epoch: u64, now: Instant) -> bool {
-        self.epoch() == epoch && self.is_open(now)
+        // The deadline first: a loss moves the epoch before it closes the deadline, and a
+        // renewal after the loss reopens the deadline only then, so a reader that sees the
+        // reopened deadline sees the new epoch too.
+        self.is_open(now) && self.epoch() == epoch
     }
 
     /// A write of the worker row sent at `sent` succeeded.

@@ -26,7 +26,7 @@
 //! [`MultiSubscription`]: crate::MultiSubscription
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -53,6 +53,11 @@ pub(crate) struct LivenessGroup {
     /// Moves when this instance declared another gone: every stream lists and moves its
     /// roster row, so the others take that instance's shards of every stream at once.
     declared: AtomicU64,
+    /// The whole subscription is stopping: the anchor's row goes with its stream's stop.
+    closing: AtomicBool,
+    /// The anchor stream was inserted again while its stop holds the anchor row: the stop
+    /// ends, leaving the row to the new coordinator.
+    anchor_back: AtomicBool,
     hub: Mutex<Hub>,
 }
 
@@ -77,6 +82,8 @@ impl LivenessGroup {
             gate: Arc::new(WorkerGate::new(give_up_after)),
             news: AtomicU64::new(0),
             declared: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            anchor_back: AtomicBool::new(false),
             hub: Mutex::new(Hub::default()),
         }
     }
@@ -125,13 +132,25 @@ impl LivenessGroup {
         rows: &BTreeMap<String, Lease>,
         expired: &dyn Fn(&Lease) -> bool,
     ) {
-        let anchored = rows
+        let anchored: HashMap<String, String> = rows
             .values()
             .filter(|row| row.shard_id.len() > WORKER_ROW_PREFIX.len())
             .filter(|row| row.shard_id.starts_with(WORKER_ROW_PREFIX) && !expired(row))
             .filter_map(|row| Some((row.owner.clone()?, row.liveness_group.clone()?)))
             .collect();
-        self.hub().anchored = anchored;
+        let before = std::mem::replace(&mut self.hub().anchored, anchored);
+        // An instance of a group this one watched was declared gone (by anyone, a plain
+        // `Subscription` of the anchor stream included): every stream lists, as after a
+        // declaration of this instance's own.
+        let declared = before.iter().any(|(owner, group)| {
+            rows.get(&format!("{WORKER_ROW_PREFIX}{owner}"))
+                .is_some_and(|row| {
+                    row.owner.is_none() && row.liveness_group.as_ref() == Some(group)
+                })
+        });
+        if declared {
+            self.declared_one();
+        }
     }
 
     /// True when another instance's worker row `row` (of a stream other than the anchor) is
@@ -164,9 +183,38 @@ impl LivenessGroup {
         self.news.load(Ordering::SeqCst)
     }
 
-    /// This instance declared another gone (through the anchor stream).
+    /// This instance declared another gone (through the anchor stream), or saw one of a group
+    /// it watched declared gone.
     pub(crate) fn declared_one(&self) {
         self.declared.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The anchor stream stopped reading (its stop holds the row): its watch covers nobody
+    /// any more, so every stream lists and watches its own ring again.
+    pub(crate) fn stop_covering(&self) {
+        self.hub().anchored.clear();
+        self.declared_one();
+    }
+
+    /// The whole subscription is stopping.
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+    }
+
+    /// True once the whole subscription is stopping.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// The anchor stream is wanted again while its stop holds the anchor row (`true`), or
+    /// its new coordinator started (`false`).
+    pub(crate) fn set_anchor_back(&self, back: bool) {
+        self.anchor_back.store(back, Ordering::SeqCst);
+    }
+
+    /// True when the anchor stream is wanted again while its stop holds the anchor row.
+    pub(crate) fn anchor_back(&self) -> bool {
+        self.anchor_back.load(Ordering::SeqCst)
     }
 
     /// How many instances this one declared gone so far.
@@ -177,15 +225,11 @@ impl LivenessGroup {
 
 /// A group id unique to this start: the process id and a random suffix.
 fn fresh_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    format!("{}-{:016x}", std::process::id(), hasher.finish())
+    format!(
+        "{}-{:016x}",
+        std::process::id(),
+        crate::jitter::unpredictable()
+    )
 }
 
 #[cfg(test)]

@@ -126,19 +126,11 @@ impl fmt::Debug for SubscriptionBuilder {
 
 /// A fresh owner id: host name, process id and a random suffix.
 fn default_owner() -> String {
-    use std::hash::{BuildHasher, Hasher};
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".to_owned());
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
     format!(
         "{host}-{}-{:08x}",
         std::process::id(),
-        hasher.finish() as u32
+        crate::jitter::unpredictable() as u32
     )
 }
 
