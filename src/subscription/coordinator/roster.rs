@@ -117,6 +117,9 @@ pub(crate) fn judge(
 pub(crate) struct Watch {
     /// The worker rows watched (from the last listing).
     pub(crate) ring: Vec<String>,
+    /// Those rows as that listing read them (a liveness group's other streams leave out, at
+    /// each read, the rows the anchor's watch has come to cover since).
+    pub(crate) ring_rows: BTreeMap<String, Lease>,
     /// A read or a declaration is under way.
     pub(crate) busy: bool,
     /// When the next read starts.
@@ -138,6 +141,7 @@ impl Default for Watch {
     fn default() -> Self {
         Self {
             ring: Vec::new(),
+            ring_rows: BTreeMap::new(),
             busy: false,
             next: Instant::now(),
             roster: None,

@@ -193,6 +193,9 @@ impl Coordinator {
         let shard_set = listing::shard_set(&listing.shards);
         (self.listings.scans).scanned(Instant::now(), shard_set, shares.live_workers);
         self.instance.watch.ring = self.watch_ring(&listing.rows, &expired);
+        self.instance.watch.ring_rows = (self.instance.watch.ring.iter())
+            .filter_map(|id| Some((id.clone(), listing.rows.get(id)?.clone())))
+            .collect();
         self.listings.replaceable = replaceable;
         tracing::debug!(
             shards = listing.shards.len(),

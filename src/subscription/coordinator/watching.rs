@@ -52,8 +52,9 @@ impl Coordinator {
     /// The ring and the roster row. In a liveness group of several streams the anchor reads
     /// the table-wide roster row (which every roster move moves) in place of its own; every
     /// stream reads its own roster row when the table-wide row moved, and another stream also
-    /// while its ring is not empty (instances the anchor's watch does not cover); a stream other than the
-    /// anchor lists (and moves its roster row) once this instance declared another gone.
+    /// while its ring is not empty (instances the anchor's watch does not cover); a stream
+    /// other than the anchor lists (and moves its roster row) once this instance declared
+    /// another gone.
     fn watch_plan(&mut self) -> WatchPlan {
         let ring = self.instance.watch.ring.clone();
         let Some(group) = self.shared.config.group.clone() else {
@@ -78,6 +79,12 @@ impl Coordinator {
             self.move_roster();
         }
         let news = group.news();
+        let mut ring = ring;
+        if !anchor {
+            // Rows the anchor's watch came to cover since the listing are left to it.
+            let rows = &self.instance.watch.ring_rows;
+            ring.retain(|id| rows.get(id).is_none_or(|row| !group.covers(row)));
+        }
         WatchPlan {
             roster: (!anchor && !ring.is_empty()) || self.instance.watch.news_seen != Some(news),
             ring,
