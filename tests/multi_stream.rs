@@ -28,6 +28,17 @@ fn builder(
     streams: &StreamSet,
     owner: &str,
 ) -> MultiSubscriptionBuilder {
+    leased(api, store, streams, owner, Duration::from_secs(2))
+}
+
+/// The tests' fast timings, with leases of `lease_duration`.
+fn leased(
+    api: &SharedKinesis,
+    store: &SharedLeaseStore,
+    streams: &StreamSet,
+    owner: &str,
+    lease_duration: Duration,
+) -> MultiSubscriptionBuilder {
     let owner = owner.to_owned();
     MultiSubscription::builder(api.clone(), store.clone(), streams.clone()).configure(|each| {
         each.owner(owner)
@@ -38,7 +49,7 @@ fn builder(
                     .unlimited_reads(),
             )
             .list_interval(Duration::from_millis(300))
-            .lease_duration(Duration::from_secs(2))
+            .lease_duration(lease_duration)
             .checkpoint_interval(Duration::from_millis(100))
     })
 }
@@ -552,21 +563,7 @@ async fn a_crashed_instance_of_three_streams_is_taken_over_in_each_through_its_a
     }
     let streams = StreamSet::new(names.clone());
     let grouped = |store: &SharedLeaseStore, owner: &str| {
-        let owner = owner.to_owned();
-        MultiSubscription::builder(world.api.clone(), store.clone(), streams.clone()).configure(
-            |each| {
-                each.owner(owner)
-                    .initial_position(KinesisPosition::horizon())
-                    .read_settings(
-                        ReadSettings::default()
-                            .poll_interval(Duration::from_millis(100))
-                            .unlimited_reads(),
-                    )
-                    .list_interval(Duration::from_millis(300))
-                    .lease_duration(Duration::from_secs(600))
-                    .checkpoint_interval(Duration::from_millis(100))
-            },
-        )
+        leased(&world.api, store, &streams, owner, Duration::from_secs(600))
     };
     let first = grouped(&world.store, "first").start().await.unwrap();
     let abort_first = consume_abortable(&world, first);

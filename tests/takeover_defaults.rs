@@ -76,13 +76,19 @@ async fn balance(subs: &mut [&mut Subscription], shares: &[usize]) {
     }
 }
 
-/// Reads `b` (acking) until it has delivered a record of each of `a_shards`: when each was
-/// first read there, counted from `crashed` (90 s at most).
-async fn resumed_on(
+/// A crashes (nothing flushed or released, its worker row and leases left as they were) and
+/// a record is put on every shard; `b` is read (acking) until it delivered one of each of A's
+/// shards. The longest time to that, and when each of A's shards was first read on `b`,
+/// counted from the crash (90 s at most).
+async fn crash_and_take_over(
+    memory: &MemoryKinesis,
+    a: Subscription,
     b: &mut Subscription,
-    a_shards: &BTreeSet<String>,
-    crashed: Instant,
-) -> BTreeMap<String, Duration> {
+) -> (Duration, BTreeMap<String, Duration>) {
+    let a_shards: BTreeSet<String> = a.shards().into_iter().collect();
+    a.abort();
+    let crashed = Instant::now();
+    put_everywhere(memory, "after");
     let mut resumed: BTreeMap<String, Duration> = BTreeMap::new();
     while resumed.len() < a_shards.len() {
         let delivery = tokio::time::timeout(Duration::from_secs(90), b.next())
@@ -96,7 +102,7 @@ async fn resumed_on(
         }
         delivery.ack();
     }
-    resumed
+    (resumed.values().max().copied().unwrap(), resumed)
 }
 
 /// Instances `a` and `b` on their lease-table views, holding two shards each.
@@ -132,12 +138,7 @@ async fn a_long_lease_still_hands_a_crashed_instances_shards_over_within_the_wor
     let mut a = long(Arc::new(store.clone()), "a").start().await.unwrap();
     let mut b = long(b_store, "b").start().await.unwrap();
     balance(&mut [&mut a, &mut b], &[2, 2]).await;
-    let a_shards: BTreeSet<String> = a.shards().into_iter().collect();
-    a.abort();
-    let crashed = Instant::now();
-    put_everywhere(&memory, "after");
-    let resumed = resumed_on(&mut b, &a_shards, crashed).await;
-    let takeover = resumed.values().max().copied().unwrap();
+    let (takeover, resumed) = crash_and_take_over(&memory, a, &mut b).await;
     // The worker timeout, the watch's slow read, and a second.
     assert!(
         takeover <= DEFAULT_WORKER_TIMEOUT + Duration::from_secs(2),
@@ -150,14 +151,7 @@ async fn a_long_lease_still_hands_a_crashed_instances_shards_over_within_the_wor
 async fn a_crashed_instance_is_taken_over_within_five_seconds_with_the_defaults() {
     let (memory, api, store) = setup();
     let (a, mut b) = two_instances(&api, Arc::new(store.clone()), Arc::new(store.clone())).await;
-    let a_shards: BTreeSet<String> = a.shards().into_iter().collect();
-
-    // A crashes: nothing flushed or released, its worker row and leases left as they were.
-    a.abort();
-    let crashed = Instant::now();
-    put_everywhere(&memory, "after");
-    let resumed = resumed_on(&mut b, &a_shards, crashed).await;
-    let takeover = resumed.values().max().copied().unwrap();
+    let (takeover, resumed) = crash_and_take_over(&memory, a, &mut b).await;
     assert!(
         takeover <= Duration::from_secs(5),
         "A's shards resumed on B after {resumed:?}"
