@@ -2,17 +2,16 @@
 //! connection gone half-open: no event, no error, no end), on the in-memory transport with
 //! paused time. Each call is given up after `READ_CALL_TIMEOUT`, and a subscription silent
 //! for `SUBSCRIPTION_IDLE_LIMIT` is replaced, so the shard is read on; an idle shard is not
-//! churned by the limit.
+//! churned by the limit. The silent subscription comes from a layer over the transport
+//! (`KinesisLayer::subscribe_to_shard`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use kinesis_dataflow::api::layer::{KinesisLayer, Layered};
 use kinesis_dataflow::api::memory::Fault;
-use kinesis_dataflow::api::{
-    ApiFuture, GetRecordsOutput, KinesisApi, ListShardsPage, PutRecordsEntry, PutRecordsOutput,
-    ShardEvents, SharedKinesis, StreamConsumer, StreamSummary,
-};
+use kinesis_dataflow::api::{ApiFuture, KinesisApi, ShardEvents, SharedKinesis};
 use kinesis_dataflow::error::Operation;
 use kinesis_dataflow::shard::SUBSCRIPTION_IDLE_LIMIT;
 use kinesis_dataflow::{KinesisError, MemoryKinesis, ReadSettings, ShardStream, StartingPoint};
@@ -172,91 +171,23 @@ async fn a_latest_prime_whose_subscription_never_answers_is_given_up() {
     assert_eq!(next_payload(&mut shard, 60).await.unwrap(), "after");
 }
 
-/// A transport whose subscriptions go silent after their first `events` events (a connection
+/// A layer whose subscriptions go silent after their first `events` events (a connection
 /// gone half-open: no further event, no error, no end), as the SDK lets an event stream be.
 struct Silent {
-    memory: MemoryKinesis,
     events: usize,
 }
 
-impl KinesisApi for Silent {
-    fn region(&self) -> &str {
-        self.memory.region()
-    }
-
-    fn list_shards<'a>(
-        &'a self,
-        stream: &'a str,
-        token: Option<String>,
-    ) -> ApiFuture<'a, ListShardsPage> {
-        self.memory.list_shards(stream, token)
-    }
-
-    fn get_shard_iterator<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        start: &'a StartingPoint,
-    ) -> ApiFuture<'a, String> {
-        self.memory.get_shard_iterator(stream, shard, start)
-    }
-
-    fn get_records<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a Arc<str>,
-        iterator: String,
-        limit: u32,
-    ) -> ApiFuture<'a, GetRecordsOutput> {
-        self.memory.get_records(stream, shard, iterator, limit)
-    }
-
-    fn put_records<'a>(
-        &'a self,
-        stream: &'a str,
-        entries: Vec<PutRecordsEntry>,
-    ) -> ApiFuture<'a, PutRecordsOutput> {
-        self.memory.put_records(stream, entries)
-    }
-
-    fn describe_stream_summary<'a>(&'a self, stream: &'a str) -> ApiFuture<'a, StreamSummary> {
-        self.memory.describe_stream_summary(stream)
-    }
-
-    fn register_stream_consumer<'a>(
-        &'a self,
-        stream: &'a str,
-        consumer: &'a str,
-    ) -> ApiFuture<'a, StreamConsumer> {
-        self.memory.register_stream_consumer(stream, consumer)
-    }
-
-    fn describe_stream_consumer<'a>(
-        &'a self,
-        stream: &'a str,
-        consumer: &'a str,
-    ) -> ApiFuture<'a, StreamConsumer> {
-        self.memory.describe_stream_consumer(stream, consumer)
-    }
-
-    fn deregister_stream_consumer<'a>(
-        &'a self,
-        stream: &'a str,
-        consumer: &'a str,
-    ) -> ApiFuture<'a, ()> {
-        self.memory.deregister_stream_consumer(stream, consumer)
-    }
-
+impl KinesisLayer for Silent {
     fn subscribe_to_shard<'a>(
         &'a self,
         stream: &'a str,
         consumer_arn: &'a str,
         shard: &'a Arc<str>,
         start: &'a StartingPoint,
+        inner: &'a dyn KinesisApi,
     ) -> ApiFuture<'a, ShardEvents> {
         Box::pin(async move {
-            let events = self
-                .memory
+            let events = inner
                 .subscribe_to_shard(stream, consumer_arn, shard, start)
                 .await?;
             Ok(events
@@ -274,10 +205,7 @@ impl KinesisApi for Silent {
 async fn a_subscription_gone_silent_is_replaced_after_the_idle_limit() {
     let (memory, _) = kinesis();
     memory.put(STREAM, "k", "a").unwrap();
-    let api: SharedKinesis = Arc::new(Silent {
-        memory: memory.clone(),
-        events: 1,
-    });
+    let api: SharedKinesis = Arc::new(Layered::over(memory.clone(), Silent { events: 1 }));
     let mut shard = fan_out(api, StartingPoint::TrimHorizon);
     assert_eq!(next_payload(&mut shard, 60).await.unwrap(), "a");
     memory.put(STREAM, "k", "b").unwrap();

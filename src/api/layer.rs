@@ -206,6 +206,28 @@ pub trait KinesisLayer: Send + Sync + 'static {
         };
         self.around(call, inner.get_records(stream, shard, iterator, limit))
     }
+
+    /// Wraps a SubscribeToShard call with its arguments in hand; its answer is the
+    /// subscription's event stream, which the layer may wrap too (to delay, count, end or
+    /// silence its events). By default the call goes through [`around`](Self::around).
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a Arc<str>,
+        start: &'a StartingPoint,
+        inner: &'a dyn KinesisApi,
+    ) -> ApiFuture<'a, ShardEvents> {
+        let call = ApiCall::SubscribeToShard {
+            stream,
+            shard,
+            start,
+        };
+        self.around(
+            call,
+            inner.subscribe_to_shard(stream, consumer_arn, shard, start),
+        )
+    }
 }
 
 /// A shared layer is a layer: the caller keeps a handle on its state.
@@ -236,6 +258,17 @@ impl<L: KinesisLayer> KinesisLayer for Arc<L> {
         inner: &'a dyn KinesisApi,
     ) -> ApiFuture<'a, GetRecordsOutput> {
         L::get_records(self, stream, shard, iterator, limit, inner)
+    }
+
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a Arc<str>,
+        start: &'a StartingPoint,
+        inner: &'a dyn KinesisApi,
+    ) -> ApiFuture<'a, ShardEvents> {
+        L::subscribe_to_shard(self, stream, consumer_arn, shard, start, inner)
     }
 }
 
@@ -432,15 +465,7 @@ impl<L: KinesisLayer, K: KinesisApi> KinesisApi for Layered<L, K> {
         shard: &'a Arc<str>,
         start: &'a StartingPoint,
     ) -> ApiFuture<'a, ShardEvents> {
-        let call = ApiCall::SubscribeToShard {
-            stream,
-            shard,
-            start,
-        };
-        let next = self
-            .inner
-            .subscribe_to_shard(stream, consumer_arn, shard, start);
-        self.layer.around(call, next)
+        (self.layer).subscribe_to_shard(stream, consumer_arn, shard, start, &self.inner)
     }
 }
 
