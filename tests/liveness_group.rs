@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
-use kinesis_dataflow::lease::{LeaseError, LeaseFuture, SharedLeaseStore};
+use kinesis_dataflow::lease::{Lease, LeaseError, LeaseFuture, LeaseStore, SharedLeaseStore};
 use kinesis_dataflow::subscription::{DEFAULT_WORKER_TIMEOUT, SubscriptionBuilder};
 use kinesis_dataflow::{
     KinesisPosition, MemoryKinesis, MemoryLeaseStore, MultiSubscription, StreamSet,
@@ -760,5 +760,94 @@ async fn a_declaration_by_an_instance_outside_the_group_reaches_its_other_stream
     y.shutdown().await;
     for mut sub in plain {
         sub.shutdown().await;
+    }
+}
+
+/// The worker row of `owner` in `stream`, if any.
+async fn worker_row(store: &MemoryLeaseStore, stream: &str, owner: &str) -> Option<Lease> {
+    let rows = store.list(stream).await.unwrap();
+    rows.into_iter()
+        .find(|row| row.shard_id == format!("worker:{owner}"))
+}
+
+/// The anchor stream leaves A's set only (B still reads it): A keeps nothing of it, so B reads
+/// both its shards; and the anchor stream removed, inserted and removed again in quick
+/// succession leaves A's other streams read (the group dissolves at the anchor's first stop).
+#[tokio::test(start_paused = true)]
+async fn the_anchor_stream_leaving_one_instance_is_read_by_the_others_and_its_streams_go_on() {
+    const STREAMS: usize = 3;
+    let (memory, api, store) = setup(STREAMS);
+    let a_set = StreamSet::new(names(STREAMS));
+    let mut a = MultiSubscription::builder(api.clone(), Arc::new(store.clone()), a_set.clone())
+        .configure(|each| each.owner("a").initial_position(KinesisPosition::horizon()))
+        .start()
+        .await
+        .unwrap();
+    let mut b = start(&api, Arc::new(store.clone()), STREAMS, "b").await;
+    balance(&mut [&mut a, &mut b], STREAMS).await;
+    assert!(a_set.remove("s0"));
+    let mut feed = Feed::new(STREAMS, Duration::from_millis(250));
+    let minute = Duration::from_secs(60);
+    let read = read_for(
+        &mut [&mut a, &mut b],
+        &memory,
+        &mut feed,
+        3 * minute,
+        2 * minute,
+    )
+    .await;
+    assert_eq!(
+        read.len(),
+        2 * STREAMS,
+        "every shard read 2 to 3 minutes after: {read:?}"
+    );
+    assert!(a.shards().iter().all(|(stream, _)| stream != "s0"));
+    assert!(a_set.insert("s0".to_owned()));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(a_set.remove("s0"));
+    let read = read_for(
+        &mut [&mut a, &mut b],
+        &memory,
+        &mut feed,
+        3 * minute,
+        2 * minute,
+    )
+    .await;
+    assert_eq!(
+        read.len(),
+        2 * STREAMS,
+        "every shard read 2 to 3 minutes after: {read:?}"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    for stream in names(STREAMS) {
+        assert_eq!(worker_row(&store, &stream, "a").await, None, "{stream}");
+        assert_eq!(worker_row(&store, &stream, "b").await, None, "{stream}");
+    }
+}
+
+/// The anchor stream removed and at once inserted again, then the whole subscription stopped:
+/// no worker row of the instance is left behind.
+#[tokio::test(start_paused = true)]
+async fn a_full_stop_right_after_the_anchor_came_back_leaves_no_worker_row() {
+    const STREAMS: usize = 3;
+    let (memory, api, store) = setup(STREAMS);
+    let a_set = StreamSet::new(names(STREAMS));
+    let mut a = MultiSubscription::builder(api.clone(), Arc::new(store.clone()), a_set.clone())
+        .configure(|each| each.owner("a").initial_position(KinesisPosition::horizon()))
+        .start()
+        .await
+        .unwrap();
+    let mut feed = Feed::new(STREAMS, Duration::from_millis(250));
+    let span = Duration::from_secs(20);
+    read_for(&mut [&mut a], &memory, &mut feed, span, span).await;
+    assert!(worker_row(&store, "s0", "a").await.is_some());
+    assert!(a_set.remove("s0"));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(a_set.insert("s0".to_owned()));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    a.shutdown().await;
+    for stream in names(STREAMS) {
+        assert_eq!(worker_row(&store, &stream, "a").await, None, "{stream}");
     }
 }

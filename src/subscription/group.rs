@@ -53,11 +53,11 @@ pub(crate) struct LivenessGroup {
     /// Moves when this instance declared another gone: every stream lists and moves its
     /// roster row, so the others take that instance's shards of every stream at once.
     declared: AtomicU64,
-    /// The whole subscription is stopping: the anchor's row goes with its stream's stop.
-    closing: AtomicBool,
-    /// The anchor stream was inserted again while its stop holds the anchor row: the stop
-    /// ends, leaving the row to the new coordinator.
-    anchor_back: AtomicBool,
+    /// Moves when the anchor's listing saw an instance it covered declared gone by another:
+    /// every stream lists (without moving its roster row: the declarer moved them).
+    observed: AtomicU64,
+    /// The anchor stream stopped: the group is no more (see [`LivenessGroup::dissolve`]).
+    dissolved: AtomicBool,
     hub: Mutex<Hub>,
 }
 
@@ -82,8 +82,8 @@ impl LivenessGroup {
             gate: Arc::new(WorkerGate::new(give_up_after)),
             news: AtomicU64::new(0),
             declared: AtomicU64::new(0),
-            closing: AtomicBool::new(false),
-            anchor_back: AtomicBool::new(false),
+            observed: AtomicU64::new(0),
+            dissolved: AtomicBool::new(false),
             hub: Mutex::new(Hub::default()),
         }
     }
@@ -92,14 +92,36 @@ impl LivenessGroup {
         self.hub.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The group as written into every worker row of the instance.
-    pub(crate) fn id(&self) -> &str {
-        &self.id
+    /// The group as written into every worker row of the instance; `None` once dissolved.
+    pub(crate) fn id(&self) -> Option<&str> {
+        (!self.is_dissolved()).then_some(self.id.as_str())
     }
 
-    /// True when `stream` is the anchor.
+    /// True when `stream` is the anchor (of a group not dissolved).
     pub(crate) fn is_anchor(&self, stream: &str) -> bool {
-        *self.anchor == *stream
+        !self.is_dissolved() && *self.anchor == *stream
+    }
+
+    /// True once the anchor stream stopped.
+    pub(crate) fn is_dissolved(&self) -> bool {
+        self.dissolved.load(Ordering::SeqCst)
+    }
+
+    /// The anchor stream stopped while others may go on (removed from the set, deleted, or
+    /// the whole subscription stopping): the group is no more. Its streams watch their own
+    /// rings again, and write their worker rows without the group before they take anything
+    /// (see `Coordinator::worker_row_current`). `row_deleted`: the anchor row was deleted by
+    /// this instance, so it can never be found released under the group; otherwise (found
+    /// written by another, or not deleted) it may be, and every reader of the group's epoch
+    /// so far stops for good, its shards dropped.
+    pub(crate) fn dissolve(&self, row_deleted: bool) {
+        if !row_deleted {
+            self.gate.lost();
+        }
+        self.dissolved.store(true, Ordering::SeqCst);
+        self.gate.unbind();
+        self.hub().anchored.clear();
+        self.declared_one();
     }
 
     /// The anchor stream's worker gate.
@@ -139,9 +161,8 @@ impl LivenessGroup {
             .filter_map(|row| Some((row.owner.clone()?, row.liveness_group.clone()?)))
             .collect();
         let before = std::mem::replace(&mut self.hub().anchored, anchored);
-        // An instance of a group this one watched was declared gone (by anyone, a plain
-        // `Subscription` of the anchor stream included): every stream lists, as after a
-        // declaration of this instance's own.
+        // An instance of a group this one watched was declared gone by another (a plain
+        // `Subscription` of the anchor stream, say): every stream lists.
         let declared = before.iter().any(|(owner, group)| {
             rows.get(&format!("{WORKER_ROW_PREFIX}{owner}"))
                 .is_some_and(|row| {
@@ -149,7 +170,7 @@ impl LivenessGroup {
                 })
         });
         if declared {
-            self.declared_one();
+            self.observed.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -161,6 +182,9 @@ impl LivenessGroup {
         let (Some(owner), Some(group)) = (&row.owner, &row.liveness_group) else {
             return false;
         };
+        if self.is_dissolved() {
+            return false;
+        }
         if anchor_of(group) != Some(&*self.anchor) {
             return false;
         }
@@ -183,38 +207,15 @@ impl LivenessGroup {
         self.news.load(Ordering::SeqCst)
     }
 
-    /// This instance declared another gone (through the anchor stream), or saw one of a group
-    /// it watched declared gone.
+    /// This instance declared another gone (through the anchor stream), or the group
+    /// dissolved.
     pub(crate) fn declared_one(&self) {
         self.declared.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// The anchor stream stopped reading (its stop holds the row): its watch covers nobody
-    /// any more, so every stream lists and watches its own ring again.
-    pub(crate) fn stop_covering(&self) {
-        self.hub().anchored.clear();
-        self.declared_one();
-    }
-
-    /// The whole subscription is stopping.
-    pub(crate) fn close(&self) {
-        self.closing.store(true, Ordering::SeqCst);
-    }
-
-    /// True once the whole subscription is stopping.
-    pub(crate) fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::SeqCst)
-    }
-
-    /// The anchor stream is wanted again while its stop holds the anchor row (`true`), or
-    /// its new coordinator started (`false`).
-    pub(crate) fn set_anchor_back(&self, back: bool) {
-        self.anchor_back.store(back, Ordering::SeqCst);
-    }
-
-    /// True when the anchor stream is wanted again while its stop holds the anchor row.
-    pub(crate) fn anchor_back(&self) -> bool {
-        self.anchor_back.load(Ordering::SeqCst)
+    /// How often the anchor's listing saw an instance it covered declared gone by another.
+    pub(crate) fn observed(&self) -> u64 {
+        self.observed.load(Ordering::SeqCst)
     }
 
     /// How many instances this one declared gone so far.
@@ -246,7 +247,8 @@ mod tests {
     #[test]
     fn a_row_is_covered_only_while_the_anchor_runs_here_and_listed_it_under_that_group() {
         let group = LivenessGroup::new("a".into(), Duration::from_secs(2));
-        assert!(group.id().starts_with("a/") && anchor_of(group.id()) == Some("a"));
+        let id = group.id().unwrap();
+        assert!(id.starts_with("a/") && anchor_of(id) == Some("a"));
         let x = worker("x", Some("a/x-1"));
         let rows: BTreeMap<String, Lease> = [
             x.clone(),
@@ -270,6 +272,34 @@ mod tests {
         assert!(!group.covers(&worker("z", None)), "no group");
         group.leave("a");
         assert!(!group.covers(&x));
+    }
+
+    #[test]
+    fn a_dissolved_group_names_nothing_covers_nothing_and_closes_the_old_epoch_if_need_be() {
+        let now = tokio::time::Instant::now();
+        for row_deleted in [true, false] {
+            let group = LivenessGroup::new("a".into(), Duration::from_secs(2));
+            group.join(&Arc::from("a"));
+            let x = worker("x", Some("a/x-1"));
+            let rows = [(x.shard_id.clone(), x.clone())].into_iter().collect();
+            group.anchor_listed(&rows, &|_| false);
+            let (gate, epoch) = (group.gate(), group.gate().epoch());
+            gate.renewed(now);
+            let declarations = group.declarations();
+            group.dissolve(row_deleted);
+            assert_eq!(group.id(), None);
+            assert!(!group.is_anchor("a") && !group.covers(&x));
+            assert_eq!(group.declarations(), declarations + 1, "every stream lists");
+            assert_eq!(
+                gate.is_open_in(epoch, now),
+                row_deleted,
+                "row deleted: {row_deleted}"
+            );
+            assert!(
+                gate.is_open_in(gate.epoch(), now),
+                "unbound for new readers"
+            );
+        }
     }
 
     #[test]

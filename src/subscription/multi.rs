@@ -401,10 +401,6 @@ impl Keeper {
             }
             self.reconcile().await;
         }
-        if let Some(group) = &self.each.config.group {
-            // Every stream stops: the anchor's row goes with its own stop.
-            group.close();
-        }
         let members = std::mem::take(&mut self.running);
         futures::future::join_all(members.values().map(|m| m.handle.shutdown())).await;
         // Streams removed earlier finish their stops too before the merged stream ends.
@@ -444,17 +440,6 @@ impl Keeper {
                 return;
             }
             if self.stopping.contains_key(&name) {
-                if let Some(group) = self
-                    .each
-                    .config
-                    .group
-                    .as_ref()
-                    .filter(|g| g.is_anchor(&name))
-                {
-                    // Its stop holds the anchor row for the other streams: it ends now and
-                    // leaves the row to the stream's new coordinator.
-                    group.set_anchor_back(true);
-                }
                 tracing::debug!(stream = %name, "stream inserted again while its stop runs: started once that is done");
             } else if !self.running.contains_key(&name) {
                 self.start(name).await;

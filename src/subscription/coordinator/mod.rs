@@ -325,10 +325,6 @@ impl Coordinator {
         let health = Health::new(config.lease_duration * 3);
         let group_epoch = (config.group.as_ref()).map_or(0, |group| {
             group.join(&stream);
-            if group.is_anchor(&stream) {
-                // Back (if it had left): the row its last stop held is this one's to keep.
-                group.set_anchor_back(false);
-            }
             group.gate().epoch()
         });
         Self {

@@ -135,6 +135,8 @@ pub(crate) struct Watch {
     pub(crate) news_seen: Option<u64>,
     /// In a liveness group: the group's declarations this stream has listed for.
     pub(crate) declarations_seen: u64,
+    /// In a liveness group: the declarations by others the anchor saw, listed for.
+    pub(crate) observed_seen: u64,
 }
 
 impl Default for Watch {
@@ -149,6 +151,7 @@ impl Default for Watch {
             move_again: false,
             news_seen: None,
             declarations_seen: 0,
+            observed_seen: 0,
         }
     }
 }

@@ -16,6 +16,10 @@ impl Coordinator {
     /// cannot, so the other instances count it exactly then.
     pub(super) fn keep_worker_row(&mut self) {
         self.follow_group_epoch();
+        if !self.worker_row_current() {
+            // The group dissolved: the row is made anew without it.
+            self.instance.worker.remake();
+        }
         let can_work = self
             .instance
             .health
@@ -97,6 +101,15 @@ impl Coordinator {
             );
             self.forget_all();
         }
+    }
+
+    /// False while this instance's worker row still names a liveness group that dissolved:
+    /// another instance could find the old anchor row released under that group and free
+    /// whatever this stream takes now, which no anchor gate guards any more. Nothing is taken
+    /// until the row is made anew.
+    pub(super) fn worker_row_current(&self) -> bool {
+        let current = (self.shared.config.group.as_ref()).and_then(|group| group.id());
+        !self.instance.worker.names_another_group(current)
     }
 
     /// Tries the worker row again after half a renewal interval, not a whole one: every

@@ -1,10 +1,7 @@
 //! A graceful stop, bounded: no more reading, every held shard handed back (in-flight
 //! deliveries get the shutdown timeout, then the checkpoint is written and the lease
 //! released), takes still under way released unread, the worker row kept alive until all of
-//! that is done and then deleted, and the others told. The anchor stream of a liveness group
-//! whose other streams go on keeps its worker row until they end (see [`hold_anchor_row`]).
-//!
-//! [`hold_anchor_row`]: Coordinator::hold_anchor_row The whole stop takes at most
+//! that is done and then deleted, and the others told. The whole stop takes at most
 //! `shutdown_timeout` plus one call timeout; past that it says what it abandoned and ends.
 
 use std::collections::BTreeSet;
@@ -35,15 +32,6 @@ impl Coordinator {
         let bound = self.config().shutdown_timeout + self.config().call_timeout();
         let mut pending = BTreeSet::new();
         let wound_down = tokio::time::timeout_at(began + bound, self.wind_down(&mut pending)).await;
-        let anchor = self.holds_the_anchor_row();
-        if anchor {
-            self.hold_anchor_row().await;
-        }
-        if wound_down.is_ok() || anchor {
-            self.leave_table().await;
-        } else {
-            self.leave_group(AtStop::Kept);
-        }
         if wound_down.is_err() {
             tracing::warn!(
                 bound = ?bound,
@@ -82,79 +70,23 @@ impl Coordinator {
                 }
             }
         }
-    }
-
-    /// Deletes the worker row (unless the anchor stream was inserted again, whose new
-    /// coordinator keeps it), leaves the group, and tells the others.
-    async fn leave_table(&mut self) {
-        let back = (self.shared.config.group.as_ref())
-            .is_some_and(|group| group.is_anchor(&self.shared.stream) && group.anchor_back());
-        if back {
-            if let Some(group) = &self.shared.config.group {
-                group.leave(&self.shared.stream);
-            }
-            return;
-        }
         let row = self.instance.worker.delete_at_stop(&self.shared).await;
         self.leave_group(row);
         // The others list at once and take what was released.
         roster::bump_roster(&self.shared).await;
     }
 
-    /// True for the anchor stream of a liveness group whose other streams go on: its worker
-    /// row stands for theirs, and every reader of theirs stops once it is stale.
-    fn holds_the_anchor_row(&self) -> bool {
-        (self.shared.config.group.as_ref()).is_some_and(|group| {
-            group.is_anchor(&self.shared.stream) && !group.is_closing() && group.has_others()
-        })
-    }
-
-    /// The anchor stream left the set (or ended) while the group's other streams go on: its
-    /// worker row is kept as it was while reading (renewed, made again if lost, the gate's
-    /// epoch moving on a loss), until the whole subscription stops, the other streams have
-    /// all ended, or the anchor stream is inserted again (its new coordinator then keeps the
-    /// row).
-    async fn hold_anchor_row(&mut self) {
-        let Some(group) = self.shared.config.group.clone() else {
-            return;
-        };
-        tracing::info!(
-            "the anchor stream of this instance's streams stopped: its worker row is kept \
-             while the other streams are read, and they watch the other instances themselves"
-        );
-        group.stop_covering();
-        let mut renew = interval(self.config().worker_renew_interval());
-        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let (mut none, mut pending) = (HandBacks::new(), BTreeSet::new());
-        while !group.is_closing() && group.has_others() && !group.anchor_back() {
-            tokio::select! {
-                Some(done) = self.inbox.jobs.next() => self.on_done_stopping(done, &mut none, &mut pending),
-                _ = renew.tick() => {
-                    if let Some(job) = self.instance.worker.next_job(self.shared.clone(), true) {
-                        self.inbox.jobs.push(Box::pin(async move { Done::Worker(job.await) }));
-                    }
-                }
-            }
-        }
-        // A write under way is applied before the row is deleted or left to the next one.
-        while let Some(done) = self.inbox.jobs.next().await {
-            self.on_done_stopping(done, &mut none, &mut pending);
-        }
-    }
-
-    /// Leaves the liveness group. The anchor's row deleted, the other streams still running
-    /// answer to their leases and their own worker rows; found written by another (declared
-    /// gone), their readers close for good; not deleted, it goes stale and closes them.
+    /// Leaves the liveness group; the anchor's stop dissolves it (see
+    /// [`LivenessGroup::dissolve`](crate::subscription::group::LivenessGroup::dissolve)): the
+    /// other streams, if they go on, answer to their leases and their own worker rows, and
+    /// when the anchor row was not deleted here (found written by another, or the delete
+    /// failed) their readers of the group's epoch stop for good first.
     fn leave_group(&self, row: AtStop) {
         let Some(group) = &self.shared.config.group else {
             return;
         };
         if group.is_anchor(&self.shared.stream) {
-            match row {
-                AtStop::Deleted => group.gate().unbind(),
-                AtStop::Lost => group.gate().lost(),
-                AtStop::Kept => {}
-            }
+            group.dissolve(row == AtStop::Deleted);
         }
         group.leave(&self.shared.stream);
     }

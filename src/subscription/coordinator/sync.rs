@@ -188,7 +188,8 @@ impl Coordinator {
             .collect();
         let eligible = lineage::eligible(&listing.shards, &listing.rows);
         let probed = self.shared.probe.count();
-        let can_work = self.instance.health.can_work(probed, Instant::now());
+        let can_work =
+            self.instance.health.can_work(probed, Instant::now()) && self.worker_row_current();
         let shares = plan::shares(&view, &eligible, can_work);
         let shard_set = listing::shard_set(&listing.shards);
         (self.listings.scans).scanned(Instant::now(), shard_set, shares.live_workers);

@@ -57,26 +57,30 @@ impl Coordinator {
     /// another gone.
     fn watch_plan(&mut self) -> WatchPlan {
         let ring = self.instance.watch.ring.clone();
+        let plain = |ring| WatchPlan {
+            ring,
+            roster: true,
+            ..WatchPlan::default()
+        };
         let Some(group) = self.shared.config.group.clone() else {
-            return WatchPlan {
-                ring,
-                roster: true,
-                ..WatchPlan::default()
-            };
+            return plain(ring);
         };
         let anchor = group.is_anchor(&self.shared.stream);
-        if anchor && !group.has_others() {
-            return WatchPlan {
-                ring,
-                roster: true,
-                ..WatchPlan::default()
-            };
-        }
-        let declarations = group.declarations();
-        if !anchor && declarations != self.instance.watch.declarations_seen {
+        if !anchor {
+            let (declarations, observed) = (group.declarations(), group.observed());
+            if declarations != self.instance.watch.declarations_seen {
+                // This instance declared another gone (or the group dissolved): the others
+                // hear of it through this stream's roster row too.
+                self.list_soon();
+                self.move_roster();
+            } else if observed != self.instance.watch.observed_seen {
+                self.list_soon();
+            }
             self.instance.watch.declarations_seen = declarations;
-            self.list_soon();
-            self.move_roster();
+            self.instance.watch.observed_seen = observed;
+        }
+        if group.is_dissolved() || (anchor && !group.has_others()) {
+            return plain(ring);
         }
         let news = group.news();
         let mut ring = ring;

@@ -77,6 +77,21 @@ impl WorkerRow {
         self.row.is_some()
     }
 
+    /// True when the row as last written names a liveness group other than `current` (the
+    /// group dissolved since): it is to be made anew before the instance takes anything.
+    pub(crate) fn names_another_group(&self, current: Option<&str>) -> bool {
+        (self.row.as_ref()).is_some_and(|row| {
+            row.liveness_group.is_some() && row.liveness_group.as_deref() != current
+        })
+    }
+
+    /// Makes the row anew at the next job (as when its limits changed), unless a job runs.
+    pub(crate) fn remake(&mut self) {
+        if !self.busy {
+            self.row = None;
+        }
+    }
+
     /// The next job: renew the row, create and take it, or delete it while the instance
     /// cannot work. `None` while a job runs or when there is nothing to do.
     pub(crate) fn next_job(
@@ -212,7 +227,9 @@ async fn ensure(shared: Arc<Shared>, expected_missing: bool) -> WorkerDone {
     let mut row = Lease::new(shared.stream.to_string(), worker_row_id(&owner), Vec::new());
     row.owner = Some(owner.clone());
     row.limits = Some(shared.config.limits);
-    row.liveness_group = (shared.config.group.as_ref()).map(|group| group.id().to_owned());
+    row.liveness_group = (shared.config.group.as_ref())
+        .and_then(|group| group.id())
+        .map(str::to_owned);
     let sent = Instant::now();
     // A row deleted between the create and the read is created again.
     let found = async {
