@@ -5,10 +5,29 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::{S0, kinesis};
-use crate::api::{ConsumerStatus, KinesisApi};
+use super::{MemoryKinesis, S0, kinesis};
+use crate::api::{ConsumerStatus, KinesisApi, ShardEvents};
 use crate::error::KinesisError;
 use crate::position::StartingPoint;
+
+/// Registers the consumer "app" of the stream "s" and returns its ARN.
+async fn register_app(kinesis: &MemoryKinesis) -> String {
+    kinesis
+        .register_stream_consumer("s", "app")
+        .await
+        .unwrap()
+        .consumer_arn
+}
+
+/// Subscribes the consumer `arn` to the shard S0 of the stream "s" from `start`; the
+/// subscription must be granted.
+async fn subscribe(kinesis: &MemoryKinesis, arn: &str, start: &StartingPoint) -> ShardEvents {
+    let shard: Arc<str> = S0.into();
+    kinesis
+        .subscribe_to_shard("s", arn, &shard, start)
+        .await
+        .unwrap()
+}
 
 #[tokio::test(start_paused = true)]
 async fn a_consumer_is_creating_until_its_activation_time_and_cannot_subscribe_before() {
@@ -24,26 +43,15 @@ async fn a_consumer_is_creating_until_its_activation_time_and_cannot_subscribe_b
     let described = kinesis.describe_stream_consumer("s", "app").await.unwrap();
     assert_eq!(described.status, ConsumerStatus::Active);
     assert_eq!(described.consumer_arn, consumer.consumer_arn);
-    let _events = kinesis
-        .subscribe_to_shard("s", &consumer.consumer_arn, &shard, &StartingPoint::Latest)
-        .await
-        .unwrap();
+    let _events = subscribe(&kinesis, &consumer.consumer_arn, &StartingPoint::Latest).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_subscription_ends_after_its_lifetime_and_heartbeats_meanwhile() {
     let kinesis = kinesis("s", 1).with_subscription_lifetime(Duration::from_secs(10));
-    let arn = kinesis
-        .register_stream_consumer("s", "app")
-        .await
-        .unwrap()
-        .consumer_arn;
+    let arn = register_app(&kinesis).await;
     kinesis.put("s", "k", "a").unwrap();
-    let shard: Arc<str> = S0.into();
-    let mut events = kinesis
-        .subscribe_to_shard("s", &arn, &shard, &StartingPoint::TrimHorizon)
-        .await
-        .unwrap();
+    let mut events = subscribe(&kinesis, &arn, &StartingPoint::TrimHorizon).await;
     let first = events.next().await.unwrap().unwrap();
     assert_eq!(first.records.len(), 1);
     let mut heartbeats = 0;
@@ -66,16 +74,8 @@ async fn a_subscription_ends_after_its_lifetime_and_heartbeats_meanwhile() {
 #[tokio::test(start_paused = true)]
 async fn an_idle_subscription_heartbeats_once_a_record_lies_before_its_start() {
     let kinesis = kinesis("s", 1);
-    let arn = kinesis
-        .register_stream_consumer("s", "app")
-        .await
-        .unwrap()
-        .consumer_arn;
-    let shard: Arc<str> = S0.into();
-    let mut empty = kinesis
-        .subscribe_to_shard("s", &arn, &shard, &StartingPoint::TrimHorizon)
-        .await
-        .unwrap();
+    let arn = register_app(&kinesis).await;
+    let mut empty = subscribe(&kinesis, &arn, &StartingPoint::TrimHorizon).await;
     let nothing = tokio::time::timeout(Duration::from_secs(10), empty.next()).await;
     assert!(nothing.is_err(), "{nothing:?}");
     drop(empty);
@@ -85,10 +85,7 @@ async fn an_idle_subscription_heartbeats_once_a_record_lies_before_its_start() {
         StartingPoint::AfterSequence(a.clone()),
         StartingPoint::Latest,
     ] {
-        let mut events = kinesis
-            .subscribe_to_shard("s", &arn, &shard, &start)
-            .await
-            .unwrap();
+        let mut events = subscribe(&kinesis, &arn, &start).await;
         let event = tokio::time::timeout(Duration::from_secs(2), events.next())
             .await
             .expect("a heartbeat within two seconds")
@@ -104,16 +101,8 @@ async fn an_idle_subscription_heartbeats_once_a_record_lies_before_its_start() {
 #[tokio::test(start_paused = true)]
 async fn deregistering_ends_its_subscriptions_with_an_error() {
     let kinesis = kinesis("s", 1);
-    let arn = kinesis
-        .register_stream_consumer("s", "app")
-        .await
-        .unwrap()
-        .consumer_arn;
-    let shard: Arc<str> = S0.into();
-    let mut events = kinesis
-        .subscribe_to_shard("s", &arn, &shard, &StartingPoint::Latest)
-        .await
-        .unwrap();
+    let arn = register_app(&kinesis).await;
+    let mut events = subscribe(&kinesis, &arn, &StartingPoint::Latest).await;
     kinesis
         .deregister_stream_consumer("s", "app")
         .await
