@@ -21,11 +21,17 @@ const SHARD0: &str = "shardId-000000000000";
 const KPL_MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];
 
 fn kinesis_with(records: usize) -> (MemoryKinesis, SharedKinesis) {
-    let memory = MemoryKinesis::new();
-    memory.add_stream(STREAM, 1).unwrap();
+    let (memory, shared) = kinesis_with_shards(1);
     for i in 0..records {
         memory.put(STREAM, "key", format!("r{i}")).unwrap();
     }
+    (memory, shared)
+}
+
+/// A transport whose stream has `shards` shards, all empty.
+fn kinesis_with_shards(shards: usize) -> (MemoryKinesis, SharedKinesis) {
+    let memory = MemoryKinesis::new();
+    memory.add_stream(STREAM, shards as u32).unwrap();
     let shared: SharedKinesis = Arc::new(memory.clone());
     (memory, shared)
 }
@@ -50,6 +56,11 @@ async fn take(stream: &mut ShardStream, n: usize) -> Vec<Record> {
 
 fn text(r: &Record) -> String {
     String::from_utf8(r.data().to_vec()).unwrap()
+}
+
+/// The data of each of `records`, as text, in order.
+fn texts(records: &[Record]) -> Vec<String> {
+    records.iter().map(text).collect()
 }
 
 fn calls_of(memory: &MemoryKinesis, op: Operation) -> Vec<Call> {
@@ -109,9 +120,7 @@ async fn an_empty_read_waits_the_poll_interval() {
 #[tokio::test(start_paused = true)]
 async fn idle_readers_opened_together_poll_at_different_moments() {
     const SHARDS: usize = 40;
-    let memory = MemoryKinesis::new();
-    memory.add_stream(STREAM, SHARDS as u32).unwrap();
-    let api: SharedKinesis = Arc::new(memory.clone());
+    let (memory, api) = kinesis_with_shards(SHARDS);
     let mut readers: Vec<ShardStream> = (0..SHARDS)
         .map(|i| {
             ShardStream::builder(api.clone(), STREAM, format!("shardId-{i:012}"))
@@ -190,10 +199,7 @@ async fn a_throttled_read_waits_one_interval_and_keeps_its_iterator() {
     memory.inject(Fault::throttle(Operation::GetRecords).times(2));
     let mut shard = open(&api, ReadSettings::default(), StartingPoint::TrimHorizon);
     let read = take(&mut shard, 3).await;
-    assert_eq!(
-        read.iter().map(text).collect::<Vec<_>>(),
-        ["r0", "r1", "r2"]
-    );
+    assert_eq!(texts(&read), ["r0", "r1", "r2"]);
     let reads = calls_of(&memory, Operation::GetRecords);
     assert_eq!(reads.len(), 3, "two throttled reads, then the good one");
     assert_eq!(
@@ -282,6 +288,63 @@ fn reopened_at(memory: &MemoryKinesis) -> Vec<StartingPoint> {
         .collect()
 }
 
+/// The consumer stalls past an iterator's life (five minutes, and a second more): the
+/// reader's next GetRecords finds its iterator expired.
+async fn outlive_the_iterator() {
+    tokio::time::sleep(Duration::from_secs(301)).await;
+}
+
+/// What `reopened_at` says of a reader opened at TRIM_HORIZON whose iterator, once expired,
+/// was renewed right after the record numbered `sequence_number`.
+fn renewed_after(sequence_number: &str) -> [StartingPoint; 2] {
+    [
+        StartingPoint::TrimHorizon,
+        StartingPoint::AfterSequence(sequence_number.to_owned()),
+    ]
+}
+
+/// A reader of batches of two from TRIM_HORIZON that shares the settled position `settled`.
+fn open_settled(api: &SharedKinesis, settled: &SettledPosition) -> ShardStream {
+    ShardStream::builder(api.clone(), STREAM, SHARD0)
+        .settings(ReadSettings::default().batch_size(2))
+        .settled(settled.clone())
+        .open(StartingPoint::TrimHorizon)
+        .unwrap()
+}
+
+/// A reader from TRIM_HORIZON whose consumer stalls past an iterator's life after reading a
+/// long way goes on after the last record it read: the next `count` records run from `first`
+/// to `last` (no gap, no repeat), GetRecords is called `reads` times in all (`why` says
+/// which), and the iterator is renewed once, right after that last record.
+struct GoesOnAfterTheStall {
+    count: usize,
+    first: &'static str,
+    last: &'static str,
+    reads: usize,
+    why: &'static str,
+}
+
+impl GoesOnAfterTheStall {
+    /// Stalls past the iterator's life, reads on from `shard`, whose last record read before
+    /// was `last_read`, and asserts all the above.
+    async fn check(self, memory: &MemoryKinesis, shard: &mut ShardStream, last_read: &Record) {
+        outlive_the_iterator().await;
+        let rest = take(shard, self.count).await;
+        assert_eq!(text(&rest[0]), self.first, "no gap, no repeat");
+        assert_eq!(text(&rest[self.count - 1]), self.last);
+        assert_eq!(
+            memory.call_count(Operation::GetRecords),
+            self.reads,
+            "{}",
+            self.why
+        );
+        assert_eq!(
+            reopened_at(memory),
+            renewed_after(last_read.sequence_number())
+        );
+    }
+}
+
 /// A reader sharing a settled position that lags behind what it handed on (records in
 /// flight, not settled yet) renews an expired iterator after the last record it read: the
 /// records between are handed on already, and their redelivery, if they fail, is the
@@ -290,25 +353,15 @@ fn reopened_at(memory: &MemoryKinesis) -> Vec<StartingPoint> {
 async fn an_expired_iterator_is_renewed_after_the_last_record_read_when_the_settled_one_lags() {
     let (memory, api) = kinesis_with(6);
     let settled = SettledPosition::new();
-    let mut shard = ShardStream::builder(api.clone(), STREAM, SHARD0)
-        .settings(ReadSettings::default().batch_size(2))
-        .settled(settled.clone())
-        .open(StartingPoint::TrimHorizon)
-        .unwrap();
+    let mut shard = open_settled(&api, &settled);
     let first = take(&mut shard, 2).await;
     settled.advance(first[0].sequence_number());
-    tokio::time::sleep(Duration::from_secs(301)).await;
+    outlive_the_iterator().await;
     let rest = take(&mut shard, 4).await;
-    assert_eq!(
-        rest.iter().map(text).collect::<Vec<_>>(),
-        ["r2", "r3", "r4", "r5"]
-    );
+    assert_eq!(texts(&rest), ["r2", "r3", "r4", "r5"]);
     assert_eq!(
         reopened_at(&memory),
-        [
-            StartingPoint::TrimHorizon,
-            StartingPoint::AfterSequence(first[1].sequence_number().to_owned())
-        ]
+        renewed_after(first[1].sequence_number())
     );
 }
 
@@ -320,16 +373,12 @@ async fn an_expired_iterator_is_renewed_after_a_settled_record_ahead_of_the_last
     let third = memory_seq(&api, 3).await;
     memory.clear_calls();
     let settled = SettledPosition::new();
-    let mut shard = ShardStream::builder(api.clone(), STREAM, SHARD0)
-        .settings(ReadSettings::default().batch_size(2))
-        .settled(settled.clone())
-        .open(StartingPoint::TrimHorizon)
-        .unwrap();
+    let mut shard = open_settled(&api, &settled);
     take(&mut shard, 2).await;
     settled.advance(&third);
-    tokio::time::sleep(Duration::from_secs(301)).await;
+    outlive_the_iterator().await;
     let rest = take(&mut shard, 2).await;
-    assert_eq!(rest.iter().map(text).collect::<Vec<_>>(), ["r4", "r5"]);
+    assert_eq!(texts(&rest), ["r4", "r5"]);
     assert_eq!(reopened_at(&memory)[1], StartingPoint::AfterSequence(third));
 }
 
@@ -341,13 +390,9 @@ async fn an_expired_iterator_with_nothing_settled_reopens_after_the_last_record_
     let mut shard = open(&api, ReadSettings::default().batch_size(2), start);
     let first = take(&mut shard, 2).await;
     assert_eq!(text(&first[0]), "r1");
-    tokio::time::sleep(Duration::from_secs(301)).await;
+    outlive_the_iterator().await;
     let rest = take(&mut shard, 3).await;
-    assert_eq!(
-        rest.iter().map(text).collect::<Vec<_>>(),
-        ["r3", "r4", "r5"],
-        "no repeat, no gap"
-    );
+    assert_eq!(texts(&rest), ["r3", "r4", "r5"], "no repeat, no gap");
     let opened = reopened_at(&memory);
     assert_eq!(
         opened[1],
@@ -369,22 +414,15 @@ async fn a_long_read_bare_stream_goes_on_after_an_expiry_without_reading_the_sha
     let read = take(&mut shard, 2_000).await;
     assert_eq!(memory.call_count(Operation::GetRecords), 4);
     // The consumer stalls for longer than an iterator lives.
-    tokio::time::sleep(Duration::from_secs(301)).await;
-    let rest = take(&mut shard, 500).await;
-    assert_eq!(text(&rest[0]), "r2000", "no gap, no repeat");
-    assert_eq!(text(&rest[499]), "r2499");
-    assert_eq!(
-        memory.call_count(Operation::GetRecords),
-        6,
-        "the expired read and one read of the 500 new records, nothing read twice"
-    );
-    assert_eq!(
-        reopened_at(&memory),
-        [
-            StartingPoint::TrimHorizon,
-            StartingPoint::AfterSequence(read[1_999].sequence_number().to_owned())
-        ]
-    );
+    GoesOnAfterTheStall {
+        count: 500,
+        first: "r2000",
+        last: "r2499",
+        reads: 6,
+        why: "the expired read and one read of the 500 new records, nothing read twice",
+    }
+    .check(&memory, &mut shard, &read[1_999])
+    .await;
 }
 
 /// A de-aggregating reader whose consumer stalls in the middle of an aggregate's user
@@ -406,26 +444,17 @@ async fn a_deaggregating_reader_stalled_inside_an_aggregate_goes_on_after_it() {
         StartingPoint::TrimHorizon,
     );
     let before = take(&mut shard, 5).await;
-    assert_eq!(
-        before.iter().map(text).collect::<Vec<_>>(),
-        ["r0", "r1", "r2", "u0", "u1"]
-    );
-    tokio::time::sleep(Duration::from_secs(301)).await;
+    assert_eq!(texts(&before), ["r0", "r1", "r2", "u0", "u1"]);
+    outlive_the_iterator().await;
     memory.put(STREAM, "key", "after").unwrap();
     let rest = take(&mut shard, 3).await;
     assert_eq!(
-        rest.iter().map(text).collect::<Vec<_>>(),
+        texts(&rest),
         ["u2", "u3", "after"],
         "no user record repeated or skipped"
     );
     assert_eq!(rest[0].sub_sequence_number(), Some(2));
-    assert_eq!(
-        reopened_at(&memory),
-        [
-            StartingPoint::TrimHorizon,
-            StartingPoint::AfterSequence(aggregate)
-        ]
-    );
+    assert_eq!(reopened_at(&memory), renewed_after(&aggregate));
     assert_eq!(memory.call_count(Operation::GetRecords), 3);
 }
 
@@ -449,12 +478,9 @@ async fn a_reader_opened_inside_an_aggregate_whose_first_iterator_expires_still_
         start.clone(),
     );
     assert!(shard.prime().await);
-    tokio::time::sleep(Duration::from_secs(301)).await;
+    outlive_the_iterator().await;
     let read = take(&mut shard, 3).await;
-    assert_eq!(
-        read.iter().map(text).collect::<Vec<_>>(),
-        ["u1", "u2", "after"]
-    );
+    assert_eq!(texts(&read), ["u1", "u2", "after"]);
     assert_eq!(reopened_at(&memory), [start.clone(), start]);
 }
 
@@ -476,7 +502,7 @@ async fn prime_after_a_failed_attempt_fixes_the_position() {
             "{start:?}: the second attempt fixes it"
         );
         // The iterator expires before the first read.
-        tokio::time::sleep(Duration::from_secs(301)).await;
+        outlive_the_iterator().await;
         memory.put(STREAM, "key", "new").unwrap();
         assert_eq!(text(&take(&mut shard, 1).await[0]), "new", "{start:?}");
         let opened = reopened_at(&memory);
@@ -509,22 +535,15 @@ async fn a_bridging_fan_out_reader_goes_on_after_an_expiry_from_the_last_record_
         StartingPoint::TrimHorizon,
     );
     let read = take(&mut shard, 40).await;
-    tokio::time::sleep(Duration::from_secs(301)).await;
-    let rest = take(&mut shard, 20).await;
-    assert_eq!(text(&rest[0]), "r40", "no gap, no repeat");
-    assert_eq!(text(&rest[19]), "r59");
-    assert_eq!(
-        memory.call_count(Operation::GetRecords),
-        7,
-        "four reads, the expired one, two reads of the 20 new records"
-    );
-    assert_eq!(
-        reopened_at(&memory),
-        [
-            StartingPoint::TrimHorizon,
-            StartingPoint::AfterSequence(read[39].sequence_number().to_owned())
-        ]
-    );
+    GoesOnAfterTheStall {
+        count: 20,
+        first: "r40",
+        last: "r59",
+        reads: 7,
+        why: "four reads, the expired one, two reads of the 20 new records",
+    }
+    .check(&memory, &mut shard, &read[39])
+    .await;
 }
 
 /// The sequence number of the `index`th record, as a TRIM_HORIZON reader sees it.
@@ -562,7 +581,7 @@ async fn an_expired_latest_iterator_reopens_at_its_issue_time_not_at_latest() {
     // written after it is skipped.
     let read = take(&mut shard, 4).await;
     assert_eq!(
-        read.iter().map(text).collect::<Vec<_>>(),
+        texts(&read),
         ["r0", "r1", "new-1", "new-2"],
         "nothing skipped"
     );
@@ -590,7 +609,7 @@ async fn no_expiry_recovery_opens_at_latest() {
     );
     memory.put(STREAM, "key", "a").unwrap();
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_secs(301)).await;
+        outlive_the_iterator().await;
         memory.put(STREAM, "key", "b").unwrap();
         let _ = take(&mut shard, 1).await;
     }
@@ -700,9 +719,7 @@ fn shard_streams_are_send_and_static() {
 async fn a_subscription_opening_many_idle_shards_spreads_their_first_reads() {
     use kinesis_dataflow::{MemoryLeaseStore, Subscription};
     const SHARDS: usize = 200;
-    let memory = MemoryKinesis::new();
-    memory.add_stream(STREAM, SHARDS as u32).unwrap();
-    let api: SharedKinesis = Arc::new(memory.clone());
+    let (memory, api) = kinesis_with_shards(SHARDS);
     let mut sub = Subscription::builder(api, Arc::new(MemoryLeaseStore::new()), STREAM)
         .owner("one")
         .start()
