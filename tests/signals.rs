@@ -85,6 +85,21 @@ async fn next(sub: &mut Subscription) -> Delivery<Record> {
     }
 }
 
+/// Starts the subscription `builder` makes, stopping it on SIGINT or SIGTERM.
+async fn listening(builder: SubscriptionBuilder) -> Subscription {
+    let sub = builder.start().await.unwrap();
+    sub.shutdown_handle().stop_on_signal();
+    sub
+}
+
+/// Goes on with other work "for ever", then says it is still alive: the parent expects a
+/// signal to end the process before.
+async fn live_on() -> ! {
+    tokio::time::sleep(FOREVER).await;
+    println!("child: still alive");
+    std::process::exit(0)
+}
+
 /// Reads `sub` until its stream ends (the stop is complete), bounded.
 async fn until_ended(sub: &mut Subscription) {
     tokio::time::timeout(FOREVER, async { while sub.next().await.is_some() {} })
@@ -96,12 +111,8 @@ async fn until_ended(sub: &mut Subscription) {
 async fn child_with_a_slow_stop() -> ! {
     log_to_stderr();
     let (api, store) = memory(&["orders"]);
-    let mut orders = builder(&api, &store, "orders", "slow")
-        .shutdown_timeout(FOREVER)
-        .start()
-        .await
-        .unwrap();
-    orders.shutdown_handle().stop_on_signal();
+    let mut orders =
+        listening(builder(&api, &store, "orders", "slow").shutdown_timeout(FOREVER)).await;
     let held = next(&mut orders).await;
     println!("child: holding a record");
     until_ended(&mut orders).await;
@@ -114,17 +125,11 @@ async fn child_with_a_slow_stop() -> ! {
 async fn child_that_lives_on() -> ! {
     log_to_stderr();
     let (api, store) = memory(&["orders"]);
-    let mut orders = builder(&api, &store, "orders", "lives-on")
-        .start()
-        .await
-        .unwrap();
-    orders.shutdown_handle().stop_on_signal();
+    let mut orders = listening(builder(&api, &store, "orders", "lives-on")).await;
     next(&mut orders).await.ack();
     orders.shutdown().await;
     println!("child: the subscription ended; other work goes on");
-    tokio::time::sleep(FOREVER).await;
-    println!("child: still alive");
-    std::process::exit(0)
+    live_on().await
 }
 
 /// Two subscriptions listening: the first ends on its own, the second holds a record (its stop
@@ -132,14 +137,10 @@ async fn child_that_lives_on() -> ! {
 async fn child_with_two_subscriptions() -> ! {
     log_to_stderr();
     let (api, store) = memory(&["first", "second"]);
-    let mut first = builder(&api, &store, "first", "one").start().await.unwrap();
-    first.shutdown_handle().stop_on_signal();
-    let mut second = builder(&api, &store, "second", "two")
-        .shutdown_timeout(Duration::from_secs(1))
-        .start()
-        .await
-        .unwrap();
-    second.shutdown_handle().stop_on_signal();
+    let mut first = listening(builder(&api, &store, "first", "one")).await;
+    let mut second =
+        listening(builder(&api, &store, "second", "two").shutdown_timeout(Duration::from_secs(1)))
+            .await;
     next(&mut first).await.ack();
     first.shutdown().await;
     println!("child: the first subscription ended");
@@ -157,9 +158,7 @@ async fn child_with_two_subscriptions() -> ! {
         })
         .count();
     println!("child: the second stopped gracefully, rows left: {left}");
-    tokio::time::sleep(FOREVER).await;
-    println!("child: still alive");
-    std::process::exit(0)
+    live_on().await
 }
 
 /// A subscription stopping slowly because of a signal (it holds a record), and one that
@@ -167,20 +166,15 @@ async fn child_with_two_subscriptions() -> ! {
 async fn child_that_listens_late() -> ! {
     log_to_stderr();
     let (api, store) = memory(&["first", "late"]);
-    let mut first = builder(&api, &store, "first", "one")
-        .shutdown_timeout(FOREVER)
-        .start()
-        .await
-        .unwrap();
-    first.shutdown_handle().stop_on_signal();
+    let mut first =
+        listening(builder(&api, &store, "first", "one").shutdown_timeout(FOREVER)).await;
     let held = next(&mut first).await;
     let mut told = std::pin::pin!(shutdown_signal());
     assert!(futures::poll!(&mut told).is_pending());
     println!("child: holding a record, listening");
     let signal = told.await.unwrap();
     println!("child: told {signal}");
-    let mut late = builder(&api, &store, "late", "late").start().await.unwrap();
-    late.shutdown_handle().stop_on_signal();
+    let mut late = listening(builder(&api, &store, "late", "late")).await;
     until_ended(&mut late).await;
     println!("child: the late subscription stopped");
     tokio::time::sleep(FOREVER).await;
@@ -196,9 +190,7 @@ async fn child_with_the_bare_future() -> ! {
     println!("child: listening");
     let signal = told.await.unwrap();
     println!("child: told {signal}; stopping on its own");
-    tokio::time::sleep(FOREVER).await;
-    println!("child: still alive");
-    std::process::exit(0)
+    live_on().await
 }
 
 // The parent's part.
@@ -290,6 +282,28 @@ impl Child {
         status.unwrap()
     }
 
+    /// Waits for the child to exit after `after`, and asserts that the signal `signal` ended
+    /// it (`how` says so in the failure message).
+    async fn exit_by(&mut self, after: &str, signal: i32, how: &str) {
+        let status = self.exit(after).await;
+        assert_eq!(
+            status.signal(),
+            Some(signal),
+            "{how}: {status}; {:#?}",
+            self.seen
+        );
+    }
+
+    /// Sends SIGTERM and asserts that it terminated the child as it would without the
+    /// library: at once, with no stop under way.
+    async fn terminated_by_sigterm(&mut self, after: &str) {
+        self.signal("TERM");
+        self.exit_by(after, terminate(), "terminated by SIGTERM")
+            .await;
+        assert!(!self.said("child: still alive"));
+        assert!(!self.said(UNFINISHED), "no stop was under way");
+    }
+
     fn said(&self, text: &str) -> bool {
         self.seen.iter().any(|line| line.contains(text))
     }
@@ -314,13 +328,13 @@ async fn a_second_signal_while_the_stop_is_under_way_ends_the_process() {
     // The graceful stop began: it waits for the held record, for longer than this test.
     child.expect(STOPPING).await;
     child.signal("INT");
-    let status = child.exit("the second signal").await;
-    assert_eq!(
-        status.signal(),
-        Some(interrupt()),
-        "ended by the second signal: {status}; {:#?}",
-        child.seen
-    );
+    child
+        .exit_by(
+            "the second signal",
+            interrupt(),
+            "ended by the second signal",
+        )
+        .await;
     assert!(
         child.said(UNFINISHED),
         "logged that the stop was not finished"
@@ -337,16 +351,7 @@ async fn once_the_subscription_ended_a_signal_terminates_the_process() {
     child
         .expect("child: the subscription ended; other work goes on")
         .await;
-    child.signal("TERM");
-    let status = child.exit("SIGTERM").await;
-    assert_eq!(
-        status.signal(),
-        Some(terminate()),
-        "terminated by SIGTERM: {status}; {:#?}",
-        child.seen
-    );
-    assert!(!child.said("child: still alive"));
-    assert!(!child.said(UNFINISHED), "no stop was under way");
+    child.terminated_by_sigterm("SIGTERM").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -367,16 +372,9 @@ async fn with_one_subscription_ended_a_signal_stops_the_other_gracefully_then_th
         .expect("child: the second stopped gracefully, rows left: 0")
         .await;
     // Both ended: the next signal terminates the process as it would without the library.
-    child.signal("TERM");
-    let status = child.exit("the SIGTERM after both ended").await;
-    assert_eq!(
-        status.signal(),
-        Some(terminate()),
-        "terminated by SIGTERM: {status}; {:#?}",
-        child.seen
-    );
-    assert!(!child.said("child: still alive"));
-    assert!(!child.said(UNFINISHED), "no stop was under way");
+    child
+        .terminated_by_sigterm("the SIGTERM after both ended")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,13 +391,13 @@ async fn a_subscription_that_listens_while_a_signal_stop_is_under_way_stops_at_o
     child.expect("child: the late subscription stopped").await;
     // The first one still waits for its held record: a second signal ends the process.
     child.signal("TERM");
-    let status = child.exit("the second signal").await;
-    assert_eq!(
-        status.signal(),
-        Some(terminate()),
-        "ended by the second signal: {status}; {:#?}",
-        child.seen
-    );
+    child
+        .exit_by(
+            "the second signal",
+            terminate(),
+            "ended by the second signal",
+        )
+        .await;
     assert!(child.said(UNFINISHED));
 }
 
@@ -416,12 +414,12 @@ async fn shutdown_signal_is_told_the_first_signal_and_the_next_ends_the_process(
         .expect("child: told SIGINT; stopping on its own")
         .await;
     child.signal("INT");
-    let status = child.exit("the second SIGINT").await;
-    assert_eq!(
-        status.signal(),
-        Some(interrupt()),
-        "ended by the second SIGINT: {status}; {:#?}",
-        child.seen
-    );
+    child
+        .exit_by(
+            "the second SIGINT",
+            interrupt(),
+            "ended by the second SIGINT",
+        )
+        .await;
     assert!(!child.said("child: still alive"));
 }
