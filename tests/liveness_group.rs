@@ -851,3 +851,68 @@ async fn a_full_stop_right_after_the_anchor_came_back_leaves_no_worker_row() {
         assert_eq!(worker_row(&store, &stream, "a").await, None, "{stream}");
     }
 }
+
+/// Once armed, A's checkpoints and releases of the anchor stream's shards, and the delete of
+/// its worker row there, answer just inside the call timeout (3 s of its 3.3 s): with a
+/// shutdown timeout of 100 ms, the anchor stream's stop outlasts its bound (the two summed).
+struct SlowHandBack(Arc<std::sync::atomic::AtomicBool>);
+
+impl LeaseLayer for SlowHandBack {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        let slow = match call {
+            LeaseCall::Release { lease } | LeaseCall::Checkpoint { lease, .. } => {
+                lease.stream == "s0" && !lease.shard_id.starts_with("worker:")
+            }
+            LeaseCall::Delete { lease } => lease.stream == "s0" && lease.shard_id == "worker:a",
+            _ => false,
+        };
+        if !(slow && self.0.load(Relaxed)) {
+            return next;
+        }
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            next.await
+        })
+    }
+}
+
+/// The anchor stream leaves the set and its stop is cut short: the group dissolves all the
+/// same, so the other streams go on being read.
+#[tokio::test(start_paused = true)]
+async fn a_cut_short_stop_of_the_anchor_stream_leaves_the_other_streams_read() {
+    const STREAMS: usize = 3;
+    let (memory, api, store) = setup(STREAMS);
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let a_store: SharedLeaseStore = Arc::new(LayeredStore::new(
+        Arc::new(store.clone()),
+        SlowHandBack(armed.clone()),
+    ));
+    let a_set = StreamSet::new(names(STREAMS));
+    let mut a = MultiSubscription::builder(api.clone(), a_store, a_set.clone())
+        .configure(|each| {
+            each.owner("a")
+                .initial_position(KinesisPosition::horizon())
+                .shutdown_timeout(Duration::from_millis(100))
+        })
+        .start()
+        .await
+        .unwrap();
+    let mut feed = Feed::new(STREAMS, Duration::from_millis(250));
+    let span = Duration::from_secs(20);
+    read_for(&mut [&mut a], &memory, &mut feed, span, span).await;
+    armed.store(true, Relaxed);
+    assert!(a_set.remove("s0"));
+    let minute = Duration::from_secs(60);
+    let read = read_for(&mut [&mut a], &memory, &mut feed, 3 * minute, 2 * minute).await;
+    let others = read.keys().filter(|(stream, _)| stream != "s0").count();
+    assert_eq!(
+        others,
+        2 * (STREAMS - 1),
+        "the other streams' shards read 2 to 3 minutes after: {read:?}"
+    );
+    a.abort();
+}

@@ -16,8 +16,10 @@ impl Coordinator {
     /// cannot, so the other instances count it exactly then.
     pub(super) fn keep_worker_row(&mut self) {
         self.follow_group_epoch();
-        if !self.worker_row_current() {
-            // The group dissolved: the row is made anew without it.
+        let stopping = (self.shared.policy.stopping).load(std::sync::atomic::Ordering::Acquire);
+        if !self.worker_row_current() && !stopping {
+            // The group dissolved: the row is made anew without it (not while stopping: a
+            // stop makes no row, it deletes it).
             self.instance.worker.remake();
         }
         let can_work = self

@@ -32,6 +32,15 @@ impl Coordinator {
         let bound = self.config().shutdown_timeout + self.config().call_timeout();
         let mut pending = BTreeSet::new();
         let wound_down = tokio::time::timeout_at(began + bound, self.wind_down(&mut pending)).await;
+        if wound_down.is_ok() {
+            let row = self.instance.worker.delete_at_stop(&self.shared).await;
+            self.leave_group(row);
+            // The others list at once and take what was released.
+            roster::bump_roster(&self.shared).await;
+        } else {
+            // The row is left to go stale (the others then declare this instance gone).
+            self.leave_group(AtStop::Kept);
+        }
         if wound_down.is_err() {
             tracing::warn!(
                 bound = ?bound,
@@ -46,8 +55,8 @@ impl Coordinator {
     }
 
     /// Waits for every hand-back and job, renewing the worker row meanwhile (so no other
-    /// instance declares this one gone while its handlers finish), then deletes the worker
-    /// row and tells the others. `pending` names the shards not handed back yet.
+    /// instance declares this one gone while its handlers finish); the caller then deletes
+    /// the worker row and tells the others. `pending` names the shards not handed back yet.
     async fn wind_down(&mut self, pending: &mut BTreeSet<String>) {
         let mut hand_backs: HandBacks = std::mem::take(&mut self.shards.releasing)
             .into_iter()
@@ -70,10 +79,6 @@ impl Coordinator {
                 }
             }
         }
-        let row = self.instance.worker.delete_at_stop(&self.shared).await;
-        self.leave_group(row);
-        // The others list at once and take what was released.
-        roster::bump_roster(&self.shared).await;
     }
 
     /// Leaves the liveness group; the anchor's stop dissolves it (see

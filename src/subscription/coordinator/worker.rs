@@ -38,11 +38,12 @@ pub(crate) enum WorkerDone {
 /// What became of the worker row at a graceful stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AtStop {
-    /// Deleted (or there was none).
+    /// Deleted here (or this instance never made one, or deleted it while it could not work).
     Deleted,
     /// Another instance had written it (declared this one gone) or removed it.
     Lost,
-    /// The delete failed: the row stays until it is stale.
+    /// The delete failed, or the row was given up on after failed writes: it may stay until
+    /// it is stale.
     Kept,
 }
 
@@ -69,6 +70,13 @@ pub(crate) struct WorkerRow {
     withdrawn: bool,
     /// The row was this instance's at some point.
     ever_held: bool,
+    /// The liveness group the row in the table names, as far as this instance wrote it
+    /// (`None`: no row of this instance's making is there, or it names none): kept while the
+    /// row is lost, given up on or being made anew, until a write replaces it.
+    written_group: Option<String>,
+    /// What became of the row when it stopped being held: lost to another instance, or given
+    /// up on after failed writes (`None` while held, or deleted here, or never made).
+    gone: Option<AtStop>,
 }
 
 impl WorkerRow {
@@ -80,9 +88,7 @@ impl WorkerRow {
     /// True when the row as last written names a liveness group other than `current` (the
     /// group dissolved since): it is to be made anew before the instance takes anything.
     pub(crate) fn names_another_group(&self, current: Option<&str>) -> bool {
-        (self.row.as_ref()).is_some_and(|row| {
-            row.liveness_group.is_some() && row.liveness_group.as_deref() != current
-        })
+        (self.written_group.as_deref()).is_some_and(|group| Some(group) != current)
     }
 
     /// Makes the row anew at the next job (as when its limits changed), unless a job runs.
@@ -127,16 +133,24 @@ impl WorkerRow {
                 self.renewed = Some(*sent);
                 self.withdrawn = false;
                 self.ever_held = true;
+                self.written_group.clone_from(&row.liveness_group);
+                self.gone = None;
             }
-            WorkerDone::Lost => self.row = None,
+            WorkerDone::Lost => {
+                self.row = None;
+                self.gone = Some(AtStop::Lost);
+            }
             WorkerDone::Deleted => {
                 self.row = None;
                 self.withdrawn = true;
+                self.written_group = None;
+                self.gone = None;
             }
             WorkerDone::Failed(e) => {
                 tracing::debug!(error = %e, "worker row write failed; retried at the next renewal");
                 if self.renewed.is_some_and(|at| at.elapsed() >= give_up_after) {
                     self.row = None;
+                    self.gone.get_or_insert(AtStop::Kept);
                 }
             }
         }
@@ -147,7 +161,8 @@ impl WorkerRow {
     /// the row as it is now, if it is still this instance's.
     pub(crate) async fn delete_at_stop(&mut self, shared: &Shared) -> AtStop {
         let Some(row) = self.row.take() else {
-            return AtStop::Deleted;
+            // Not held: lost to another, given up on (it may still be there), or none made.
+            return self.gone.unwrap_or(AtStop::Deleted);
         };
         let mut lost = false;
         let mut result = shared.store.delete(&row).await;
