@@ -57,8 +57,20 @@ async fn start_with(
     owner: &str,
     tweak: impl FnOnce(SubscriptionBuilder) -> SubscriptionBuilder,
 ) -> MultiSubscription {
+    start_set(api, store, StreamSet::new(names(streams)), owner, tweak).await
+}
+
+/// An instance reading the streams of `set` (a handle the test keeps), with the library's
+/// defaults changed by `tweak`.
+async fn start_set(
+    api: &SharedKinesis,
+    store: SharedLeaseStore,
+    set: StreamSet,
+    owner: &str,
+    tweak: impl FnOnce(SubscriptionBuilder) -> SubscriptionBuilder,
+) -> MultiSubscription {
     let owner = owner.to_owned();
-    MultiSubscription::builder(api.clone(), store, StreamSet::new(names(streams)))
+    MultiSubscription::builder(api.clone(), store, set)
         .configure(|each| {
             tweak(
                 each.owner(owner)
@@ -634,11 +646,7 @@ async fn the_anchor_stream_leaving_the_set_and_coming_back_leaves_every_shard_re
         FailDelete(armed.clone()),
     ));
     let a_set = StreamSet::new(names(STREAMS));
-    let mut a = MultiSubscription::builder(api.clone(), a_store, a_set.clone())
-        .configure(|each| each.owner("a").initial_position(KinesisPosition::horizon()))
-        .start()
-        .await
-        .unwrap();
+    let mut a = start_set(&api, a_store, a_set.clone(), "a", |each| each).await;
     let mut b = start(&api, Arc::new(store.clone()), STREAMS, "b").await;
     balance(&mut [&mut a, &mut b], STREAMS).await;
     armed.store(true, Relaxed);
@@ -711,16 +719,8 @@ async fn a_declaration_by_an_instance_outside_the_group_reaches_its_other_stream
         }
     };
     let x_view = CutOff::new(Arc::new(store.clone()));
-    let mut x = MultiSubscription::builder(api.clone(), x_view.store(), two())
-        .configure(|each| each.owner("x").initial_position(KinesisPosition::horizon()))
-        .start()
-        .await
-        .unwrap();
-    let mut y = MultiSubscription::builder(api.clone(), Arc::new(store.clone()), two())
-        .configure(|each| each.owner("y").initial_position(KinesisPosition::horizon()))
-        .start()
-        .await
-        .unwrap();
+    let mut x = start_set(&api, x_view.store(), two(), "x", |each| each).await;
+    let mut y = start_set(&api, Arc::new(store.clone()), two(), "y", |each| each).await;
     let in_s1 = |sub: &MultiSubscription| -> Vec<At> {
         sub.shards()
             .into_iter()
@@ -778,11 +778,10 @@ async fn the_anchor_stream_leaving_one_instance_is_read_by_the_others_and_its_st
     const STREAMS: usize = 3;
     let (memory, api, store) = setup(STREAMS);
     let a_set = StreamSet::new(names(STREAMS));
-    let mut a = MultiSubscription::builder(api.clone(), Arc::new(store.clone()), a_set.clone())
-        .configure(|each| each.owner("a").initial_position(KinesisPosition::horizon()))
-        .start()
-        .await
-        .unwrap();
+    let mut a = start_set(&api, Arc::new(store.clone()), a_set.clone(), "a", |each| {
+        each
+    })
+    .await;
     let mut b = start(&api, Arc::new(store.clone()), STREAMS, "b").await;
     balance(&mut [&mut a, &mut b], STREAMS).await;
     assert!(a_set.remove("s0"));
@@ -833,11 +832,10 @@ async fn a_full_stop_right_after_the_anchor_came_back_leaves_no_worker_row() {
     const STREAMS: usize = 3;
     let (memory, api, store) = setup(STREAMS);
     let a_set = StreamSet::new(names(STREAMS));
-    let mut a = MultiSubscription::builder(api.clone(), Arc::new(store.clone()), a_set.clone())
-        .configure(|each| each.owner("a").initial_position(KinesisPosition::horizon()))
-        .start()
-        .await
-        .unwrap();
+    let mut a = start_set(&api, Arc::new(store.clone()), a_set.clone(), "a", |each| {
+        each
+    })
+    .await;
     let mut feed = Feed::new(STREAMS, Duration::from_millis(250));
     let span = Duration::from_secs(20);
     read_for(&mut [&mut a], &memory, &mut feed, span, span).await;
@@ -892,15 +890,8 @@ async fn a_cut_short_stop_of_the_anchor_stream_leaves_the_other_streams_read() {
         SlowHandBack(armed.clone()),
     ));
     let a_set = StreamSet::new(names(STREAMS));
-    let mut a = MultiSubscription::builder(api.clone(), a_store, a_set.clone())
-        .configure(|each| {
-            each.owner("a")
-                .initial_position(KinesisPosition::horizon())
-                .shutdown_timeout(Duration::from_millis(100))
-        })
-        .start()
-        .await
-        .unwrap();
+    let quick_stop = |each: SubscriptionBuilder| each.shutdown_timeout(Duration::from_millis(100));
+    let mut a = start_set(&api, a_store, a_set.clone(), "a", quick_stop).await;
     let mut feed = Feed::new(STREAMS, Duration::from_millis(250));
     let span = Duration::from_secs(20);
     read_for(&mut [&mut a], &memory, &mut feed, span, span).await;
