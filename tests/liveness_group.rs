@@ -763,6 +763,22 @@ async fn a_declaration_by_an_instance_outside_the_group_reaches_its_other_stream
     }
 }
 
+/// Drives `subs` for three minutes and asserts that `shards` shards were read in the last one.
+async fn every_shard_read(
+    subs: &mut [&mut MultiSubscription],
+    memory: &MemoryKinesis,
+    feed: &mut Feed,
+    shards: usize,
+) {
+    let minute = Duration::from_secs(60);
+    let read = read_for(subs, memory, feed, 3 * minute, 2 * minute).await;
+    assert_eq!(
+        read.len(),
+        shards,
+        "every shard read 2 to 3 minutes after: {read:?}"
+    );
+}
+
 /// The worker row of `owner` in `stream`, if any.
 async fn worker_row(store: &MemoryLeaseStore, stream: &str, owner: &str) -> Option<Lease> {
     let rows = store.list(stream).await.unwrap();
@@ -786,37 +802,12 @@ async fn the_anchor_stream_leaving_one_instance_is_read_by_the_others_and_its_st
     balance(&mut [&mut a, &mut b], STREAMS).await;
     assert!(a_set.remove("s0"));
     let mut feed = Feed::new(STREAMS, Duration::from_millis(250));
-    let minute = Duration::from_secs(60);
-    let read = read_for(
-        &mut [&mut a, &mut b],
-        &memory,
-        &mut feed,
-        3 * minute,
-        2 * minute,
-    )
-    .await;
-    assert_eq!(
-        read.len(),
-        2 * STREAMS,
-        "every shard read 2 to 3 minutes after: {read:?}"
-    );
+    every_shard_read(&mut [&mut a, &mut b], &memory, &mut feed, 2 * STREAMS).await;
     assert!(a.shards().iter().all(|(stream, _)| stream != "s0"));
     assert!(a_set.insert("s0".to_owned()));
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert!(a_set.remove("s0"));
-    let read = read_for(
-        &mut [&mut a, &mut b],
-        &memory,
-        &mut feed,
-        3 * minute,
-        2 * minute,
-    )
-    .await;
-    assert_eq!(
-        read.len(),
-        2 * STREAMS,
-        "every shard read 2 to 3 minutes after: {read:?}"
-    );
+    every_shard_read(&mut [&mut a, &mut b], &memory, &mut feed, 2 * STREAMS).await;
     a.shutdown().await;
     b.shutdown().await;
     for stream in names(STREAMS) {
