@@ -33,9 +33,31 @@ pub(crate) struct LeaseGate {
     give_up_after: Duration,
     /// The instance's worker row, which must be fresh too.
     worker: Arc<WorkerGate>,
+    /// Nanoseconds from the worker gate's `base` to this gate's: one reading of the clock,
+    /// taken from `base`, then times both gates.
+    worker_offset: i64,
     /// In a liveness group: the anchor stream's worker gate, and its epoch when the shard
     /// was taken. The anchor's row must be fresh too, and not lost since.
-    anchor: Option<(Arc<WorkerGate>, u64)>,
+    anchor: Option<Anchor>,
+}
+
+/// A liveness group's anchor gate as a [`LeaseGate`] answers to it.
+#[derive(Debug, Clone)]
+struct Anchor {
+    gate: Arc<WorkerGate>,
+    /// The anchor's epoch when the shard was taken.
+    epoch: u64,
+    /// Nanoseconds from the anchor gate's `base` to the lease gate's.
+    offset: i64,
+}
+
+/// `to - from` in nanoseconds, negative when `to` is earlier.
+fn nanos_between(from: Instant, to: Instant) -> i64 {
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    match to.checked_duration_since(from) {
+        Some(later) => nanos(later),
+        None => -nanos(from.duration_since(to)),
+    }
 }
 
 impl LeaseGate {
@@ -47,6 +69,7 @@ impl LeaseGate {
             base: sent,
             valid_until: AtomicU64::new(0),
             give_up_after,
+            worker_offset: nanos_between(worker.base, sent),
             worker,
             anchor: None,
         };
@@ -63,6 +86,7 @@ impl LeaseGate {
             valid_until: AtomicU64::new(previous.valid_until.load(Ordering::Acquire)),
             give_up_after: previous.give_up_after,
             worker: previous.worker.clone(),
+            worker_offset: previous.worker_offset,
             anchor: previous.anchor.clone(),
         }
     }
@@ -70,7 +94,11 @@ impl LeaseGate {
     /// The same gate, answering also to a liveness group's anchor gate as it is in `epoch`.
     #[must_use]
     pub(crate) fn anchored(mut self, anchor: Option<(Arc<WorkerGate>, u64)>) -> Self {
-        self.anchor = anchor;
+        self.anchor = anchor.map(|(gate, epoch)| Anchor {
+            offset: nanos_between(gate.base, self.base),
+            gate,
+            epoch,
+        });
         self
     }
 
@@ -102,12 +130,19 @@ impl LeaseGate {
     }
 
     /// True while records of this shard may be handed out.
+    ///
+    /// Asked before every record is handed out: one reading of the clock, one subtraction,
+    /// and the rest in integers (each worker gate's time is this gate's plus a fixed offset).
     pub(crate) fn is_open(&self) -> bool {
-        let now = Instant::now();
+        let since_base = Instant::now().saturating_duration_since(self.base);
+        let since_base = u64::try_from(since_base.as_nanos()).unwrap_or(u64::MAX);
+        let signed = i64::try_from(since_base).unwrap_or(i64::MAX);
         !self.is_revoked()
-            && now < self.deadline()
-            && self.worker.is_open(now)
-            && (self.anchor.as_ref()).is_none_or(|(anchor, epoch)| anchor.is_open_in(*epoch, now))
+            && since_base < self.valid_until.load(Ordering::Acquire)
+            && (self.worker).is_open_at(signed.saturating_add(self.worker_offset))
+            && (self.anchor.as_ref()).is_none_or(|anchor| {
+                (anchor.gate).is_open_in_at(anchor.epoch, signed.saturating_add(anchor.offset))
+            })
     }
 
     /// True when the lease ran out without a renewal (as opposed to a revocation).
@@ -162,11 +197,18 @@ impl WorkerGate {
     }
 
     /// True while a reader of `epoch` may hand out records.
+    #[cfg(test)]
     pub(crate) fn is_open_in(&self, epoch: u64, now: Instant) -> bool {
+        self.is_open_in_at(epoch, nanos_between(self.base, now))
+    }
+
+    /// True while a reader of `epoch` may hand out records, at `since_base` nanoseconds
+    /// after the gate's base.
+    fn is_open_in_at(&self, epoch: u64, since_base: i64) -> bool {
         // The deadline first: a loss moves the epoch before it closes the deadline, and a
         // renewal after the loss reopens the deadline only then, so a reader that sees the
         // reopened deadline sees the new epoch too.
-        self.is_open(now) && self.epoch() == epoch
+        self.is_open_at(since_base) && self.epoch() == epoch
     }
 
     /// A write of the worker row sent at `sent` succeeded.
@@ -186,11 +228,12 @@ impl WorkerGate {
         self.bound.store(false, Ordering::Release);
     }
 
-    /// True while the readers may hand out records (as far as the worker row goes).
-    pub(crate) fn is_open(&self, now: Instant) -> bool {
+    /// True while the readers may hand out records (as far as the worker row goes), at
+    /// `since_base` nanoseconds after the gate's base (a time before it counts as the base
+    /// itself).
+    fn is_open_at(&self, since_base: i64) -> bool {
         !self.bound.load(Ordering::Acquire)
-            || now.saturating_duration_since(self.base)
-                < Duration::from_nanos(self.valid_until.load(Ordering::Acquire))
+            || u64::try_from(since_base).unwrap_or(0) < self.valid_until.load(Ordering::Acquire)
     }
 }
 
@@ -245,5 +288,42 @@ mod tests {
         tokio::time::advance(Duration::from_secs(7)).await;
         worker.unbind();
         assert!(gate.is_open(), "the row was deleted on purpose");
+    }
+
+    /// The lease gate times the worker and anchor gates from its own clock reading, shifted
+    /// by the distance between their bases: a gate made long after the worker gate (or,
+    /// for a lease sent before it, earlier) closes exactly when each row's time runs out.
+    #[tokio::test(start_paused = true)]
+    async fn gates_made_at_other_times_close_at_each_rows_own_deadline() {
+        let sent_before = Instant::now();
+        tokio::time::advance(Duration::from_secs(100)).await;
+        let worker = unbound();
+        let anchor = unbound();
+        tokio::time::advance(Duration::from_secs(50)).await;
+        worker.renewed(Instant::now() - Duration::from_secs(2));
+        anchor.renewed(Instant::now());
+        let gates = [
+            LeaseGate::new(Instant::now(), Duration::from_secs(60), worker.clone()),
+            LeaseGate::new(sent_before, Duration::from_secs(300), worker.clone()),
+        ]
+        .map(|gate| gate.anchored(Some((anchor.clone(), anchor.epoch()))));
+        // Open for `open_for` more, closed a millisecond after.
+        let closes_after = async |open_for: u64, why: &str| {
+            tokio::time::advance(Duration::from_millis(open_for - 1)).await;
+            assert!(gates.iter().all(LeaseGate::is_open), "before: {why}");
+            tokio::time::advance(Duration::from_millis(1)).await;
+            assert!(gates.iter().all(|gate| !gate.is_open()), "{why}");
+        };
+        closes_after(4_000, "the worker row was last written six seconds ago").await;
+        worker.renewed(Instant::now());
+        closes_after(2_000, "the anchor row was last written six seconds ago").await;
+        anchor.renewed(Instant::now());
+        assert!(gates.iter().all(LeaseGate::is_open));
+        anchor.lost();
+        anchor.renewed(Instant::now());
+        assert!(
+            gates.iter().all(|gate| !gate.is_open()),
+            "the anchor row was lost since the shards were taken"
+        );
     }
 }
