@@ -215,22 +215,32 @@ where
     /// The next item of any stream: `Ready(None)` when the map is empty, `Pending` when no
     /// stream has an item now (a stream's waker wakes the task then).
     ///
-    /// Each call polls every stream at most once. The streams woken so far are queued once,
-    /// at the start: a stream woken during the call (one that wakes itself while polled, as a
-    /// tokio resource does when the task's budget is spent) waits for the next call, which its
-    /// wake asks the task for. Re-polling it in the same call could never end.
+    /// Each call polls a stream at most twice. The streams woken so far are queued at the
+    /// start; a stream woken during the call (one that wakes itself while polled, as a tokio
+    /// resource does when the task's budget is spent) waits until nothing else is ready.
+    /// Only then, about to answer `Pending`, does the call register the task's waker and look
+    /// at the wakes once more, so one that came before the registration is not lost; a wake
+    /// after it asks the task for the next call. An item is handed back without touching the
+    /// task's waker at all. Re-polling a self-waking stream until it yields could never end.
     pub(crate) fn poll_next_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
-        self.woken.parent.register(cx.waker());
         if self.woken.any.load(Ordering::Acquire) {
             self.take_woken();
         }
+        let mut registered = false;
         loop {
             let Some((slot, generation)) = self.ready.pop_front() else {
-                return if self.by_key.is_empty() {
-                    Poll::Ready(None)
-                } else {
-                    Poll::Pending
-                };
+                if self.by_key.is_empty() {
+                    return Poll::Ready(None);
+                }
+                if registered {
+                    return Poll::Pending;
+                }
+                self.woken.parent.register(cx.waker());
+                registered = true;
+                if self.woken.any.load(Ordering::Acquire) {
+                    self.take_woken();
+                }
+                continue;
             };
             let Some(Some(entry)) = self.slots.get_mut(slot) else {
                 continue;
@@ -465,6 +475,72 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(30))
             .expect("the map returned to its task and read every item");
         assert_eq!(got, 1_000);
+    }
+
+    /// Answers `Pending` and wakes its own waker at its first poll, then yields `7`.
+    struct WakesOnce(bool);
+
+    impl Stream for WakesOnce {
+        type Item = u32;
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<u32>> {
+            if std::mem::replace(&mut self.0, true) {
+                return Poll::Ready(Some(7));
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    /// A waker that counts its wakes.
+    struct CountingWaker(AtomicUsize);
+
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The map registers the task's waker only when it is about to answer `Pending`: a
+    /// stream woken before that (here, during its own poll) must still be seen, either in
+    /// the same call or through a wake of the task.
+    #[test]
+    fn a_wake_before_the_task_registers_is_not_lost() {
+        let mut map = ReadyMap::new();
+        map.insert("k", WakesOnce(false));
+        let task = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(task.clone());
+        let got = map.poll_next_item(&mut Context::from_waker(&waker));
+        assert!(
+            got == Poll::Ready(Some(7)) || task.0.load(Ordering::Relaxed) > 0,
+            "answered {got:?} and never woke the task"
+        );
+    }
+
+    /// An item is handed back without the task's waker being registered (no atomic work
+    /// on the path of every record); answering `Pending` registers it.
+    #[test]
+    fn the_task_is_registered_only_before_pending() {
+        let mut map = ReadyMap::new();
+        let (stream, _, tx) = counted();
+        map.insert("k", stream);
+        tx.unbounded_send(1).unwrap();
+        let task = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(task.clone());
+        assert_eq!(
+            map.poll_next_item(&mut Context::from_waker(&waker)),
+            Poll::Ready(Some(1))
+        );
+        assert!(map.woken.parent.take().is_none(), "registered for an item");
+        assert_eq!(
+            map.poll_next_item(&mut Context::from_waker(&waker)),
+            Poll::Pending
+        );
+        tx.unbounded_send(2).unwrap();
+        assert_eq!(
+            task.0.load(Ordering::Relaxed),
+            1,
+            "the task is woken by the stream"
+        );
     }
 
     #[tokio::test]
