@@ -8,7 +8,7 @@
 //! run as `drain --serve-emulator`), so the CPU time read from `/proc/self/stat` is the
 //! client's alone. It creates a 4-shard stream, loads a backlog of N 100-byte records with
 //! PutRecords (500 a call, several calls in flight, spread over the shards by partition key),
-//! then drains the backlog from TRIM_HORIZON five ways (six with `--diagnose`), in a rotating
+//! then drains the backlog from TRIM_HORIZON five ways (seven with `--diagnose`), in a rotating
 //! order over the rounds:
 //!
 //! * (a) baseline: the raw SDK, one tokio task per shard, GetShardIterator then GetRecords
@@ -23,7 +23,9 @@
 //!   others, in-memory leases, a fresh broker each round) with one trivial handler that counts
 //!   each record's bytes and acks it, timed from `start()` to the N-th handled record;
 //! * (f) (b) reading with enhanced fan-out (`ReadSettings::fan_out`): the records are pushed
-//!   through SubscribeToShard instead of polled.
+//!   through SubscribeToShard instead of polled;
+//! * (g) only with `--diagnose`: (b) with `ReadSettings::background_reads(false)`, every
+//!   GetRecords polled by the consuming task instead of a task of its own.
 //!
 //! It prints, per way, the median records/s, the median of the per-round ratios to (a), and
 //! the CPU seconds per 100,000 records of this process and of the emulator process. Times are
@@ -95,7 +97,8 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
   --records N   backlog size, 100-byte records (default 200000)
   --rounds R    timed rounds; each round drains the backlog once per way (default 5)
   --quick       smoke run: --records 20000 --rounds 1
-  --diagnose    also time (d): 4 ShardReaders, each drained on a task of its own
+  --diagnose    also time (d): 4 ShardReaders, each drained on a task of its own, and
+                (g): (b) with every read polled by the consuming task
   --ways LETTERS
                 only these ways (e.g. `b`, for a profile); the baseline (a) always runs
   --aggregated  load the backlog as KPL aggregates of up to 100 user records (this crate's
@@ -110,7 +113,7 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
 
 ways: (a) raw SDK loop (the baseline), (b) Subscription + AckSink, (c) 4 ShardReaders merged
 with select_all, (e) a RustStream app on KinesisBroker, (f) (b) reading with enhanced fan-out;
-(d) with --diagnose.";
+(d) and (g) with --diagnose.";
 
 #[derive(Debug)]
 struct Options {
@@ -164,8 +167,8 @@ impl Options {
                 "--diagnose" => options.diagnose = true,
                 "--ways" => {
                     let letters = it.next().ok_or("--ways needs letters, e.g. ab")?;
-                    if let Some(bad) = letters.chars().find(|c| !"abcdef".contains(*c)) {
-                        return Err(format!("--ways: `{bad}` is not one of a b c d e f"));
+                    if let Some(bad) = letters.chars().find(|c| !"abcdefg".contains(*c)) {
+                        return Err(format!("--ways: `{bad}` is not one of a b c d e f g"));
                     }
                     options.only = Some(letters.to_owned());
                 }
@@ -199,16 +202,18 @@ enum Way {
     TaskPerReader,
     BrokerFace,
     FanOut,
+    InlineReads,
 }
 
 impl Way {
-    const ALL: [Way; 6] = [
+    const ALL: [Way; 7] = [
         Way::Sdk,
         Way::Subscription,
         Way::SelectAll,
         Way::TaskPerReader,
         Way::BrokerFace,
         Way::FanOut,
+        Way::InlineReads,
     ];
     /// The ways of a run without `--diagnose`, in the first round's order.
     const DEFAULT: [Way; 5] = [
@@ -219,13 +224,14 @@ impl Way {
         Way::FanOut,
     ];
     /// The ways of a `--diagnose` run, in the first round's order.
-    const DIAGNOSE: [Way; 6] = [
+    const DIAGNOSE: [Way; 7] = [
         Way::Sdk,
         Way::Subscription,
         Way::SelectAll,
         Way::TaskPerReader,
         Way::BrokerFace,
         Way::FanOut,
+        Way::InlineReads,
     ];
 
     /// The way's letter, as `--ways` names it.
@@ -237,6 +243,7 @@ impl Way {
             Way::TaskPerReader => 'd',
             Way::BrokerFace => 'e',
             Way::FanOut => 'f',
+            Way::InlineReads => 'g',
         }
     }
 
@@ -248,6 +255,7 @@ impl Way {
             Way::TaskPerReader => "(d) 4 ShardReaders, a task each",
             Way::BrokerFace => "(e) RustStream app, KinesisBroker",
             Way::FanOut => "(f) Subscription + AckSink, enhanced fan-out",
+            Way::InlineReads => "(g) Subscription + AckSink, reads polled inline",
         }
     }
 }
@@ -380,7 +388,8 @@ async fn run(options: Options) -> Result<()> {
     // store land on no way's account.
     bench.drain(Way::Sdk, 0).await?;
 
-    let all = if options.diagnose || options.only.as_deref().is_some_and(|o| o.contains('d')) {
+    let diagnostic = |o: &str| o.contains('d') || o.contains('g');
+    let all = if options.diagnose || options.only.as_deref().is_some_and(diagnostic) {
         &Way::DIAGNOSE[..]
     } else {
         &Way::DEFAULT[..]
@@ -580,8 +589,9 @@ impl Bench {
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
             match way {
                 Way::Sdk => self.drain_sdk().await,
-                Way::Subscription => self.drain_subscription(round, false).await,
-                Way::FanOut => self.drain_subscription(round, true).await,
+                Way::Subscription | Way::FanOut | Way::InlineReads => {
+                    self.drain_subscription(round, way).await
+                }
                 Way::SelectAll => self.drain_select_all().await,
                 Way::TaskPerReader => self.drain_task_per_reader().await,
                 Way::BrokerFace => self.drain_broker_face().await,
@@ -681,14 +691,15 @@ impl Bench {
         Ok(total)
     }
 
-    /// (b) The core: a subscription with in-memory leases, every delivery acked.
-    /// (b), or (f) with `fan_out`: a subscription reading with enhanced fan-out.
-    async fn drain_subscription(&self, round: usize, fan_out: bool) -> Result<Drained> {
+    /// (b) The core: a subscription with in-memory leases, every delivery acked; (f) the same
+    /// reading with enhanced fan-out; (g) the same with every read polled by the consuming
+    /// task instead of a task of its own.
+    async fn drain_subscription(&self, round: usize, way: Way) -> Result<Drained> {
         let leases = MemoryLeaseStore::new();
-        let settings = if fan_out {
-            self.read_settings().fan_out("e2e-drain")
-        } else {
-            self.read_settings()
+        let settings = match way {
+            Way::FanOut => self.read_settings().fan_out("e2e-drain"),
+            Way::InlineReads => self.read_settings().background_reads(false),
+            _ => self.read_settings(),
         };
         let mut subscription =
             Subscription::builder(self.api.clone(), Arc::new(leases.clone()), STREAM)
@@ -727,7 +738,7 @@ impl Bench {
             .keys()
             .map(|shard| leases.checkpoint_writes(STREAM, shard))
             .collect();
-        let way = if fan_out { "(f)" } else { "(b)" };
+        let way = &way.label()[..3];
         println!("      {way} checkpoint writes per shard: {writes:?}");
         Ok(Drained {
             records: records.load(Ordering::Relaxed),
