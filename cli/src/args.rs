@@ -43,9 +43,10 @@ shard, which share the shard's read limit (5 calls a second) with the applicatio
 const WORKERS_AFTER_HELP: &str = "\
 One line per instance (its `worker:<owner>` row): STATE (active, or declared gone: another
 instance saw its row unchanged for the worker timeout), LAST SEEN (time since it last wrote
-its row, by its own clock), its row's COUNTER, and the LEASES it holds. Owners that hold
-leases without a worker row (an instance that stepped aside because it cannot read, or a
-reset under way) are listed too.";
+its row, by its own clock), its row's COUNTER, its CAPACITY, its liveness GROUP (the anchor
+stream and an id, when it reads several streams as one MultiSubscription; `-` otherwise), and
+the LEASES it holds. Owners that hold leases without a worker row (an instance that stepped
+aside because it cannot read, or a reset under way) are listed too.";
 
 /// `reset --help`, after the options.
 const RESET_AFTER_HELP: &str = "\

@@ -150,6 +150,7 @@ fn worker_json(w: &Worker, now: u64) -> Value {
         "last_seen_ms_ago": last_written.map(|t| now.saturating_sub(t)),
         "capacity": limits.map(|l| l.weight),
         "max_leases": limits.and_then(|l| l.max_leases),
+        "liveness_group": row.and_then(|r| r.lease.liveness_group.as_deref()),
         "leases": w.shards.len(),
         "shards": w.shards,
     })
@@ -194,6 +195,7 @@ fn render(reading: &Reading<'_>) -> String {
             "LAST SEEN",
             "COUNTER",
             "CAPACITY",
+            "GROUP",
             "LEASES",
             "SHARDS",
         ],
@@ -215,7 +217,64 @@ fn worker_cells(w: &Worker, now: u64) -> Vec<String> {
         row.map_or_else(|| "-".to_owned(), |r| output::age(r.last_written_ms, now)),
         row.map_or_else(|| "-".to_owned(), |r| r.lease.counter.to_string()),
         format!("{}{max}", limits.weight),
+        group(row),
         w.shards.len().to_string(),
         w.shards.join(" "),
     ]
+}
+
+/// The GROUP cell: the liveness group the instance named in its row (`<anchor stream>/<id>`,
+/// when it reads several streams as one `MultiSubscription`), `-` otherwise.
+fn group(row: Option<&LeaseRow>) -> String {
+    row.and_then(|r| r.lease.liveness_group.clone())
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kinesis_dataflow::lease::Lease;
+
+    fn worker_row(owner: &str, group: Option<&str>) -> LeaseRow {
+        let mut lease = Lease::new("payments", format!("{WORKER_PREFIX}{owner}"), Vec::new());
+        lease.owner = Some(owner.to_owned());
+        lease.counter = 7;
+        lease.liveness_group = group.map(str::to_owned);
+        LeaseRow {
+            lease,
+            last_written_ms: Some(1_000),
+        }
+    }
+
+    /// An instance of a `MultiSubscription` names its liveness group in its worker row:
+    /// `workers` shows it, in the table and in the JSON document; a plain one shows none.
+    #[test]
+    fn the_liveness_group_of_each_instance_is_shown() {
+        let rows = [
+            worker_row("a", Some("orders/42-9f3a")),
+            worker_row("b", None),
+        ];
+        let target = Target {
+            table: "t".to_owned(),
+            stream: "payments".to_owned(),
+        };
+        let reading = Reading {
+            target: &target,
+            region: "eu-west-1",
+            at_ms: 2_000,
+            shards: 2,
+            rows: &rows,
+        };
+        let json = to_json(&reading);
+        assert_eq!(json["workers"][0]["liveness_group"], "orders/42-9f3a");
+        assert!(json["workers"][1]["liveness_group"].is_null(), "{json:#}");
+        let table = render(&reading);
+        let line = |owner: &str| {
+            let found = table.lines().find(|l| l.starts_with(owner));
+            found.unwrap_or_else(|| panic!("no line for {owner}:\n{table}"))
+        };
+        assert!(table.contains("GROUP"), "{table}");
+        assert!(line("a ").contains("orders/42-9f3a"), "{table}");
+        assert!(line("b ").contains(" - "), "{table}");
+    }
 }
