@@ -774,6 +774,54 @@ async fn a_failure_retrying_cannot_fix_stops_at_once() {
     assert!(message.contains("4 of 6 records"), "{message}");
 }
 
+/// A call that went unanswered may have stored its records: a failure retrying cannot fix
+/// after it must not read as "nothing written" (the service's bare error), but hand the
+/// records back marked as possibly stored.
+#[tokio::test(start_paused = true)]
+async fn a_failure_after_an_unanswered_call_says_the_records_may_be_stored() {
+    let memory = MemoryKinesis::new();
+    memory.add_stream("orders", 1).unwrap();
+    for aggregated in [false, true] {
+        // The first call takes a day (given up after PUT_CALL_TIMEOUT); the second is denied.
+        memory.inject(Fault::latency(Operation::PutRecords, Duration::from_secs(86_400)).times(1));
+        let recording = Recorder::denying_from_call(Arc::new(memory.clone()), 2);
+        let publisher = Publisher::new(recording.clone(), "orders").without_collect();
+        let publisher = if aggregated {
+            publisher.aggregate(kinesis_dataflow::publish::Aggregate::default())
+        } else {
+            publisher
+        };
+        let result = publisher.publish_batch(records(&["a", "b"], 2)).await;
+        let calls = if aggregated { [1, 1] } else { [4, 4] };
+        assert_eq!(
+            recording.layer().put_sizes(),
+            calls,
+            "aggregated {aggregated}"
+        );
+        let failure = failure(result);
+        assert!(failure.stopped_early);
+        assert_eq!(failure.last_code, "AccessDenied");
+        assert_eq!((failure.written(), failure.failed.len()), (0, 4));
+        assert!(
+            failure.failed.iter().all(|f| f.maybe_stored),
+            "aggregated {aggregated}: {:?}",
+            failure.failed
+        );
+        let message = KinesisError::PublishFailed(Box::new(failure)).to_string();
+        assert!(message.contains("may have been stored"), "{message}");
+    }
+
+    // Denied at once, every call answered: the service's own error, nothing stored.
+    let recording = Recorder::denying_from_call(Arc::new(memory.clone()), 1);
+    let denied = Publisher::new(recording, "orders")
+        .publish_batch(records(&["a"], 1))
+        .await;
+    assert!(
+        matches!(denied, Err(KinesisError::AccessDenied { .. })),
+        "{denied:?}"
+    );
+}
+
 #[tokio::test]
 async fn bad_settings_are_refused_before_any_call() {
     let (_memory, recording) = memory_stream("orders");

@@ -62,6 +62,15 @@ pub struct FailedRecord {
     /// after. A record with `behind` set and no [`last_error`](Self::last_error) was held
     /// back behind it, never sent.
     pub behind: Option<usize>,
+    /// It may have been stored already, and publishing it again may store it twice: a call
+    /// that carried it failed as a whole in a way retrying can fix (no answer within
+    /// [`PUT_CALL_TIMEOUT`](crate::publish::PUT_CALL_TIMEOUT), a dropped connection, a server
+    /// error, throttling after the transport's own retries), or, with aggregation, its
+    /// aggregate was stored on a shard other than predicted and is handed back unchecked.
+    /// False when every call that carried it was answered with a failure for it, or it was
+    /// never sent. A transport's retries inside one call are not seen: a call whose last
+    /// attempt failed for good after an earlier attempt went unanswered counts as answered.
+    pub maybe_stored: bool,
 }
 
 /// The outcome of a publish that ended with records not written, carried by
@@ -146,6 +155,14 @@ impl fmt::Display for PublishFailure {
         }
         if self.failed.len() > LISTED {
             write!(f, " and {} more", self.failed.len() - LISTED)?;
+        }
+        let maybe = self.failed.iter().filter(|r| r.maybe_stored).count();
+        if maybe > 0 {
+            write!(
+                f,
+                " ({maybe} of them went out in a call that was never answered and may have been \
+                 stored: publishing them again may store them twice)"
+            )?;
         }
         let held = self.failed.iter().filter(|r| r.behind.is_some()).count();
         if held > 0 {

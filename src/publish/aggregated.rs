@@ -54,6 +54,14 @@ enum Landing {
     Unknown(KinesisError),
 }
 
+/// What is known of the user records a publish did not write, by position: the last error
+/// of each, and which went out in a call that was never answered (so may be stored).
+#[derive(Default)]
+struct Causes {
+    errors: HashMap<usize, EntryError>,
+    maybe_stored: HashSet<usize>,
+}
+
 /// The listing taken after a put that landed elsewhere than predicted (once per put).
 type Fresh = Option<Result<Arc<ShardMap>, KinesisError>>;
 
@@ -68,13 +76,18 @@ impl Publisher {
     ) -> Result<Vec<Published>, KinesisError> {
         let mut places: Vec<Option<Published>> = vec![None; records.len()];
         let mut todo: Vec<usize> = (0..records.len()).collect();
+        // User records of aggregates an earlier put stored (on a shard other than predicted,
+        // or behind one that was) and that go out again: handed back, they may be stored.
+        let mut stored_before: HashSet<usize> = HashSet::new();
         let mut repacks = 0;
         loop {
             // Listed at the first use, and again (in `put_packed`) when a put landed elsewhere
             // than predicted.
             let shards = match map.get(&self.api, &self.stream).await {
                 Ok(shards) => shards,
-                Err(error) => return Err(self.whole_failure(records, places, &error)),
+                Err(error) => {
+                    return Err(self.whole_failure(records, places, &error, &stored_before));
+                }
             };
             let batch: Vec<OutgoingRecord> = todo.iter().map(|&i| records[i].clone()).collect();
             let packed = pack(&batch, &shards, settings);
@@ -93,13 +106,20 @@ impl Publisher {
                         code: String::new(),
                         message: String::new(),
                     });
-                    return Err(self.user_failure(records, places, &last, &unchecked, 1, false));
+                    // Their aggregates were stored, unchecked.
+                    stored_before.extend(unchecked.keys().copied());
+                    let causes = Causes {
+                        errors: unchecked,
+                        maybe_stored: stored_before,
+                    };
+                    return Err(self.user_failure(records, places, &last, &causes, 1, false));
                 }
                 Landed::Placed { again, .. } if again.is_empty() => {
                     return Ok(places.into_iter().flatten().collect());
                 }
                 Landed::Placed { again, .. } => {
                     repacks += 1;
+                    stored_before.extend(again.iter().copied());
                     todo = again;
                 }
                 Landed::Failed(error) => {
@@ -110,7 +130,8 @@ impl Publisher {
                         todo: &todo,
                         last_put,
                     };
-                    return Err(self.failed_put(records, places, put, map, error).await);
+                    let failed = self.failed_put(records, places, put, map, error, stored_before);
+                    return Err(failed.await);
                 }
             }
         }
@@ -292,9 +313,10 @@ impl Publisher {
         put: Put<'_>,
         map: &SharedMap,
         error: KinesisError,
+        mut maybe_stored: HashSet<usize>,
     ) -> KinesisError {
         let KinesisError::PublishFailed(failure) = error else {
-            return self.whole_failure(records, places, &error);
+            return self.whole_failure(records, places, &error, &maybe_stored);
         };
         let todo = put.todo;
         let packed = put.packed;
@@ -324,6 +346,8 @@ impl Publisher {
             };
             match why {
                 Some(why) => {
+                    // Stored, and handed back.
+                    maybe_stored.extend(p.members.iter().map(|&m| todo[m]));
                     held.extend(p.shard);
                     errors.extend(p.members.iter().map(|&m| (todo[m], why.clone())));
                 }
@@ -335,12 +359,18 @@ impl Publisher {
             }
         }
         for failed in &failure.failed {
+            let members = packed[failed.index].members.iter().map(|&m| todo[m]);
+            if failed.maybe_stored {
+                maybe_stored.extend(members.clone());
+            }
             if let Some(cause) = &failed.last_error {
-                for &m in &packed[failed.index].members {
-                    errors.insert(todo[m], cause.clone());
-                }
+                errors.extend(members.map(|m| (m, cause.clone())));
             }
         }
+        let causes = Causes {
+            errors,
+            maybe_stored,
+        };
         let last = EntryError {
             code: failure.last_code.clone(),
             message: failure.last_message.clone(),
@@ -349,41 +379,41 @@ impl Publisher {
             records,
             places,
             &last,
-            &errors,
+            &causes,
             failure.attempts,
             failure.stopped_early,
         )
     }
 
-    /// `error` about a whole put: as it is when nothing of the publish was written, else a
-    /// [`PublishFailure`] about the user records not written.
+    /// `error` about a whole put: as it is when nothing of the publish was written or may be
+    /// stored (`maybe_stored`, by position), else a [`PublishFailure`] about the user records
+    /// not written.
     fn whole_failure(
         &self,
         records: Vec<OutgoingRecord>,
         places: Vec<Option<Published>>,
         error: &KinesisError,
+        maybe_stored: &HashSet<usize>,
     ) -> KinesisError {
-        if places.iter().all(Option::is_none) {
+        if places.iter().all(Option::is_none) && maybe_stored.is_empty() {
             return error.clone();
         }
-        self.user_failure(
-            records,
-            places,
-            &error_entry(error),
-            &HashMap::new(),
-            1,
-            true,
-        )
+        let causes = Causes {
+            maybe_stored: maybe_stored.clone(),
+            ..Causes::default()
+        };
+        self.user_failure(records, places, &error_entry(error), &causes, 1, true)
     }
 
     /// A [`PublishFailure`] about user records: `places` where written, the others handed
-    /// back in order with their last error and the earlier unwritten record of their key.
+    /// back in order with what `causes` knows of them and the earlier unwritten record of
+    /// their key.
     fn user_failure(
         &self,
         records: Vec<OutgoingRecord>,
         places: Vec<Option<Published>>,
         last: &EntryError,
-        errors: &HashMap<usize, EntryError>,
+        causes: &Causes,
         attempts: u32,
         stopped_early: bool,
     ) -> KinesisError {
@@ -397,7 +427,8 @@ impl Publisher {
             failed.push(FailedRecord {
                 index,
                 record,
-                last_error: errors.get(&index).cloned(),
+                last_error: causes.errors.get(&index).cloned(),
+                maybe_stored: causes.maybe_stored.contains(&index),
                 behind,
             });
         }
@@ -780,6 +811,12 @@ mod tests {
             .map(|f| f.record.partition_key.as_str())
             .collect();
         assert_eq!(failed, ["j", "x", "b"]);
+        let maybe: Vec<bool> = failure.failed.iter().map(|f| f.maybe_stored).collect();
+        assert_eq!(
+            maybe,
+            [true, true, false],
+            "[j, x] is stored on the lower child"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -797,8 +834,13 @@ mod tests {
             Ok(places) => panic!("reported written: {places:?}"),
             Err(KinesisError::PublishFailed(failure)) => {
                 assert!(failure.published[1].is_none(), "{:?}", failure.published);
+                assert!(
+                    failure.failed.iter().all(|f| f.maybe_stored),
+                    "[j, x] is stored, unchecked: {:?}",
+                    failure.failed
+                );
             }
-            Err(_) => {}
+            Err(error) => panic!("the listing's bare error, though [j, x] is stored: {error}"),
         }
     }
 

@@ -71,14 +71,15 @@
 //! | an entry fails with `InternalFailure`, or any code not in the next row | resent in the next round |
 //! | an entry fails with `AccessDeniedException`, `KMSAccessDeniedException`, `KMSDisabledException`, `KMSInvalidStateException`, `KMSNotFoundException`, `KMSOptInRequired`, `ResourceNotFoundException`, `ValidationException` or `InvalidArgumentException` | stops: [`KinesisError::PublishFailed`] |
 //! | a whole call fails and [`KinesisError::is_retryable`] (throttled, a 5xx, a dropped connection) | its records are resent in the next round |
-//! | a whole call fails otherwise, before any record was written (an unknown stream: [`KinesisError::StreamNotFound`]; denied access) | that error, at once |
-//! | a whole call fails otherwise, after some records were written | stops: [`KinesisError::PublishFailed`] |
+//! | a whole call fails otherwise, before any record was written or may have been (an unknown stream: [`KinesisError::StreamNotFound`]; denied access) | that error, at once |
+//! | a whole call fails otherwise, after some records were written, or after an earlier call failed as a whole (its records may be stored) | stops: [`KinesisError::PublishFailed`] |
 //! | records are left after the last counted round, or once the patience has run out | [`KinesisError::PublishFailed`] |
 //!
 //! [`KinesisError::PublishFailed`] carries a [`PublishFailure`]: how many records were
 //! written (they stay written) and where, every record that was not (handed back, in batch
-//! order, with its last error and the record it was held back behind), and the last error's
-//! code and message. Nothing is dropped silently.
+//! order, with its last error, the record it was held back behind, and whether it may have
+//! been stored all the same, [`FailedRecord::maybe_stored`]), and the last error's code and
+//! message. Nothing is dropped silently.
 //!
 //! # The ordering guarantee
 //!
@@ -176,7 +177,8 @@
 //! **Duplicates.** Delivery is at least once. Entries the answer marks stored are never sent
 //! again, but a whole call that failed may have been stored before its answer was lost (a
 //! timeout, a dropped connection, or no answer within [`PUT_CALL_TIMEOUT`]); resending it can
-//! store its records twice. Kinesis has no
+//! store its records twice. A publish that fails after such a call hands its records back as
+//! [`FailedRecord::maybe_stored`]: publishing them again may store them twice. Kinesis has no
 //! idempotent put: consumers must tolerate duplicates, as they must for redelivery anyway.
 
 mod aggregate;
@@ -556,7 +558,9 @@ impl Publisher {
     /// - [`KinesisError::InvalidConfig`]: a setting is out of range (nothing sent).
     /// - [`KinesisError::InvalidRecord`]: a record the service would refuse (nothing sent).
     /// - The call's own error when the first failure cannot be fixed by retrying and nothing
-    ///   was written, e.g. [`KinesisError::StreamNotFound`] or [`KinesisError::AccessDenied`].
+    ///   was written, e.g. [`KinesisError::StreamNotFound`] or [`KinesisError::AccessDenied`]:
+    ///   only when every earlier call of the publish was answered (after one that was not,
+    ///   records may be stored, and the failure is a `PublishFailed` that says so).
     /// - [`KinesisError::PublishFailed`]: records left unwritten after the last round, or a
     ///   failure retrying cannot fix after some records were written. It says how many were
     ///   written and hands back the others.

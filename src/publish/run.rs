@@ -34,6 +34,8 @@ pub(super) struct Run<'p> {
     plan: Plan,
     published: Vec<Option<Published>>,
     last_error: Vec<Option<EntryError>>,
+    /// Per record: a call that carried it went unanswered, so it may have been stored.
+    unanswered: Vec<bool>,
     last: Option<EntryError>,
     started: Instant,
     calls: u64,
@@ -53,6 +55,7 @@ impl<'p> Run<'p> {
             plan,
             published: vec![None; n],
             last_error: vec![None; n],
+            unanswered: vec![false; n],
             last: None,
             started: Instant::now(),
             calls: 0,
@@ -80,8 +83,12 @@ impl<'p> Run<'p> {
             self.round_failed_otherwise = false;
             let failed = match self.round(round).await {
                 Ok(failed) => failed,
-                Err(Stop::Call(error)) if self.plan.unstored() == self.published.len() => {
-                    // Nothing was written: the call's own error says it best.
+                Err(Stop::Call(error))
+                    if self.plan.unstored() == self.published.len()
+                        && !self.unanswered.contains(&true) =>
+                {
+                    // Nothing was written, and every call was answered: the call's own error
+                    // says it best.
                     return Err(error);
                 }
                 Err(Stop::Call(error)) => {
@@ -236,7 +243,11 @@ impl<'p> Run<'p> {
             }
             return Err(Stop::Call(error));
         }
+        // No answer in time, a dropped connection, a server error: the records may be
+        // stored. Even a whole call throttled counts, since the transport's own attempts
+        // inside the call (the SDK's retries) may have met one of those first.
         for &i in call {
+            self.unanswered[i] = true;
             self.fail(i, cause.clone());
         }
         Ok(call.len())
@@ -329,8 +340,9 @@ impl<'p> Run<'p> {
         let mut failed = Vec::new();
         let unwritten = self.published.iter().filter(|p| p.is_none()).count();
         self.publisher.metrics.failed(unwritten);
-        for (index, (record, last_error)) in
-            self.records.into_iter().zip(self.last_error).enumerate()
+        let records = self.records.into_iter().zip(self.last_error);
+        for (index, ((record, last_error), maybe_stored)) in
+            records.zip(self.unanswered).enumerate()
         {
             if self.published[index].is_some() {
                 continue;
@@ -341,6 +353,7 @@ impl<'p> Run<'p> {
                 record,
                 last_error,
                 behind,
+                maybe_stored,
             });
         }
         let failure = PublishFailure {

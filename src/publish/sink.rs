@@ -473,6 +473,7 @@ fn hand_back(error: &mut KinesisError, records: impl IntoIterator<Item = Outgoin
             record,
             last_error: None,
             behind,
+            maybe_stored: false,
         });
     }
 }

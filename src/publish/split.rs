@@ -119,18 +119,21 @@ mod tests {
                     record: record("k"),
                     last_error: None,
                     behind: None,
+                    maybe_stored: false,
                 },
                 FailedRecord {
                     index: 3,
                     record: record("k"),
                     last_error: None,
                     behind: Some(2),
+                    maybe_stored: false,
                 },
                 FailedRecord {
                     index: 4,
                     record: record("k"),
                     last_error: None,
                     behind: Some(2),
+                    maybe_stored: false,
                 },
             ],
             last_code: "ProvisionedThroughputExceededException".into(),
@@ -169,6 +172,7 @@ mod tests {
             record: record("k"),
             last_error: None,
             behind,
+            maybe_stored: false,
         };
         // Publishes of 1 and 2 records, one key, nothing written: batch-wide, records 1 and 2
         // are behind record 0, which belongs to the first publish.
