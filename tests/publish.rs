@@ -36,6 +36,8 @@ const INTERNAL: &str = "InternalFailure";
 struct Recorder {
     puts: Mutex<Vec<Vec<PutRecordsEntry>>>,
     deny_from_call: Option<usize>,
+    /// The answer of this PutRecords call (counted from 1) loses its last result.
+    short_answer_on_call: Option<usize>,
 }
 
 /// A transport behind a [`Recorder`].
@@ -95,7 +97,14 @@ impl KinesisLayer for Recorder {
                 })
             });
         }
-        inner.put_records(stream, entries)
+        if self.short_answer_on_call != Some(call) {
+            return inner.put_records(stream, entries);
+        }
+        Box::pin(async move {
+            let mut out = inner.put_records(stream, entries).await?;
+            out.results.pop();
+            Ok(out)
+        })
     }
 }
 
@@ -820,6 +829,39 @@ async fn a_failure_after_an_unanswered_call_says_the_records_may_be_stored() {
         matches!(denied, Err(KinesisError::AccessDenied { .. })),
         "{denied:?}"
     );
+}
+
+/// An answer that leaves an entry without a result says nothing of what became of it: a
+/// failure after it hands the record back marked as possibly stored, never as the bare error
+/// of "nothing written".
+#[tokio::test(start_paused = true)]
+async fn an_entry_the_answer_says_nothing_of_may_be_stored() {
+    let memory = MemoryKinesis::new();
+    memory.add_stream("orders", 1).unwrap();
+    for (keys, aggregated) in [(&["a"][..], false), (&["a", "b"], false), (&["a"], true)] {
+        let recorder = Recorder {
+            deny_from_call: Some(2),
+            short_answer_on_call: Some(1),
+            ..Recorder::default()
+        };
+        let recording = Layered::new(Arc::new(memory.clone()), recorder).shared();
+        let publisher = Publisher::new(recording.clone(), "orders").without_collect();
+        let publisher = if aggregated {
+            publisher.aggregate(kinesis_dataflow::publish::Aggregate::default())
+        } else {
+            publisher
+        };
+        let result = publisher.publish_batch(records(keys, 1)).await;
+        assert_eq!(recording.layer().put_sizes().len(), 2, "{keys:?}");
+        let failure = failure(result);
+        assert_eq!(failure.last_code, "AccessDenied", "{keys:?}");
+        assert_eq!(failure.failed.len(), 1, "{keys:?}: {:?}", failure.failed);
+        assert!(
+            failure.failed[0].maybe_stored,
+            "{keys:?}: {:?}",
+            failure.failed
+        );
+    }
 }
 
 #[tokio::test]

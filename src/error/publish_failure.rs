@@ -65,8 +65,9 @@ pub struct FailedRecord {
     /// It may have been stored already, and publishing it again may store it twice: a call
     /// that carried it failed as a whole in a way retrying can fix (no answer within
     /// [`PUT_CALL_TIMEOUT`](crate::publish::PUT_CALL_TIMEOUT), a dropped connection, a server
-    /// error, throttling after the transport's own retries), or, with aggregation, its
-    /// aggregate was stored on a shard other than predicted and is handed back unchecked.
+    /// error, throttling after the transport's own retries), an answer had no result for it,
+    /// or, with aggregation, its aggregate was stored on a shard other than predicted and is
+    /// handed back unchecked.
     /// False when every call that carried it was answered with a failure for it, or it was
     /// never sent. A transport's retries inside one call are not seen: a call whose last
     /// attempt failed for good after an earlier attempt went unanswered counts as answered.

@@ -55,7 +55,8 @@ enum Landing {
 }
 
 /// What is known of the user records a publish did not write, by position: the last error
-/// of each, and which went out in a call that was never answered (so may be stored).
+/// of each, and which may be stored all the same (sent in a call that failed as a whole, or
+/// in an aggregate stored on a shard other than predicted).
 #[derive(Default)]
 struct Causes {
     errors: HashMap<usize, EntryError>,

@@ -34,8 +34,9 @@ pub(super) struct Run<'p> {
     plan: Plan,
     published: Vec<Option<Published>>,
     last_error: Vec<Option<EntryError>>,
-    /// Per record: a call that carried it went unanswered, so it may have been stored.
-    unanswered: Vec<bool>,
+    /// Per record: a call that carried it failed as a whole (no answer, a dropped
+    /// connection, a server error, throttled), so it may have been stored.
+    maybe_stored: Vec<bool>,
     last: Option<EntryError>,
     started: Instant,
     calls: u64,
@@ -55,7 +56,7 @@ impl<'p> Run<'p> {
             plan,
             published: vec![None; n],
             last_error: vec![None; n],
-            unanswered: vec![false; n],
+            maybe_stored: vec![false; n],
             last: None,
             started: Instant::now(),
             calls: 0,
@@ -85,9 +86,9 @@ impl<'p> Run<'p> {
                 Ok(failed) => failed,
                 Err(Stop::Call(error))
                     if self.plan.unstored() == self.published.len()
-                        && !self.unanswered.contains(&true) =>
+                        && !self.maybe_stored.contains(&true) =>
                 {
-                    // Nothing was written, and every call was answered: the call's own error
+                    // Nothing was written, and no call failed as a whole: the call's own error
                     // says it best.
                     return Err(error);
                 }
@@ -247,7 +248,7 @@ impl<'p> Run<'p> {
         // stored. Even a whole call throttled counts, since the transport's own attempts
         // inside the call (the SDK's retries) may have met one of those first.
         for &i in call {
-            self.unanswered[i] = true;
+            self.maybe_stored[i] = true;
             self.fail(i, cause.clone());
         }
         Ok(call.len())
@@ -284,10 +285,15 @@ impl<'p> Run<'p> {
                         Some(PutRecordResult::Failed { code, message }) => {
                             EntryError { code, message }
                         }
-                        _ => EntryError {
-                            code: "MissingResult".into(),
-                            message: "the PutRecords answer had fewer results than entries".into(),
-                        },
+                        _ => {
+                            // No result says what became of the entry: it may be stored.
+                            self.maybe_stored[i] = true;
+                            EntryError {
+                                code: "MissingResult".into(),
+                                message: "the PutRecords answer had fewer results than entries"
+                                    .into(),
+                            }
+                        }
                     };
                     tally.failed += 1;
                     failed_keys.insert(key);
@@ -342,7 +348,7 @@ impl<'p> Run<'p> {
         self.publisher.metrics.failed(unwritten);
         let records = self.records.into_iter().zip(self.last_error);
         for (index, ((record, last_error), maybe_stored)) in
-            records.zip(self.unanswered).enumerate()
+            records.zip(self.maybe_stored).enumerate()
         {
             if self.published[index].is_some() {
                 continue;
