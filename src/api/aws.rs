@@ -12,7 +12,6 @@ use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_kinesis::primitives::{Blob, DateTime};
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
-use bytes::Bytes;
 
 use super::{
     ApiFuture, ChildShard, GetRecordsOutput, KinesisAdmin, KinesisApi, ListShardsPage,
@@ -296,7 +295,7 @@ fn records(
                 shard.clone(),
                 r.sequence_number,
                 r.partition_key.unwrap_or_default(),
-                Bytes::from(r.data.into_inner()),
+                r.data.into_bytes(),
                 arrival,
                 millis_behind_latest,
             )

@@ -55,17 +55,17 @@ impl std::fmt::Debug for Record {
     }
 }
 
-/// A string field of a record: moved from the SDK's `String` (no copy), or shared with other
-/// records (no allocation).
+/// A string field of a record: moved from the SDK's `String` (no copy, and kept a `String` so
+/// that no shrinking is checked for), or shared with other records (no allocation).
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Text {
-    Owned(Box<str>),
+    Owned(String),
     Shared(Arc<str>),
 }
 
 impl From<String> for Text {
     fn from(text: String) -> Self {
-        Self::Owned(text.into())
+        Self::Owned(text)
     }
 }
 
@@ -113,8 +113,8 @@ impl Record {
     ) -> Self {
         Self::read(
             shard_id,
-            Text::Owned(sequence_number.into()),
-            Text::Owned(partition_key.into()),
+            Text::Owned(sequence_number.into().into_string()),
+            Text::Owned(partition_key.into().into_string()),
             data.into(),
             approximate_arrival,
             None,
