@@ -559,8 +559,9 @@ impl Publisher {
     /// - [`KinesisError::InvalidRecord`]: a record the service would refuse (nothing sent).
     /// - The call's own error when the first failure cannot be fixed by retrying and nothing
     ///   was written, e.g. [`KinesisError::StreamNotFound`] or [`KinesisError::AccessDenied`]:
-    ///   only when every earlier call of the publish was answered (after one that was not,
-    ///   records may be stored, and the failure is a `PublishFailed` that says so).
+    ///   only when no earlier call of the publish failed as a whole or left an entry without
+    ///   a result (after such a call, records may be stored, and the failure is a
+    ///   `PublishFailed` that says so).
     /// - [`KinesisError::PublishFailed`]: records left unwritten after the last round, or a
     ///   failure retrying cannot fix after some records were written. It says how many were
     ///   written and hands back the others.
