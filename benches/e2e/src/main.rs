@@ -109,6 +109,11 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
                 benches/e2e/kinesis-local.sh) instead of starting ferrokinesis
   --emulator-pid PID
                 with --endpoint: the emulator's process, for its CPU column
+  --lease-duration SECS
+                the lease duration and worker timeout of ways (b), (f) and (g) (default the
+                library's, 10 s and 4 s); under valgrind, where the client runs some 50 times
+                slower than the clock, longer ones keep a lease or the worker row from lapsing
+                mid-drain and its shards' records from being read twice
   --help        this text
 
 ways: (a) raw SDK loop (the baseline), (b) Subscription + AckSink, (c) 4 ShardReaders merged
@@ -130,6 +135,9 @@ struct Options {
     endpoint: Option<String>,
     /// That Kinesis's process id, for its CPU.
     emulator_pid: Option<String>,
+    /// The subscription ways' lease duration and worker timeout, when not the library's
+    /// defaults.
+    lease_duration: Option<Duration>,
     /// The arguments as given, for the command line the report repeats.
     given: Vec<String>,
 }
@@ -145,6 +153,7 @@ impl Options {
             aggregated: false,
             endpoint: None,
             emulator_pid: None,
+            lease_duration: None,
             given: args.to_vec(),
         };
         let (mut records, mut rounds) = (None, None);
@@ -179,6 +188,10 @@ impl Options {
                 "--emulator-pid" => {
                     options.emulator_pid =
                         Some(it.next().ok_or("--emulator-pid needs a pid")?.to_owned());
+                }
+                "--lease-duration" => {
+                    options.lease_duration =
+                        Some(Duration::from_secs(number("--lease-duration")? as u64));
                 }
                 "--help" | "-h" => options.help = true,
                 other => return Err(format!("unknown argument `{other}`")),
@@ -313,6 +326,9 @@ struct Bench {
     seen: Arc<AtomicUsize>,
     /// Timed rounds, for the progress lines.
     rounds: usize,
+    /// The subscription ways' lease duration and worker timeout, when not the library's
+    /// defaults.
+    lease_duration: Option<Duration>,
 }
 
 async fn run(options: Options) -> Result<()> {
@@ -382,6 +398,7 @@ async fn run(options: Options) -> Result<()> {
         emulator_pid,
         seen: Arc::new(AtomicUsize::new(0)),
         rounds: options.rounds,
+        lease_duration: options.lease_duration,
     };
 
     // One untimed drain first, so connection set-up and the emulator's first touches of its
@@ -701,13 +718,14 @@ impl Bench {
             Way::InlineReads => self.read_settings().background_reads(false),
             _ => self.read_settings(),
         };
-        let mut subscription =
-            Subscription::builder(self.api.clone(), Arc::new(leases.clone()), STREAM)
-                .owner(format!("e2e-drain-{round}"))
-                .start_at(KinesisPosition::horizon())
-                .read_settings(settings)
-                .start()
-                .await?;
+        let mut builder = Subscription::builder(self.api.clone(), Arc::new(leases.clone()), STREAM)
+            .owner(format!("e2e-drain-{round}"))
+            .start_at(KinesisPosition::horizon())
+            .read_settings(settings);
+        if let Some(duration) = self.lease_duration {
+            builder = builder.lease_duration(duration).worker_timeout(duration);
+        }
+        let mut subscription = builder.start().await?;
         // Counted into `seen`, which the progress line reads.
         let records = &*self.seen;
         let (bytes, errors) = (AtomicUsize::new(0), AtomicUsize::new(0));
