@@ -177,7 +177,8 @@
 //! **Duplicates.** Delivery is at least once. Entries the answer marks stored are never sent
 //! again, but a whole call that failed may have been stored before its answer was lost (a
 //! timeout, a dropped connection, or no answer within [`PUT_CALL_TIMEOUT`]), and so may an
-//! entry an answer holds no result for; resending them can store their records twice. A publish that fails after such a call hands its records back as
+//! entry an answer holds no result for; resending them can store their records twice. A
+//! publish that fails after such a call hands its records back as
 //! [`FailedRecord::maybe_stored`]: publishing them again may store them twice. Kinesis has no
 //! idempotent put: consumers must tolerate duplicates, as they must for redelivery anyway.
 

@@ -35,7 +35,8 @@ pub(super) struct Run<'p> {
     published: Vec<Option<Published>>,
     last_error: Vec<Option<EntryError>>,
     /// Per record: a call that carried it failed as a whole (no answer, a dropped
-    /// connection, a server error, throttled), so it may have been stored.
+    /// connection, a server error, throttled), or an answer held no result for it, so it may
+    /// have been stored.
     maybe_stored: Vec<bool>,
     last: Option<EntryError>,
     started: Instant,
@@ -88,8 +89,8 @@ impl<'p> Run<'p> {
                     if self.plan.unstored() == self.published.len()
                         && !self.maybe_stored.contains(&true) =>
                 {
-                    // Nothing was written, and no call failed as a whole: the call's own error
-                    // says it best.
+                    // Nothing was written, and nothing may have been (no call failed as a whole,
+                    // no entry went without a result): the call's own error says it best.
                     return Err(error);
                 }
                 Err(Stop::Call(error)) => {

@@ -55,8 +55,8 @@ impl std::fmt::Debug for Record {
     }
 }
 
-/// A string field of a record: moved from the SDK's `String` (no copy, and kept a `String` so
-/// that no shrinking is checked for), or shared with other records (no allocation).
+/// A string field of a record: the SDK's `String` moved in as it is (no copy, no shrinking),
+/// or shared with other records (no allocation).
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Text {
     Owned(String),
@@ -106,15 +106,15 @@ impl Record {
     #[must_use]
     pub fn new(
         shard_id: Arc<str>,
-        sequence_number: impl Into<Box<str>>,
-        partition_key: impl Into<Box<str>>,
+        sequence_number: impl Into<String>,
+        partition_key: impl Into<String>,
         data: impl Into<Bytes>,
         approximate_arrival: Option<SystemTime>,
     ) -> Self {
         Self::read(
             shard_id,
-            Text::Owned(sequence_number.into().into_string()),
-            Text::Owned(partition_key.into().into_string()),
+            Text::Owned(sequence_number.into()),
+            Text::Owned(partition_key.into()),
             data.into(),
             approximate_arrival,
             None,
