@@ -20,7 +20,7 @@ use super::{
 };
 use crate::error::{ErrorSource, KinesisError, Operation};
 use crate::position::StartingPoint;
-use crate::record::Record;
+use crate::record::{Read, Record};
 
 /// Kinesis through the AWS SDK: AWS itself, LocalStack, or an emulator.
 ///
@@ -281,26 +281,25 @@ fn to_system_time(time: Option<&DateTime>) -> Option<SystemTime> {
     time.and_then(|t| SystemTime::try_from(*t).ok())
 }
 
-/// The SDK's records of `shard` as the seam's (their strings moved, not copied).
+/// The SDK's records of `shard` of `stream` as the seam's (their strings moved, not copied;
+/// one allocation for all of their fields).
 fn records(
     records: Vec<aws_sdk_kinesis::types::Record>,
+    stream: &str,
     shard: &Arc<str>,
     millis_behind_latest: Option<u64>,
 ) -> Vec<Record> {
-    records
-        .into_iter()
-        .map(|r| {
-            let arrival = to_system_time(r.approximate_arrival_timestamp.as_ref());
-            Record::read(
-                shard.clone(),
-                r.sequence_number,
-                r.partition_key.unwrap_or_default(),
-                r.data.into_bytes(),
-                arrival,
-                millis_behind_latest,
-            )
-        })
-        .collect()
+    Record::answer(
+        stream,
+        records.into_iter().map(|r| Read {
+            approximate_arrival: to_system_time(r.approximate_arrival_timestamp.as_ref()),
+            shard_id: shard.clone(),
+            sequence_number: r.sequence_number.into(),
+            partition_key: r.partition_key.unwrap_or_default().into(),
+            data: r.data.into_bytes(),
+            millis_behind_latest,
+        }),
+    )
 }
 
 /// The SDK's child shards as the seam's.
@@ -431,7 +430,7 @@ impl KinesisApi for AwsKinesis {
                 .await
                 .map_err(|e| self.error(Operation::GetRecords, stream, Some(shard), e))?;
             let millis_behind_latest = out.millis_behind_latest.map(not_negative);
-            let records = records(out.records, shard, millis_behind_latest);
+            let records = records(out.records, stream, shard, millis_behind_latest);
             let child_shards = child_shards(out.child_shards);
             Ok(GetRecordsOutput {
                 records,

@@ -68,7 +68,8 @@ pub trait KinesisApi: Send + Sync + 'static {
     ) -> ApiFuture<'a, String>;
 
     /// GetRecords with `iterator`, asking for at most `limit` records. The records are tagged
-    /// with `shard`.
+    /// with `shard` and, by the crate's transports, with `stream` (the shard reader names the
+    /// stream of any record left unnamed).
     fn get_records<'a>(
         &'a self,
         stream: &'a str,

@@ -1,11 +1,15 @@
 //! One Kinesis record, as the reader hands it on.
 //!
-//! [`Record`] is one pointer to its fields (its payload as [`Bytes`], its key and sequence
-//! number either moved from the SDK's strings or shared with other records), so a clone of a
-//! record allocates nothing and moving one through a pipeline copies 8 bytes: a delivery keeps a
-//! clone for its redelivery. The reader moves the SDK's buffers into it without copying the
-//! payload; the user records of one aggregate share its sequence number and its key table, and
-//! the in-memory transport's records share its stored strings.
+//! [`Record`] is a place in a shared, reference-counted array of fields (its payload as
+//! [`Bytes`], its key and sequence number either moved from the SDK's strings or shared with
+//! other records), so a clone of a record allocates nothing and moving one through a pipeline
+//! copies 24 bytes: a delivery keeps a clone for its redelivery. The records of one GetRecords
+//! answer share their arrays, 64 records to one, instead of an allocation for each record (the
+//! allocator was the largest part of the reader's own cost per record); keeping one of them
+//! keeps its neighbours' fields too, which [`Record::detach`] undoes. The reader moves the SDK's
+//! buffers into it without copying the payload; the user records of one aggregate share its
+//! sequence number and its key table, and the in-memory transport's records share its stored
+//! strings.
 
 use std::cmp::Ordering;
 use std::ops::Deref;
@@ -19,9 +23,44 @@ mod outgoing;
 pub(crate) use outgoing::quote_key;
 pub use outgoing::{OutgoingRecord, Published};
 
+/// How many records of one read share one allocation: few enough that a record kept alone
+/// keeps little else (and that when the group is freed, its records were handed on moments
+/// before, so their memory is still in the processor's cache), enough that the allocator's
+/// cost is spread over them.
+pub(crate) const SHARED: usize = 64;
+
 /// A record read from one shard.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Record(Arc<Fields>);
+///
+/// The records of one read (one GetRecords answer) share their allocations, 64 records to
+/// one: a record kept after its neighbours were dropped keeps their fields and payloads in
+/// memory too, up to 63 others. A program that keeps a few records for long, in a cache or a
+/// window, calls [`detach`](Self::detach) on them first.
+#[derive(Clone)]
+pub struct Record {
+    /// The fields of this record and of the neighbours read with it.
+    batch: Arc<[Fields]>,
+    /// This record's place in `batch`.
+    index: usize,
+}
+
+impl PartialEq for Record {
+    fn eq(&self, other: &Self) -> bool {
+        self.fields() == other.fields()
+    }
+}
+
+impl Eq for Record {}
+
+/// What a read answer says of one record, before it joins the answer's other records
+/// ([`Record::answer`]).
+pub(crate) struct Read {
+    pub(crate) shard_id: Arc<str>,
+    pub(crate) sequence_number: Text,
+    pub(crate) partition_key: Text,
+    pub(crate) data: Bytes,
+    pub(crate) approximate_arrival: Option<SystemTime>,
+    pub(crate) millis_behind_latest: Option<u64>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Fields {
@@ -29,7 +68,8 @@ struct Fields {
     partition_key: Text,
     sequence_number: Text,
     shard_id: Arc<str>,
-    /// The stream it was read from: set by the shard reader as it hands the record on.
+    /// The stream it was read from: set by the transport as it reads, or by the shard reader
+    /// as it hands the record on.
     stream: Option<Arc<str>>,
     approximate_arrival: Option<SystemTime>,
     millis_behind_latest: Option<u64>,
@@ -41,7 +81,7 @@ struct Fields {
 
 impl std::fmt::Debug for Record {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let fields = &self.0;
+        let fields = self.fields();
         f.debug_struct("Record")
             .field("stream", &fields.stream)
             .field("shard_id", &fields.shard_id)
@@ -121,10 +161,10 @@ impl Record {
         )
     }
 
-    /// Builds a record as a GetRecords answer gave it, `millis_behind_latest` that answer's
-    /// lag, with no reference-count update after the allocation. Its key and sequence number
-    /// are moved from the SDK's strings (`String`), or shared with other records (`Arc<str>`:
-    /// the in-memory transport's stored strings, no allocation for either).
+    /// Builds a record alone, with `millis_behind_latest` the lag of the read that returned
+    /// it. Its key and sequence number are moved from the SDK's strings (`String`), or shared
+    /// with other records (`Arc<str>`: the in-memory transport's stored strings, no allocation
+    /// for either).
     pub(crate) fn read(
         shard_id: Arc<str>,
         sequence_number: impl Into<Text>,
@@ -133,7 +173,7 @@ impl Record {
         approximate_arrival: Option<SystemTime>,
         millis_behind_latest: Option<u64>,
     ) -> Self {
-        Self(Arc::new(Fields {
+        Self::alone(Fields {
             data,
             partition_key: partition_key.into(),
             sequence_number: sequence_number.into(),
@@ -143,7 +183,69 @@ impl Record {
             millis_behind_latest,
             aggregate: None,
             explicit_hash_key: None,
-        }))
+        })
+    }
+
+    /// The records of one read answer of `stream`, in its order: their fields allocated
+    /// [`SHARED`] records at a time (and the stream's name once), not one record at a time.
+    pub(crate) fn answer(stream: &str, reads: impl IntoIterator<Item = Read>) -> Vec<Self> {
+        let stream: Arc<str> = Arc::from(stream);
+        let mut reads = reads.into_iter().map(|read| Fields {
+            data: read.data,
+            partition_key: read.partition_key,
+            sequence_number: read.sequence_number,
+            shard_id: read.shard_id,
+            stream: Some(stream.clone()),
+            approximate_arrival: read.approximate_arrival,
+            millis_behind_latest: read.millis_behind_latest,
+            aggregate: None,
+            explicit_hash_key: None,
+        });
+        let mut records = Vec::with_capacity(reads.size_hint().0);
+        loop {
+            let batch: Arc<[Fields]> = reads.by_ref().take(SHARED).collect();
+            if batch.is_empty() {
+                return records;
+            }
+            records.extend((0..batch.len()).map(|index| Self {
+                batch: batch.clone(),
+                index,
+            }));
+        }
+    }
+
+    /// A record with an allocation of its own.
+    fn alone(fields: Fields) -> Self {
+        Self {
+            batch: Arc::new([fields]),
+            index: 0,
+        }
+    }
+
+    fn fields(&self) -> &Fields {
+        &self.batch[self.index]
+    }
+
+    /// This record's fields, to change them: in place when nothing else shares its
+    /// allocation, otherwise on a copy of its own first.
+    fn fields_mut(&mut self) -> &mut Fields {
+        if self.batch.len() != 1 || Arc::get_mut(&mut self.batch).is_none() {
+            *self = Self::alone(self.fields().clone());
+        }
+        let fields = Arc::get_mut(&mut self.batch).expect("a record alone, not shared");
+        &mut fields[0]
+    }
+
+    /// The same record with an allocation of its own: keeping it no longer keeps the other
+    /// records of the read it came with (see [`Record`]). Its key and sequence number are
+    /// copied; its payload is not (the payload's buffer is its own already). A record that
+    /// shares nothing is returned as it is.
+    #[must_use]
+    pub fn detach(self) -> Self {
+        if self.batch.len() == 1 {
+            return self;
+        }
+        Self::alone(self.fields().clone())
     }
 
     /// A user record of the aggregate `self`: its own key, hash key, data and place, the
@@ -157,8 +259,8 @@ impl Record {
         data: Bytes,
         place: InAggregate,
     ) -> Self {
-        let aggregate = &self.0;
-        Self(Arc::new(Fields {
+        let aggregate = self.fields();
+        Self::alone(Fields {
             data,
             partition_key: Text::Shared(partition_key),
             sequence_number: Text::Shared(sequence_number.clone()),
@@ -168,28 +270,31 @@ impl Record {
             millis_behind_latest: aggregate.millis_behind_latest,
             aggregate: Some(place),
             explicit_hash_key,
-        }))
+        })
     }
 
     /// Sets how far behind the shard's tip the read that returned this record was.
     #[must_use]
     pub fn with_millis_behind_latest(mut self, millis: Option<u64>) -> Self {
-        Arc::make_mut(&mut self.0).millis_behind_latest = millis;
+        self.fields_mut().millis_behind_latest = millis;
         self
     }
 
-    /// Names the stream the record was read from (the shard reader does this for every
-    /// record it hands on).
+    /// Names the stream the record was read from. The crate's transports name it as they
+    /// read, and the shard reader names it on every record a transport left unnamed.
     #[must_use]
-    pub fn with_stream(self, stream: impl Into<Arc<str>>) -> Self {
-        self.in_stream(stream.into())
+    pub fn with_stream(mut self, stream: impl Into<Arc<str>>) -> Self {
+        self.fields_mut().stream = Some(stream.into());
+        self
     }
 
-    /// As [`with_stream`](Self::with_stream), without a copy of a shared name: the shard
-    /// reader's path, one reference count a record.
-    pub(crate) fn in_stream(mut self, stream: Arc<str>) -> Self {
-        // The reader's records are fresh, so this writes in place.
-        Arc::make_mut(&mut self.0).stream = Some(stream);
+    /// Names the stream of a record its transport did not name (the shard reader's path:
+    /// the crate's transports name the stream as they read, so this costs one comparison).
+    pub(crate) fn in_stream(mut self, stream: &Arc<str>) -> Self {
+        if self.fields().stream.is_none() {
+            // A record built by hand is alone: this writes in place.
+            self.fields_mut().stream = Some(stream.clone());
+        }
         self
     }
 
@@ -199,56 +304,61 @@ impl Record {
     /// [`with_stream`](Self::with_stream).
     #[must_use]
     pub fn stream(&self) -> Option<&str> {
-        self.0.stream.as_deref()
+        self.fields().stream.as_deref()
     }
 
     /// The payload.
     #[must_use]
     pub fn data(&self) -> &Bytes {
-        &self.0.data
+        &self.fields().data
     }
 
     /// Takes the payload out of the record.
     #[must_use]
-    pub fn into_data(self) -> Bytes {
-        Arc::try_unwrap(self.0).map_or_else(|shared| shared.data.clone(), |fields| fields.data)
+    pub fn into_data(mut self) -> Bytes {
+        if self.batch.len() == 1
+            && let Some(fields) = Arc::get_mut(&mut self.batch)
+        {
+            return std::mem::take(&mut fields[0].data);
+        }
+        self.fields().data.clone()
     }
 
     /// The partition key the producer gave.
     #[must_use]
     pub fn partition_key(&self) -> &str {
-        &self.0.partition_key
+        &self.fields().partition_key
     }
 
     /// The record's sequence number, unique within its stream and increasing within its shard.
     #[must_use]
     pub fn sequence_number(&self) -> &str {
-        &self.0.sequence_number
+        &self.fields().sequence_number
     }
 
     /// The id of the shard the record was read from.
     #[must_use]
     pub fn shard_id(&self) -> &str {
-        &self.0.shard_id
+        &self.fields().shard_id
     }
 
     /// The shard id as a shared string (no allocation to clone).
     #[must_use]
     pub fn shard_id_shared(&self) -> &Arc<str> {
-        &self.0.shard_id
+        &self.fields().shard_id
     }
 
     /// When the service accepted the record, by its own clock.
     #[must_use]
     pub fn approximate_arrival(&self) -> Option<SystemTime> {
-        self.0.approximate_arrival
+        self.fields().approximate_arrival
     }
 
     /// How far behind the tip of its shard the read that returned this record was
     /// (`MillisBehindLatest` of that GetRecords answer).
     #[must_use]
     pub fn millis_behind_latest(&self) -> Option<u64> {
-        self.0.millis_behind_latest
+        self.fields().millis_behind_latest
     }
 
     /// For a user record taken out of a KPL aggregate (see
@@ -258,12 +368,14 @@ impl Record {
     /// the shard. `None` for a record that was not aggregated.
     #[must_use]
     pub fn sub_sequence_number(&self) -> Option<u64> {
-        self.0.aggregate.map(|a| a.sub)
+        self.fields().aggregate.map(|a| a.sub)
     }
 
     /// Makes a user record the last of its aggregate (the user records after it cannot be read).
     pub(crate) fn mark_last_of_aggregate(&mut self) {
-        if let Some(place) = &mut Arc::make_mut(&mut self.0).aggregate {
+        if self.fields().aggregate.is_some()
+            && let Some(place) = &mut self.fields_mut().aggregate
+        {
             place.last = true;
         }
     }
@@ -272,7 +384,7 @@ impl Record {
     /// aggregated.
     #[must_use]
     pub fn is_last_of_aggregate(&self) -> bool {
-        self.0.aggregate.is_none_or(|a| a.last)
+        self.fields().aggregate.is_none_or(|a| a.last)
     }
 
     /// The explicit hash key a user record's producer gave it (it then chose the shard
@@ -280,7 +392,7 @@ impl Record {
     /// without de-aggregation (GetRecords does not return it).
     #[must_use]
     pub fn explicit_hash_key(&self) -> Option<&str> {
-        self.0.explicit_hash_key.as_deref()
+        self.fields().explicit_hash_key.as_deref()
     }
 }
 
@@ -298,6 +410,58 @@ pub(crate) fn cmp_sequence(a: &str, b: &str) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answer(stream: &str) -> Vec<Record> {
+        let shard: Arc<str> = Arc::from("shardId-0");
+        Record::answer(
+            stream,
+            (0..=SHARED).map(|i| Read {
+                shard_id: shard.clone(),
+                sequence_number: format!("4{i}").into(),
+                partition_key: format!("k{i}").into(),
+                data: Bytes::from(format!("d{i}")),
+                approximate_arrival: None,
+                millis_behind_latest: Some(7),
+            }),
+        )
+    }
+
+    #[test]
+    fn the_records_of_one_answer_share_one_allocation_until_detached() {
+        let records = answer("orders");
+        assert_eq!(records.len(), SHARED + 1);
+        assert!(Arc::ptr_eq(&records[0].batch, &records[SHARED - 1].batch));
+        assert!(!Arc::ptr_eq(&records[0].batch, &records[SHARED].batch));
+        assert_eq!(records[SHARED].sequence_number(), format!("4{SHARED}"));
+        assert_eq!(records[1].sequence_number(), "41");
+        assert_eq!(records[1].partition_key(), "k1");
+        assert_eq!(records[1].stream(), Some("orders"));
+        assert_eq!(records[1].millis_behind_latest(), Some(7));
+        // Named again with the same stream (the shard stream does this for every record): no
+        // copy.
+        let named = records[1].clone().in_stream(&Arc::from("orders"));
+        assert!(Arc::ptr_eq(&named.batch, &records[0].batch));
+        let detached = records[1].clone().detach();
+        assert!(!Arc::ptr_eq(&detached.batch, &records[0].batch));
+        assert_eq!(detached.batch.len(), 1);
+        assert_eq!(detached, records[1]);
+        assert_eq!(detached.clone().detach().batch.len(), 1);
+    }
+
+    #[test]
+    fn changing_a_shared_record_leaves_the_others_of_its_answer_alone() {
+        let records = answer("orders");
+        let changed = records[0].clone().with_millis_behind_latest(Some(1));
+        assert_eq!(changed.millis_behind_latest(), Some(1));
+        assert_eq!(records[0].millis_behind_latest(), Some(7));
+        let renamed = records[2].clone().with_stream("payments");
+        assert_eq!(renamed.stream(), Some("payments"));
+        assert_eq!(records[2].stream(), Some("orders"));
+        assert_eq!(records[2].clone().into_data(), Bytes::from("d2"));
+        assert_eq!(records[2].data(), &Bytes::from("d2"));
+        let alone = Record::new(Arc::from("shardId-1"), "5", "k", "x", None);
+        assert_eq!(alone.into_data(), Bytes::from("x"));
+    }
 
     #[test]
     fn sequence_numbers_compare_numerically() {

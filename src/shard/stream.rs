@@ -428,7 +428,7 @@ impl Stream for ShardStream {
             }
             if let Some(record) = this.buffer.pop_front() {
                 this.taken += 1;
-                let record = record.in_stream(this.stream.clone());
+                let record = record.in_stream(&this.stream);
                 return Poll::Ready(Some(this.pass_or_refuse_aggregated(record)));
             }
             if let Some(end) = this.pending_end.take() {

@@ -137,7 +137,7 @@ impl AwsKinesis {
                 loop {
                     match receiver.recv().await {
                         Ok(Some(SubscribeToShardEventStream::SubscribeToShardEvent(e))) => {
-                            let event = event(e, &shard);
+                            let event = event(e, &stream, &shard);
                             let next = (!event.ends_shard()).then_some(receiver);
                             return Some((Ok(event), next));
                         }
@@ -253,9 +253,13 @@ fn starting_position(
 }
 
 /// One SDK event as the seam's.
-fn event(e: aws_sdk_kinesis::types::SubscribeToShardEvent, shard: &Arc<str>) -> ShardEvent {
+fn event(
+    e: aws_sdk_kinesis::types::SubscribeToShardEvent,
+    stream: &str,
+    shard: &Arc<str>,
+) -> ShardEvent {
     let millis_behind_latest = Some(not_negative(e.millis_behind_latest));
-    let records = records(e.records, shard, millis_behind_latest);
+    let records = records(e.records, stream, shard, millis_behind_latest);
     let child_shards = child_shards(e.child_shards);
     // The event that reaches a closed shard's end names the children and no continuation.
     let continuation_sequence_number =

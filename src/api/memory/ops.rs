@@ -21,7 +21,7 @@ use crate::api::{
 };
 use crate::error::{KinesisError, Operation};
 use crate::position::StartingPoint;
-use crate::record::Record;
+use crate::record::{Read, Record};
 
 impl MemoryKinesis {
     /// CreateStream: checks the name and the shard count, then adds the stream.
@@ -169,19 +169,17 @@ impl MemoryKinesis {
             shard_state.read_span(token.position, usize::try_from(limit).unwrap_or(usize::MAX));
         let at_end = span.to == shard_state.end();
         let millis_behind = shard_state.millis_behind(span);
-        let records = shard_state
-            .span_records(span)
-            .map(|r| {
-                Record::read(
-                    shard.clone(),
-                    r.sequence_number.clone(),
-                    r.partition_key.clone(),
-                    r.data.clone(),
-                    Some(r.arrival),
-                    Some(millis_behind),
-                )
-            })
-            .collect();
+        let records = Record::answer(
+            stream,
+            shard_state.span_records(span).map(|r| Read {
+                shard_id: shard.clone(),
+                sequence_number: r.sequence_number.clone().into(),
+                partition_key: r.partition_key.clone().into(),
+                data: r.data.clone(),
+                approximate_arrival: Some(r.arrival),
+                millis_behind_latest: Some(millis_behind),
+            }),
+        );
         let finished = at_end && !shard_state.open;
         let child_shards = if finished {
             stream_state.child_shards(index)
