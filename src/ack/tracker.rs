@@ -60,40 +60,31 @@ pub(crate) struct AckPolicy {
     pub(crate) settle_within: Option<Duration>,
 }
 
-/// A sequence number kept without a heap allocation when it fits (the service's are 56
-/// digits), since the ledger holds one per record in flight.
+/// A record's sequence number as the ledger keeps it: through the record itself (one
+/// reference count, no copy: what every delivery registers), or on its own (a checkpoint the
+/// ledger starts from, a record reported as an error).
 #[derive(Debug, Clone)]
-enum SeqBuf {
-    Inline { len: u8, bytes: [u8; 62] },
-    Heap(Box<str>),
+enum Seq {
+    Record(Record),
+    Text(Box<str>),
 }
 
-impl SeqBuf {
+impl Seq {
     fn new(seq: &str) -> Self {
-        let mut bytes = [0u8; 62];
-        match (bytes.get_mut(..seq.len()), u8::try_from(seq.len())) {
-            (Some(prefix), Ok(len)) => {
-                prefix.copy_from_slice(seq.as_bytes());
-                Self::Inline { len, bytes }
-            }
-            _ => Self::Heap(seq.into()),
-        }
+        Self::Text(seq.into())
     }
 
     fn as_str(&self) -> &str {
         match self {
-            // Built from a `&str`, so the bytes are valid UTF-8.
-            Self::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
-            Self::Heap(s) => s,
+            Self::Record(record) => record.sequence_number(),
+            Self::Text(seq) => seq,
         }
     }
 }
 
 #[derive(Debug)]
 struct Slot {
-    sequence_number: SeqBuf,
+    sequence_number: Seq,
     settled: bool,
     /// Settled as [`Settlement::Abandoned`]: the prefix stops here for good.
     abandoned: bool,
@@ -125,7 +116,7 @@ struct State {
     pending: VecDeque<Slot>,
     /// The last record of the contiguous settled prefix, with its sub-sequence number when it
     /// is a user record that does not close its aggregate.
-    settled_through: Option<(SeqBuf, Option<u64>)>,
+    settled_through: Option<(Seq, Option<u64>)>,
     /// The shard's reader reached the shard's end.
     ended: bool,
     acked: u64,
@@ -242,10 +233,10 @@ impl ShardAcks {
         let (settled, settled_through) = match checkpoint {
             Some(Checkpoint::Sequence(seq)) => (
                 SettledPosition::at(seq.as_str()),
-                Some((SeqBuf::new(seq), None)),
+                Some((Seq::new(seq), None)),
             ),
             Some(Checkpoint::SubSequence(seq, sub)) => {
-                (SettledPosition::new(), Some((SeqBuf::new(seq), Some(*sub))))
+                (SettledPosition::new(), Some((Seq::new(seq), Some(*sub))))
             }
             _ => (SettledPosition::new(), None),
         };
@@ -360,6 +351,7 @@ impl ShardAcks {
 
     /// [`register`](Self::register), counting `bytes` of data in flight until it is settled.
     pub(crate) fn register_sized(&self, sequence_number: &str, bytes: usize) -> u64 {
+        let sequence_number = Seq::new(sequence_number);
         let mut state = self.lock();
         self.push_slot(&mut state, sequence_number, bytes, None)
     }
@@ -375,13 +367,13 @@ impl ShardAcks {
     fn push_slot(
         &self,
         state: &mut State,
-        sequence_number: &str,
+        sequence_number: Seq,
         bytes: usize,
         open_sub: Option<u64>,
     ) -> u64 {
         let index = state.base + state.pending.len() as u64;
         state.pending.push_back(Slot {
-            sequence_number: SeqBuf::new(sequence_number),
+            sequence_number,
             settled: false,
             abandoned: false,
             bytes,
@@ -397,20 +389,17 @@ impl ShardAcks {
     /// Registers `record` as handed out for the first time (its data counted in flight), with
     /// its settlement deadline when the policy sets one; returns its index for settling.
     pub(crate) fn register_delivery(&self, record: &Record) -> u64 {
-        let mut state = self.lock();
         let open_sub = if record.is_last_of_aggregate() {
             None
         } else {
             record.sub_sequence_number()
         };
-        let index = self.push_slot(
-            &mut state,
-            record.sequence_number(),
-            record.data().len(),
-            open_sub,
-        );
+        let bytes = record.data().len();
+        let seq = Seq::Record(record.clone());
+        let mut state = self.lock();
+        let index = self.push_slot(&mut state, seq, bytes, open_sub);
         state.delivered += 1;
-        state.delivered_bytes += record.data().len() as u64;
+        state.delivered_bytes += bytes as u64;
         if let Some(within) = self.policy.settle_within {
             state.deadlines.push_back(Deadline {
                 at: Instant::now() + within,
@@ -436,6 +425,9 @@ impl ShardAcks {
     }
 
     fn settle_slot(&self, index: u64, attempt: Option<u32>, how: Settlement) {
+        // The record the checkpoint passes by (dropped once the lock is released: it may
+        // be the last of its read, whose memory is freed with it).
+        let passed;
         let (waker, finished) = {
             let mut state = self.lock();
             let Some(offset) = index.checked_sub(state.base) else {
@@ -468,15 +460,18 @@ impl ShardAcks {
                 state.base += 1;
                 advanced = Some((slot.sequence_number, slot.open_sub));
             }
-            if advanced.is_some() {
-                state.settled_through = advanced;
-            }
+            passed = if advanced.is_some() {
+                std::mem::replace(&mut state.settled_through, advanced)
+            } else {
+                None
+            };
             self.publish_room(&state);
             (
                 state.waiting_reader.take(),
                 state.ended && state.pending.is_empty(),
             )
         };
+        drop(passed);
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -521,22 +516,33 @@ impl ShardAcks {
 
     /// [`checkpoint`](Self::checkpoint), with the ledger index below which it covers every
     /// delivery (for [`Durability::written`]).
+    ///
+    /// The record the checkpoint ends on is let go (its sequence number kept on its own), so
+    /// a shard that goes quiet keeps no record in memory past its next checkpoint write.
     pub(crate) fn checkpoint_covering(&self) -> Option<(Checkpoint, u64)> {
-        let state = self.lock();
+        let mut state = self.lock();
         if state.ended && state.pending.is_empty() {
             return Some((Checkpoint::ShardEnd, u64::MAX));
         }
-        let (seq, open_sub) = state.settled_through.as_ref()?;
+        let (seq, open_sub) = state.settled_through.as_mut()?;
+        let owned = seq.as_str().to_owned();
+        let released = match seq {
+            Seq::Record(_) => Some(std::mem::replace(seq, Seq::new(&owned))),
+            Seq::Text(_) => None,
+        };
         let checkpoint = match open_sub {
             // The rest of the aggregate is not settled: the reader's renewal point stays at
             // the last whole record.
-            Some(sub) => Checkpoint::SubSequence(seq.as_str().to_owned(), *sub),
+            Some(sub) => Checkpoint::SubSequence(owned, *sub),
             None => {
-                self.settled.advance(seq.as_str());
-                Checkpoint::Sequence(seq.as_str().to_owned())
+                self.settled.advance(&owned);
+                Checkpoint::Sequence(owned)
             }
         };
-        Some((checkpoint, state.base))
+        let covering = Some((checkpoint, state.base));
+        drop(state);
+        drop(released);
+        covering
     }
 
     /// True once the shard ended and every record of it is settled.
@@ -844,6 +850,21 @@ mod tests {
             ),
             (4, 1, 1, 0)
         );
+    }
+
+    #[test]
+    fn a_checkpoint_lets_go_of_the_record_it_ends_on() {
+        let acks = acks();
+        let record = record("7");
+        let index = acks.register_delivery(&record);
+        let kept = record.clone();
+        drop(record);
+        acks.settle(index, Settlement::Acked);
+        // The ledger holds the record the settled prefix ends on, beside `kept`.
+        assert_eq!(kept.holders(), 2);
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("7".into())));
+        assert_eq!(kept.holders(), 1);
+        assert_eq!(acks.checkpoint(), Some(Checkpoint::Sequence("7".into())));
     }
 
     #[test]

@@ -222,6 +222,12 @@ impl Record {
         }
     }
 
+    /// How many handles share this record's allocation.
+    #[cfg(test)]
+    pub(crate) fn holders(&self) -> usize {
+        Arc::strong_count(&self.batch)
+    }
+
     fn fields(&self) -> &Fields {
         &self.batch[self.index]
     }
