@@ -282,7 +282,7 @@ fn to_system_time(time: Option<&DateTime>) -> Option<SystemTime> {
 }
 
 /// The SDK's records of `shard` of `stream` as the seam's (their strings moved, not copied;
-/// one allocation for all of their fields).
+/// their fields allocated in groups, see [`Record::answer`]).
 fn records(
     records: Vec<aws_sdk_kinesis::types::Record>,
     stream: &str,
