@@ -338,7 +338,7 @@ impl ShardAcks {
     }
 
     /// The settled position the shard's reader renews an expired iterator after (as of the
-    /// last [`checkpoint`](Self::checkpoint) call).
+    /// last [`checkpoint_covering`](Self::checkpoint_covering) call).
     #[must_use]
     pub(crate) fn settled_position(&self) -> SettledPosition {
         self.settled.clone()
@@ -502,23 +502,22 @@ impl ShardAcks {
         }
     }
 
-    /// The checkpoint to write now: SHARD_END once the shard ended and everything is settled,
-    /// else the last record of the settled prefix.
-    #[must_use]
-    ///
-    /// Also brings the [`settled_position`](Self::settled_position) up to date; the
-    /// subscription asks once per checkpoint interval, which keeps the per-record path free of
-    /// allocations.
+    /// [`checkpoint_covering`](Self::checkpoint_covering)'s checkpoint alone.
     #[cfg(test)]
     pub(crate) fn checkpoint(&self) -> Option<Checkpoint> {
         self.checkpoint_covering().map(|(checkpoint, _)| checkpoint)
     }
 
-    /// [`checkpoint`](Self::checkpoint), with the ledger index below which it covers every
-    /// delivery (for [`Durability::written`]).
+    /// The checkpoint to write now: SHARD_END once the shard ended and everything is settled,
+    /// else the last record of the settled prefix; with the ledger index below which it covers
+    /// every delivery (for [`Durability::written`]).
     ///
-    /// The record the checkpoint ends on is let go (its sequence number kept on its own), so
-    /// a shard that goes quiet keeps no record in memory past its next checkpoint write.
+    /// Also brings the [`settled_position`](Self::settled_position) up to date; the
+    /// subscription asks once per checkpoint interval, which keeps the per-record path free of
+    /// allocations. The record the checkpoint ends on is let go (its sequence number kept on
+    /// its own), so a shard that goes quiet keeps no record in memory past its next checkpoint
+    /// write.
+    #[must_use]
     pub(crate) fn checkpoint_covering(&self) -> Option<(Checkpoint, u64)> {
         let mut state = self.lock();
         if state.ended && state.pending.is_empty() {
