@@ -291,13 +291,13 @@ fn records(
 ) -> Vec<Record> {
     Record::answer(
         stream,
+        shard,
+        millis_behind_latest,
         records.into_iter().map(|r| Read {
             approximate_arrival: to_system_time(r.approximate_arrival_timestamp.as_ref()),
-            shard_id: shard.clone(),
             sequence_number: r.sequence_number.into(),
             partition_key: r.partition_key.unwrap_or_default().into(),
             data: r.data.into_bytes(),
-            millis_behind_latest,
         }),
     )
 }

@@ -1,11 +1,13 @@
 //! One Kinesis record, as the reader hands it on.
 //!
-//! [`Record`] is a place in a shared, reference-counted array of fields (its payload as
-//! [`Bytes`], its key and sequence number either moved from the SDK's strings or shared with
-//! other records), so a clone of a record allocates nothing and moving one through a pipeline
-//! copies 24 bytes: a delivery keeps a clone for its redelivery. The records of one GetRecords
-//! answer share their arrays, 64 records to one, instead of an allocation for each record (the
-//! allocator was the largest part of the reader's own cost per record); keeping one of them
+//! [`Record`] is a place in a shared, reference-counted group of records: what the group's
+//! records have in common (shard, stream, the read's lag) once, then each record's own fields
+//! (its payload as [`Bytes`], its key and sequence number either moved from the SDK's strings
+//! or shared with other records). A clone of a record allocates nothing and moving one through
+//! a pipeline copies 16 bytes: a delivery keeps a clone for its redelivery. The records of one
+//! GetRecords answer share their groups, 64 records to one, instead of an allocation (and two
+//! shared names to count) for each record: the allocator, then the memory each record's
+//! fields take, were the largest parts of the reader's own cost per record. Keeping one record
 //! keeps its neighbours' fields too, which [`Record::detach`] undoes. The reader moves the SDK's
 //! buffers into it without copying the payload; the user records of one aggregate share its
 //! sequence number and its key table, and the in-memory transport's records share its stored
@@ -23,7 +25,8 @@ mod outgoing;
 pub(crate) use outgoing::quote_key;
 pub use outgoing::{OutgoingRecord, Published};
 
-/// How many records of one read share one allocation: few enough that a record kept alone
+/// How many records of one read share one group (two allocations: the group, and their
+/// fields in one array): few enough that a record kept alone
 /// keeps little else (and that when the group is freed, its records were handed on moments
 /// before, so their memory is still in the processor's cache), enough that the allocator's
 /// cost is spread over them.
@@ -37,15 +40,15 @@ pub(crate) const SHARED: usize = 64;
 /// window, calls [`detach`](Self::detach) on them first.
 #[derive(Clone)]
 pub struct Record {
-    /// The fields of this record and of the neighbours read with it.
-    batch: Arc<[Fields]>,
-    /// This record's place in `batch`.
+    /// This record and the neighbours read with it.
+    group: Arc<Group>,
+    /// This record's place in `group`.
     index: usize,
 }
 
 impl PartialEq for Record {
     fn eq(&self, other: &Self) -> bool {
-        self.fields() == other.fields()
+        self.group.head == other.group.head && self.fields() == other.fields()
     }
 }
 
@@ -54,25 +57,44 @@ impl Eq for Record {}
 /// What a read answer says of one record, before it joins the answer's other records
 /// ([`Record::answer`]).
 pub(crate) struct Read {
-    pub(crate) shard_id: Arc<str>,
     pub(crate) sequence_number: Text,
     pub(crate) partition_key: Text,
     pub(crate) data: Bytes,
     pub(crate) approximate_arrival: Option<SystemTime>,
-    pub(crate) millis_behind_latest: Option<u64>,
 }
 
+/// Records read together: what they share, then each one's own fields.
+#[derive(Debug)]
+struct Group {
+    head: Head,
+    records: Members,
+}
+
+/// What the records of a group have in common: one read of one shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Head {
+    shard_id: Arc<str>,
+    /// The stream they were read from: set by the transport as it reads, or by the shard
+    /// reader as it hands a record on.
+    stream: Option<Arc<str>>,
+    millis_behind_latest: Option<u64>,
+}
+
+/// The records of a group: one, in the group's own allocation (a record built alone, a user
+/// record of an aggregate, a copy), or up to [`SHARED`] of one read.
+#[derive(Debug)]
+enum Members {
+    One(Fields),
+    Many(Box<[Fields]>),
+}
+
+/// One record's own fields (128 bytes: two cache lines).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Fields {
     data: Bytes,
     partition_key: Text,
     sequence_number: Text,
-    shard_id: Arc<str>,
-    /// The stream it was read from: set by the transport as it reads, or by the shard reader
-    /// as it hands the record on.
-    stream: Option<Arc<str>>,
     approximate_arrival: Option<SystemTime>,
-    millis_behind_latest: Option<u64>,
     /// Set on a user record taken out of a KPL aggregate.
     aggregate: Option<InAggregate>,
     /// A user record's explicit hash key, when its producer gave one.
@@ -81,16 +103,16 @@ struct Fields {
 
 impl std::fmt::Debug for Record {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let fields = self.fields();
+        let (head, fields) = (&self.group.head, self.fields());
         f.debug_struct("Record")
-            .field("stream", &fields.stream)
-            .field("shard_id", &fields.shard_id)
+            .field("stream", &head.stream)
+            .field("shard_id", &head.shard_id)
             .field("sequence_number", &fields.sequence_number)
             .field("sub_sequence_number", &fields.aggregate.map(|a| a.sub))
             .field("partition_key", &fields.partition_key)
             .field("data", &fields.data)
             .field("approximate_arrival", &fields.approximate_arrival)
-            .field("millis_behind_latest", &fields.millis_behind_latest)
+            .field("millis_behind_latest", &head.millis_behind_latest)
             .finish_non_exhaustive()
     }
 }
@@ -173,73 +195,114 @@ impl Record {
         approximate_arrival: Option<SystemTime>,
         millis_behind_latest: Option<u64>,
     ) -> Self {
-        Self::alone(Fields {
-            data,
-            partition_key: partition_key.into(),
-            sequence_number: sequence_number.into(),
+        let head = Head {
             shard_id,
             stream: None,
-            approximate_arrival,
             millis_behind_latest,
-            aggregate: None,
-            explicit_hash_key: None,
-        })
+        };
+        Self::alone(
+            head,
+            Fields {
+                data,
+                partition_key: partition_key.into(),
+                sequence_number: sequence_number.into(),
+                approximate_arrival,
+                aggregate: None,
+                explicit_hash_key: None,
+            },
+        )
     }
 
-    /// The records of one read answer of `stream`, in its order: their fields allocated
-    /// [`SHARED`] records at a time (and the stream's name once), not one record at a time.
-    pub(crate) fn answer(stream: &str, reads: impl IntoIterator<Item = Read>) -> Vec<Self> {
-        let stream: Arc<str> = Arc::from(stream);
+    /// The records of one read answer of `shard` of `stream`, in its order, `millis` behind
+    /// the shard's tip: grouped [`SHARED`] records at a time, each group with one array of
+    /// their fields and one count of the shard's and the stream's names, not an allocation
+    /// and two counts for each record.
+    pub(crate) fn answer(
+        stream: &str,
+        shard_id: &Arc<str>,
+        millis_behind_latest: Option<u64>,
+        reads: impl IntoIterator<Item = Read>,
+    ) -> Vec<Self> {
+        let head = Head {
+            shard_id: shard_id.clone(),
+            stream: Some(Arc::from(stream)),
+            millis_behind_latest,
+        };
         let mut reads = reads.into_iter().map(|read| Fields {
             data: read.data,
             partition_key: read.partition_key,
             sequence_number: read.sequence_number,
-            shard_id: read.shard_id,
-            stream: Some(stream.clone()),
             approximate_arrival: read.approximate_arrival,
-            millis_behind_latest: read.millis_behind_latest,
             aggregate: None,
             explicit_hash_key: None,
         });
         let mut records = Vec::with_capacity(reads.size_hint().0);
         loop {
-            let batch: Arc<[Fields]> = reads.by_ref().take(SHARED).collect();
-            if batch.is_empty() {
+            let members: Box<[Fields]> = reads.by_ref().take(SHARED).collect();
+            if members.is_empty() {
                 return records;
             }
-            records.extend((0..batch.len()).map(|index| Self {
-                batch: batch.clone(),
+            let len = members.len();
+            let group = Arc::new(Group {
+                head: head.clone(),
+                records: Members::Many(members),
+            });
+            records.extend((0..len).map(|index| Self {
+                group: group.clone(),
                 index,
             }));
         }
     }
 
     /// A record with an allocation of its own.
-    fn alone(fields: Fields) -> Self {
+    fn alone(head: Head, fields: Fields) -> Self {
         Self {
-            batch: Arc::new([fields]),
+            group: Arc::new(Group {
+                head,
+                records: Members::One(fields),
+            }),
             index: 0,
         }
+    }
+
+    /// The same record with an allocation of its own, its fields copied.
+    fn copied(&self) -> Self {
+        Self::alone(self.group.head.clone(), self.fields().clone())
+    }
+
+    /// True when the record has its group to itself (built alone, or copied out).
+    fn is_alone(&self) -> bool {
+        matches!(self.group.records, Members::One(_))
     }
 
     /// How many handles share this record's allocation.
     #[cfg(test)]
     pub(crate) fn holders(&self) -> usize {
-        Arc::strong_count(&self.batch)
+        Arc::strong_count(&self.group)
     }
 
     fn fields(&self) -> &Fields {
-        &self.batch[self.index]
+        match &self.group.records {
+            Members::One(fields) => fields,
+            Members::Many(members) => &members[self.index],
+        }
     }
 
-    /// This record's fields, to change them: in place when nothing else shares its
+    /// This record's group and fields, to change them: in place when nothing else shares its
     /// allocation, otherwise on a copy of its own first.
-    fn fields_mut(&mut self) -> &mut Fields {
-        if self.batch.len() != 1 || Arc::get_mut(&mut self.batch).is_none() {
-            *self = Self::alone(self.fields().clone());
+    fn alone_mut(&mut self) -> (&mut Head, &mut Fields) {
+        if !self.is_alone() || Arc::get_mut(&mut self.group).is_none() {
+            *self = self.copied();
         }
-        let fields = Arc::get_mut(&mut self.batch).expect("a record alone, not shared");
-        &mut fields[0]
+        let group = Arc::get_mut(&mut self.group).expect("a record alone, not shared");
+        match &mut group.records {
+            Members::One(fields) => (&mut group.head, fields),
+            Members::Many(members) => (&mut group.head, &mut members[0]),
+        }
+    }
+
+    fn fields_mut(&mut self) -> &mut Fields {
+        self.alone_mut().1
     }
 
     /// The same record with an allocation of its own: keeping it no longer keeps the other
@@ -248,10 +311,10 @@ impl Record {
     /// shares nothing is returned as it is.
     #[must_use]
     pub fn detach(self) -> Self {
-        if self.batch.len() == 1 {
+        if self.is_alone() {
             return self;
         }
-        Self::alone(self.fields().clone())
+        self.copied()
     }
 
     /// A user record of the aggregate `self`: its own key, hash key, data and place, the
@@ -265,24 +328,23 @@ impl Record {
         data: Bytes,
         place: InAggregate,
     ) -> Self {
-        let aggregate = self.fields();
-        Self::alone(Fields {
-            data,
-            partition_key: Text::Shared(partition_key),
-            sequence_number: Text::Shared(sequence_number.clone()),
-            shard_id: aggregate.shard_id.clone(),
-            stream: aggregate.stream.clone(),
-            approximate_arrival: aggregate.approximate_arrival,
-            millis_behind_latest: aggregate.millis_behind_latest,
-            aggregate: Some(place),
-            explicit_hash_key,
-        })
+        Self::alone(
+            self.group.head.clone(),
+            Fields {
+                data,
+                partition_key: Text::Shared(partition_key),
+                sequence_number: Text::Shared(sequence_number.clone()),
+                approximate_arrival: self.fields().approximate_arrival,
+                aggregate: Some(place),
+                explicit_hash_key,
+            },
+        )
     }
 
     /// Sets how far behind the shard's tip the read that returned this record was.
     #[must_use]
     pub fn with_millis_behind_latest(mut self, millis: Option<u64>) -> Self {
-        self.fields_mut().millis_behind_latest = millis;
+        self.alone_mut().0.millis_behind_latest = millis;
         self
     }
 
@@ -290,16 +352,16 @@ impl Record {
     /// read, and the shard reader names it on every record a transport left unnamed.
     #[must_use]
     pub fn with_stream(mut self, stream: impl Into<Arc<str>>) -> Self {
-        self.fields_mut().stream = Some(stream.into());
+        self.alone_mut().0.stream = Some(stream.into());
         self
     }
 
     /// Names the stream of a record its transport did not name (the shard reader's path:
     /// the crate's transports name the stream as they read, so this costs one comparison).
     pub(crate) fn in_stream(mut self, stream: &Arc<str>) -> Self {
-        if self.fields().stream.is_none() {
+        if self.group.head.stream.is_none() {
             // A record built by hand is alone: this writes in place.
-            self.fields_mut().stream = Some(stream.clone());
+            self.alone_mut().0.stream = Some(stream.clone());
         }
         self
     }
@@ -310,7 +372,7 @@ impl Record {
     /// [`with_stream`](Self::with_stream).
     #[must_use]
     pub fn stream(&self) -> Option<&str> {
-        self.fields().stream.as_deref()
+        self.group.head.stream.as_deref()
     }
 
     /// The payload.
@@ -322,10 +384,12 @@ impl Record {
     /// Takes the payload out of the record.
     #[must_use]
     pub fn into_data(mut self) -> Bytes {
-        if self.batch.len() == 1
-            && let Some(fields) = Arc::get_mut(&mut self.batch)
+        if let Some(Group {
+            records: Members::One(fields),
+            ..
+        }) = Arc::get_mut(&mut self.group)
         {
-            return std::mem::take(&mut fields[0].data);
+            return std::mem::take(&mut fields.data);
         }
         self.fields().data.clone()
     }
@@ -345,13 +409,13 @@ impl Record {
     /// The id of the shard the record was read from.
     #[must_use]
     pub fn shard_id(&self) -> &str {
-        &self.fields().shard_id
+        &self.group.head.shard_id
     }
 
     /// The shard id as a shared string (no allocation to clone).
     #[must_use]
     pub fn shard_id_shared(&self) -> &Arc<str> {
-        &self.fields().shard_id
+        &self.group.head.shard_id
     }
 
     /// When the service accepted the record, by its own clock.
@@ -364,7 +428,7 @@ impl Record {
     /// (`MillisBehindLatest` of that GetRecords answer).
     #[must_use]
     pub fn millis_behind_latest(&self) -> Option<u64> {
-        self.fields().millis_behind_latest
+        self.group.head.millis_behind_latest
     }
 
     /// For a user record taken out of a KPL aggregate (see
@@ -421,13 +485,13 @@ mod tests {
         let shard: Arc<str> = Arc::from("shardId-0");
         Record::answer(
             stream,
+            &shard,
+            Some(7),
             (0..=SHARED).map(|i| Read {
-                shard_id: shard.clone(),
                 sequence_number: format!("4{i}").into(),
                 partition_key: format!("k{i}").into(),
                 data: Bytes::from(format!("d{i}")),
                 approximate_arrival: None,
-                millis_behind_latest: Some(7),
             }),
         )
     }
@@ -436,8 +500,8 @@ mod tests {
     fn the_records_of_one_answer_share_one_allocation_until_detached() {
         let records = answer("orders");
         assert_eq!(records.len(), SHARED + 1);
-        assert!(Arc::ptr_eq(&records[0].batch, &records[SHARED - 1].batch));
-        assert!(!Arc::ptr_eq(&records[0].batch, &records[SHARED].batch));
+        assert!(Arc::ptr_eq(&records[0].group, &records[SHARED - 1].group));
+        assert!(!Arc::ptr_eq(&records[0].group, &records[SHARED].group));
         assert_eq!(records[SHARED].sequence_number(), format!("4{SHARED}"));
         assert_eq!(records[1].sequence_number(), "41");
         assert_eq!(records[1].partition_key(), "k1");
@@ -446,12 +510,15 @@ mod tests {
         // Named again with the same stream (the shard stream does this for every record): no
         // copy.
         let named = records[1].clone().in_stream(&Arc::from("orders"));
-        assert!(Arc::ptr_eq(&named.batch, &records[0].batch));
+        assert!(Arc::ptr_eq(&named.group, &records[0].group));
         let detached = records[1].clone().detach();
-        assert!(!Arc::ptr_eq(&detached.batch, &records[0].batch));
-        assert_eq!(detached.batch.len(), 1);
+        assert!(!Arc::ptr_eq(&detached.group, &records[0].group));
+        assert!(detached.is_alone());
         assert_eq!(detached, records[1]);
-        assert_eq!(detached.clone().detach().batch.len(), 1);
+        assert!(Arc::ptr_eq(
+            &detached.clone().detach().group,
+            &detached.group
+        ));
     }
 
     #[test]

@@ -171,13 +171,13 @@ impl MemoryKinesis {
         let millis_behind = shard_state.millis_behind(span);
         let records = Record::answer(
             stream,
+            shard,
+            Some(millis_behind),
             shard_state.span_records(span).map(|r| Read {
-                shard_id: shard.clone(),
                 sequence_number: r.sequence_number.clone().into(),
                 partition_key: r.partition_key.clone().into(),
                 data: r.data.clone(),
                 approximate_arrival: Some(r.arrival),
-                millis_behind_latest: Some(millis_behind),
             }),
         );
         let finished = at_end && !shard_state.open;
