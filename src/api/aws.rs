@@ -20,7 +20,7 @@ use super::{
 };
 use crate::error::{ErrorSource, KinesisError, Operation};
 use crate::position::StartingPoint;
-use crate::record::{Read, Record};
+use crate::record::{Graveyard, Read, Record};
 
 /// Kinesis through the AWS SDK: AWS itself, LocalStack, or an emulator.
 ///
@@ -44,6 +44,9 @@ pub struct AwsKinesis {
     region: Arc<str>,
     /// Stream ARNs by name, for the enhanced fan-out calls that name a stream by its ARN.
     arns: Arc<Mutex<HashMap<String, String>>>,
+    /// The fields of records read through GetRecords and dropped since, freed by the next
+    /// GetRecords answer.
+    graveyard: Arc<Graveyard>,
 }
 
 impl fmt::Debug for AwsKinesis {
@@ -90,6 +93,7 @@ impl AwsKinesis {
             client,
             region: region.into(),
             arns: Arc::default(),
+            graveyard: Arc::default(),
         }
     }
 
@@ -288,6 +292,7 @@ fn records(
     stream: &str,
     shard: &Arc<str>,
     millis_behind_latest: Option<u64>,
+    grave: Option<&Arc<Graveyard>>,
 ) -> Vec<Record> {
     Record::answer(
         stream,
@@ -299,6 +304,7 @@ fn records(
             partition_key: r.partition_key.unwrap_or_default().into(),
             data: r.data.into_bytes(),
         }),
+        grave,
     )
 }
 
@@ -429,8 +435,17 @@ impl KinesisApi for AwsKinesis {
                 .send()
                 .await
                 .map_err(|e| self.error(Operation::GetRecords, stream, Some(shard), e))?;
+            // On the thread that decodes answers: the records dropped since the last read
+            // are freed where they were allocated.
+            self.graveyard.clear();
             let millis_behind_latest = out.millis_behind_latest.map(not_negative);
-            let records = records(out.records, stream, shard, millis_behind_latest);
+            let records = records(
+                out.records,
+                stream,
+                shard,
+                millis_behind_latest,
+                Some(&self.graveyard),
+            );
             let child_shards = child_shards(out.child_shards);
             Ok(GetRecordsOutput {
                 records,

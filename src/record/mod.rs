@@ -20,7 +20,10 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
+mod graveyard;
 mod outgoing;
+
+pub(crate) use graveyard::Graveyard;
 
 pub(crate) use outgoing::quote_key;
 pub use outgoing::{OutgoingRecord, Published};
@@ -68,6 +71,17 @@ pub(crate) struct Read {
 struct Group {
     head: Head,
     records: Members,
+    /// Where the records' fields go to be freed when the group is dropped (see
+    /// [`Graveyard`]); `None` frees them where the group is dropped.
+    grave: Option<Arc<Graveyard>>,
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let (Some(grave), Members::Many(members)) = (self.grave.take(), &mut self.records) {
+            grave.bury(std::mem::take(members));
+        }
+    }
 }
 
 /// What the records of a group have in common: one read of one shard.
@@ -216,12 +230,14 @@ impl Record {
     /// The records of one read answer of `shard` of `stream`, in its order, `millis` behind
     /// the shard's tip: grouped [`SHARED`] records at a time, each group with one array of
     /// their fields and one count of the shard's and the stream's names, not an allocation
-    /// and two counts for each record.
+    /// and two counts for each record. With a `grave`, a group's fields are freed by whoever
+    /// clears it once the group is dropped.
     pub(crate) fn answer(
         stream: &str,
         shard_id: &Arc<str>,
         millis_behind_latest: Option<u64>,
         reads: impl IntoIterator<Item = Read>,
+        grave: Option<&Arc<Graveyard>>,
     ) -> Vec<Self> {
         let head = Head {
             shard_id: shard_id.clone(),
@@ -246,6 +262,7 @@ impl Record {
             let group = Arc::new(Group {
                 head: head.clone(),
                 records: Members::Many(members),
+                grave: grave.cloned(),
             });
             records.extend((0..len).map(|index| Self {
                 group: group.clone(),
@@ -260,6 +277,7 @@ impl Record {
             group: Arc::new(Group {
                 head,
                 records: Members::One(fields),
+                grave: None,
             }),
             index: 0,
         }
@@ -493,6 +511,7 @@ mod tests {
                 data: Bytes::from(format!("d{i}")),
                 approximate_arrival: None,
             }),
+            None,
         )
     }
 
@@ -534,6 +553,69 @@ mod tests {
         assert_eq!(records[2].data(), &Bytes::from("d2"));
         let alone = Record::new(Arc::from("shardId-1"), "5", "k", "x", None);
         assert_eq!(alone.into_data(), Bytes::from("x"));
+    }
+
+    #[test]
+    fn a_dropped_group_waits_in_its_graveyard_until_cleared() {
+        let grave = Arc::new(Graveyard::default());
+        let shard: Arc<str> = Arc::from("shardId-0");
+        let data = Bytes::from(vec![7u8; 100]);
+        let records = Record::answer(
+            "orders",
+            &shard,
+            None,
+            (0..SHARED + 1).map(|i| Read {
+                sequence_number: i.to_string().into(),
+                partition_key: "k".to_owned().into(),
+                data: data.clone(),
+                approximate_arrival: None,
+            }),
+            Some(&grave),
+        );
+        // A record copied out of its group, and one built alone, are freed where dropped.
+        drop(records[0].clone().detach());
+        drop(Record::new(shard.clone(), "1", "k", "x", None));
+        assert_eq!(grave.waiting(), 0);
+        let (first, second) = records.split_at(SHARED);
+        let (first, second) = (first.to_vec(), second.to_vec());
+        drop(records);
+        drop(first);
+        assert_eq!(
+            grave.waiting(),
+            1,
+            "the first group, all its records dropped"
+        );
+        // Its payloads are still held: the graveyard frees them only when cleared.
+        assert!(!data.is_unique());
+        drop(second);
+        assert_eq!(grave.waiting(), 2);
+        grave.clear();
+        assert_eq!(grave.waiting(), 0);
+        assert!(data.is_unique());
+    }
+
+    #[test]
+    fn a_full_graveyard_lets_the_dropper_free() {
+        let grave = Arc::new(Graveyard::default());
+        let shard: Arc<str> = Arc::from("shardId-0");
+        let answer = |n: usize| {
+            Record::answer(
+                "orders",
+                &shard,
+                None,
+                (0..n).map(|i| Read {
+                    sequence_number: i.to_string().into(),
+                    partition_key: "k".to_owned().into(),
+                    data: Bytes::from_static(b"d"),
+                    approximate_arrival: None,
+                }),
+                Some(&grave),
+            )
+        };
+        drop(answer(graveyard::ROOM * SHARED));
+        assert_eq!(grave.waiting(), graveyard::ROOM);
+        drop(answer(SHARED));
+        assert_eq!(grave.waiting(), graveyard::ROOM);
     }
 
     #[test]

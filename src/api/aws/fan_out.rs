@@ -259,7 +259,7 @@ fn event(
     shard: &Arc<str>,
 ) -> ShardEvent {
     let millis_behind_latest = Some(not_negative(e.millis_behind_latest));
-    let records = records(e.records, stream, shard, millis_behind_latest);
+    let records = records(e.records, stream, shard, millis_behind_latest, None);
     let child_shards = child_shards(e.child_shards);
     // The event that reaches a closed shard's end names the children and no continuation.
     let continuation_sequence_number =

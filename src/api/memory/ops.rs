@@ -179,6 +179,7 @@ impl MemoryKinesis {
                 data: r.data.clone(),
                 approximate_arrival: Some(r.arrival),
             }),
+            None,
         );
         let finished = at_end && !shard_state.open;
         let child_shards = if finished {
