@@ -44,8 +44,8 @@ pub struct AwsKinesis {
     region: Arc<str>,
     /// Stream ARNs by name, for the enhanced fan-out calls that name a stream by its ARN.
     arns: Arc<Mutex<HashMap<String, String>>>,
-    /// The fields of records read through GetRecords and dropped since, freed by the next
-    /// GetRecords answer.
+    /// The fields of records read through GetRecords and dropped since, freed when the next
+    /// GetRecords answer arrives (of any shard read through this client).
     graveyard: Arc<Graveyard>,
 }
 
@@ -433,11 +433,11 @@ impl KinesisApi for AwsKinesis {
                 .shard_iterator(iterator)
                 .limit(i32::try_from(limit).unwrap_or(i32::MAX))
                 .send()
-                .await
-                .map_err(|e| self.error(Operation::GetRecords, stream, Some(shard), e))?;
-            // On the thread that decodes answers: the records dropped since the last read
-            // are freed where they were allocated.
+                .await;
+            // On a read task's thread, where answers are decoded: the records dropped since
+            // the last answer are freed here rather than on the consumer's thread.
             self.graveyard.clear();
+            let out = out.map_err(|e| self.error(Operation::GetRecords, stream, Some(shard), e))?;
             let millis_behind_latest = out.millis_behind_latest.map(not_negative);
             let records = records(
                 out.records,

@@ -29,10 +29,8 @@ pub(crate) use outgoing::quote_key;
 pub use outgoing::{OutgoingRecord, Published};
 
 /// How many records of one read share one group (two allocations: the group, and their
-/// fields in one array): few enough that a record kept alone
-/// keeps little else (and that when the group is freed, its records were handed on moments
-/// before, so their memory is still in the processor's cache), enough that the allocator's
-/// cost is spread over them.
+/// fields in one array): few enough that a record kept alone keeps little else, enough that
+/// the allocator's cost is spread over them.
 pub(crate) const SHARED: usize = 64;
 
 /// A record read from one shard.
@@ -74,12 +72,14 @@ struct Group {
     /// Where the records' fields go to be freed when the group is dropped (see
     /// [`Graveyard`]); `None` frees them where the group is dropped.
     grave: Option<Arc<Graveyard>>,
+    /// The records' payload bytes (counted for a group with a `grave` only).
+    bytes: usize,
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
         if let (Some(grave), Members::Many(members)) = (self.grave.take(), &mut self.records) {
-            grave.bury(std::mem::take(members));
+            grave.bury(std::mem::take(members), self.bytes);
         }
     }
 }
@@ -259,10 +259,15 @@ impl Record {
                 return records;
             }
             let len = members.len();
+            let bytes = match grave {
+                Some(_) => members.iter().map(|f| f.data.len()).sum(),
+                None => 0,
+            };
             let group = Arc::new(Group {
                 head: head.clone(),
                 records: Members::Many(members),
                 grave: grave.cloned(),
+                bytes,
             });
             records.extend((0..len).map(|index| Self {
                 group: group.clone(),
@@ -278,6 +283,7 @@ impl Record {
                 head,
                 records: Members::One(fields),
                 grave: None,
+                bytes: 0,
             }),
             index: 0,
         }
@@ -312,10 +318,12 @@ impl Record {
         if !self.is_alone() || Arc::get_mut(&mut self.group).is_none() {
             *self = self.copied();
         }
+        let index = self.index;
         let group = Arc::get_mut(&mut self.group).expect("a record alone, not shared");
         match &mut group.records {
             Members::One(fields) => (&mut group.head, fields),
-            Members::Many(members) => (&mut group.head, &mut members[0]),
+            // Not reached: a record of a group of many is copied out above.
+            Members::Many(members) => (&mut group.head, &mut members[index]),
         }
     }
 
@@ -598,7 +606,8 @@ mod tests {
     fn a_full_graveyard_lets_the_dropper_free() {
         let grave = Arc::new(Graveyard::default());
         let shard: Arc<str> = Arc::from("shardId-0");
-        let answer = |n: usize| {
+        let answer = |n: usize, size: usize| {
+            let data = Bytes::from(vec![0u8; size]);
             Record::answer(
                 "orders",
                 &shard,
@@ -606,16 +615,23 @@ mod tests {
                 (0..n).map(|i| Read {
                     sequence_number: i.to_string().into(),
                     partition_key: "k".to_owned().into(),
-                    data: Bytes::from_static(b"d"),
+                    data: data.clone(),
                     approximate_arrival: None,
                 }),
                 Some(&grave),
             )
         };
-        drop(answer(graveyard::ROOM * SHARED));
+        drop(answer(graveyard::ROOM * SHARED, 1));
         assert_eq!(grave.waiting(), graveyard::ROOM);
-        drop(answer(SHARED));
+        drop(answer(SHARED, 1));
         assert_eq!(grave.waiting(), graveyard::ROOM);
+        grave.clear();
+        // Payloads count too: a group that would pass the bytes held is freed at once.
+        let big = graveyard::ROOM_BYTES / SHARED / 2 + 1;
+        drop(answer(SHARED, big));
+        assert_eq!(grave.waiting(), 1);
+        drop(answer(SHARED, big));
+        assert_eq!(grave.waiting(), 1);
     }
 
     #[test]
