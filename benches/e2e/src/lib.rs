@@ -281,10 +281,11 @@ impl Drop for Emulator {
 // CPU time and memory
 // ---------------------------------------------------------------------------------------------
 
-/// Reads user + system CPU time of a process from `/proc/<pid>/stat`.
+/// Reads the CPU time (user + system) of a process: its kernel CPU-time clock, in nanoseconds
+/// (`clock_getcpuclockid`), or `/proc/<pid>/stat` in clock ticks when that clock is not there.
 #[derive(Debug, Clone, Copy)]
 pub struct CpuClock {
-    /// Clock ticks per second (`getconf CLK_TCK`).
+    /// Clock ticks per second (`getconf CLK_TCK`), for the fallback.
     pub ticks_per_second: f64,
 }
 
@@ -311,9 +312,28 @@ impl CpuClock {
         }
     }
 
-    /// CPU seconds (utime + stime) of `pid` ("self" for this process); 0 when unreadable.
+    /// CPU seconds of `pid` ("self" for this process), its threads that ended included; 0
+    /// when unreadable.
     #[must_use]
     pub fn seconds(&self, pid: &str) -> f64 {
+        Self::precise(pid).unwrap_or_else(|| self.in_ticks(pid))
+    }
+
+    /// The process's CPU-time clock (counted by the scheduler in nanoseconds).
+    fn precise(pid: &str) -> Option<f64> {
+        use nix::time::{ClockId, clock_getcpuclockid, clock_gettime};
+        let clock = if pid == "self" {
+            ClockId::CLOCK_PROCESS_CPUTIME_ID
+        } else {
+            let pid = nix::unistd::Pid::from_raw(pid.parse().ok()?);
+            clock_getcpuclockid(pid).ok()?
+        };
+        let now = clock_gettime(clock).ok()?;
+        Some(now.tv_sec() as f64 + now.tv_nsec() as f64 / 1e9)
+    }
+
+    /// utime + stime from `/proc/<pid>/stat`, in clock ticks (10 ms on most systems).
+    fn in_ticks(&self, pid: &str) -> f64 {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             return 0.0;
         };

@@ -431,7 +431,7 @@ async fn run(options: Options) -> Result<()> {
         for &way in &order {
             let sample = bench.drain(way, round + 1).await?;
             println!(
-                "  round {} {:<34} {:>9.0} records/s  {:>6.2} s  client CPU {:>5.2} s  emulator CPU {:>5.2} s",
+                "  round {} {:<34} {:>9.0} records/s  {:>6.2} s  client CPU {:>6.3} s  emulator CPU {:>6.3} s",
                 round + 1,
                 way.label(),
                 sample.rate(),
