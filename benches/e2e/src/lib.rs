@@ -349,6 +349,17 @@ impl CpuClock {
     }
 }
 
+/// Now on `CLOCK_MONOTONIC`, in nanoseconds (0 when unreadable): the clock `perf record -k
+/// CLOCK_MONOTONIC` stamps its samples with, so a profile can be cut at the drain's windows.
+#[must_use]
+pub fn monotonic_ns() -> u64 {
+    use nix::time::{ClockId, clock_gettime};
+    clock_gettime(ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0)
+    })
+}
+
 /// This process's resident memory in bytes (`VmRSS` of `/proc/self/status`); 0 when
 /// unreadable.
 #[must_use]

@@ -52,7 +52,7 @@ use kinesis_dataflow::{
 use kinesis_dataflow::{OutgoingRecord, Publisher};
 use kinesis_dataflow_e2e::{
     BoxError, CpuClock, Emulator, Frame, PUT_BATCH, Progress, RECORD_BYTES, Result, SERVE_EMULATOR,
-    entry, median, put_entries, serve_emulator,
+    entry, median, monotonic_ns, put_entries, serve_emulator,
 };
 use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at};
 use ruststream::runtime::{AppInfo, Context, Handle, HandlerOutcome, RustStream, subscriber};
@@ -114,6 +114,8 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
                 library's, 10 s and 4 s); under valgrind, where the client runs some 50 times
                 slower than the clock, longer ones keep a lease or the worker row from lapsing
                 mid-drain and its shards' records from being read twice
+  --windows     print each timed window on CLOCK_MONOTONIC (`window (b) FROM TO`, in ns), to
+                cut a `perf record -k CLOCK_MONOTONIC` profile by way (benches/e2e/perf-ways.sh)
   --help        this text
 
 ways: (a) raw SDK loop (the baseline), (b) Subscription + AckSink, (c) 4 ShardReaders merged
@@ -138,6 +140,8 @@ struct Options {
     /// The subscription ways' lease duration and worker timeout, when not the library's
     /// defaults.
     lease_duration: Option<Duration>,
+    /// Print each timed window on `CLOCK_MONOTONIC` (for cutting a `perf` profile by way).
+    windows: bool,
     /// The arguments as given, for the command line the report repeats.
     given: Vec<String>,
 }
@@ -154,6 +158,7 @@ impl Options {
             endpoint: None,
             emulator_pid: None,
             lease_duration: None,
+            windows: false,
             given: args.to_vec(),
         };
         let (mut records, mut rounds) = (None, None);
@@ -182,6 +187,7 @@ impl Options {
                     options.only = Some(letters.to_owned());
                 }
                 "--aggregated" => options.aggregated = true,
+                "--windows" => options.windows = true,
                 "--endpoint" => {
                     options.endpoint = Some(it.next().ok_or("--endpoint needs a URL")?.to_owned());
                 }
@@ -277,6 +283,8 @@ impl Way {
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     seconds: f64,
+    /// The timed window on `CLOCK_MONOTONIC`, nanoseconds from and to.
+    window: (u64, u64),
     records: usize,
     client_cpu: f64,
     emulator_cpu: f64,
@@ -302,6 +310,8 @@ struct Drained {
 #[derive(Debug, Clone, Copy)]
 struct Mark {
     at: Instant,
+    /// `CLOCK_MONOTONIC` in nanoseconds, for `--windows`.
+    monotonic: u64,
     client_cpu: f64,
     emulator_cpu: f64,
 }
@@ -439,6 +449,10 @@ async fn run(options: Options) -> Result<()> {
                 sample.client_cpu,
                 sample.emulator_cpu
             );
+            if options.windows {
+                let (from, to) = sample.window;
+                println!("      window ({}) {from} {to}", way.letter());
+            }
             this_round.insert(way, sample);
             samples.entry(way).or_default().push(sample);
         }
@@ -556,6 +570,7 @@ impl<'p> Handle<Frame<'p>> for CountHandler {
         if tally.records.fetch_add(1, Ordering::Relaxed) + 1 == tally.target {
             let mark = Mark {
                 at: Instant::now(),
+                monotonic: monotonic_ns(),
                 client_cpu: tally.cpu.seconds("self"),
                 emulator_cpu: tally.cpu.seconds(&tally.emulator_pid),
             };
@@ -580,6 +595,7 @@ impl Bench {
     fn mark(&self) -> Mark {
         Mark {
             at: Instant::now(),
+            monotonic: monotonic_ns(),
             client_cpu: self.cpu.seconds("self"),
             emulator_cpu: self.cpu.seconds(&self.emulator_pid),
         }
@@ -631,6 +647,7 @@ impl Bench {
         }
         let sample = Sample {
             seconds: (end.at - start.at).as_secs_f64(),
+            window: (start.monotonic, end.monotonic),
             records: drained.records,
             client_cpu: end.client_cpu - start.client_cpu,
             emulator_cpu: end.emulator_cpu - start.emulator_cpu,
