@@ -16,12 +16,19 @@
 //! In a [`MultiSubscription`](crate::MultiSubscription) every reader, of every stream, also
 //! answers to the worker row of the group's anchor stream ([`super::group`]), and only for
 //! as long as that row was not lost since the reader's shard was taken (the gate's *epoch*).
+//!
+//! The check before each record reads the clock precisely only now and then: in between, a
+//! coarser and cheaper clock tells that the gate's earliest deadline is still far ([`shortcut`]).
+
+mod shortcut;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use shortcut::Shortcut;
 
 /// Shared between a held shard's pump and the coordinator.
 #[derive(Debug)]
@@ -39,6 +46,9 @@ pub(crate) struct LeaseGate {
     /// In a liveness group: the anchor stream's worker gate, and its epoch when the shard
     /// was taken. The anchor's row must be fresh too, and not lost since.
     anchor: Option<Anchor>,
+    /// Until when the gate is sure to be open, on a cheaper clock. Written by
+    /// [`is_open`](Self::is_open), which only the shard's pump calls.
+    shortcut: Shortcut,
 }
 
 /// A liveness group's anchor gate as a [`LeaseGate`] answers to it.
@@ -72,6 +82,7 @@ impl LeaseGate {
             worker_offset: nanos_between(worker.base, sent),
             worker,
             anchor: None,
+            shortcut: Shortcut::default(),
         };
         gate.renewed(sent);
         gate
@@ -88,6 +99,7 @@ impl LeaseGate {
             worker: previous.worker.clone(),
             worker_offset: previous.worker_offset,
             anchor: previous.anchor.clone(),
+            shortcut: Shortcut::default(),
         }
     }
 
@@ -129,20 +141,62 @@ impl LeaseGate {
         self.revoked.load(Ordering::Acquire)
     }
 
-    /// True while records of this shard may be handed out.
+    /// True while records of this shard may be handed out. Asked before every record is
+    /// handed out, by the shard's pump only.
     ///
-    /// Asked before every record is handed out: one reading of the clock, one subtraction,
-    /// and the rest in integers (each worker gate's time is this gate's plus a fixed offset).
+    /// A revocation is seen at once. The deadlines are judged on a coarse clock while the
+    /// last precise check's [`Shortcut`] holds (nothing that can close the gate early changed
+    /// since, and the coarse clock has not reached it); otherwise by one precise reading of
+    /// tokio's clock, one subtraction, and the rest in integers (each worker gate's time is
+    /// this gate's plus a fixed offset).
     pub(crate) fn is_open(&self) -> bool {
-        let since_base = Instant::now().saturating_duration_since(self.base);
+        if self.is_revoked() {
+            return false;
+        }
+        let changes = self.changes();
+        if self.shortcut.admits(changes) {
+            return true;
+        }
+        let monotonic = self.shortcut.before_check();
+        let now = Instant::now();
+        let since_base = now.saturating_duration_since(self.base);
         let since_base = u64::try_from(since_base.as_nanos()).unwrap_or(u64::MAX);
         let signed = i64::try_from(since_base).unwrap_or(i64::MAX);
-        !self.is_revoked()
-            && since_base < self.valid_until.load(Ordering::Acquire)
+        let open = since_base < self.valid_until.load(Ordering::Acquire)
             && (self.worker).is_open_at(signed.saturating_add(self.worker_offset))
             && (self.anchor.as_ref()).is_none_or(|anchor| {
                 (anchor.gate).is_open_in_at(anchor.epoch, signed.saturating_add(anchor.offset))
-            })
+            });
+        match monotonic {
+            Some(monotonic) if open => {
+                let open_for = Duration::from_nanos(self.open_for(since_base, signed));
+                self.shortcut.note(monotonic, now, open_for, changes);
+            }
+            _ => self.shortcut.forget(),
+        }
+        open
+    }
+
+    /// How many nanoseconds after `since_base` the earliest of the gate's deadlines is (the
+    /// gate being open at `since_base`; `signed` is the same as an `i64`).
+    fn open_for(&self, since_base: u64, signed: i64) -> u64 {
+        let lease = self
+            .valid_until
+            .load(Ordering::Acquire)
+            .saturating_sub(since_base);
+        let worker = (self.worker).open_for_at(signed.saturating_add(self.worker_offset));
+        let anchor = (self.anchor.as_ref())
+            .and_then(|anchor| (anchor.gate).open_for_at(signed.saturating_add(anchor.offset)));
+        lease
+            .min(worker.unwrap_or(u64::MAX))
+            .min(anchor.unwrap_or(u64::MAX))
+    }
+
+    /// The count of changes that can close the gate before its deadlines: the worker gate's
+    /// and the anchor's (each only grows, so the sum moves whenever either does).
+    fn changes(&self) -> u64 {
+        let anchor = (self.anchor.as_ref()).map_or(0, |anchor| anchor.gate.changes());
+        self.worker.changes().wrapping_add(anchor)
     }
 
     /// True when the lease ran out without a renewal (as opposed to a revocation).
@@ -170,6 +224,8 @@ pub(crate) struct WorkerGate {
     valid_until: AtomicU64,
     give_up_after: Duration,
     epoch: AtomicU64,
+    /// Counts what can close the gate before its deadline: a loss, an unbinding, a binding.
+    changes: AtomicU64,
 }
 
 impl WorkerGate {
@@ -181,7 +237,14 @@ impl WorkerGate {
             valid_until: AtomicU64::new(0),
             give_up_after,
             epoch: AtomicU64::new(0),
+            changes: AtomicU64::new(0),
         }
+    }
+
+    /// The count of changes that can close the gate before its deadline (see
+    /// [`LeaseGate::is_open`]).
+    fn changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
     }
 
     /// The number of times the row was lost so far.
@@ -194,6 +257,7 @@ impl WorkerGate {
     pub(crate) fn lost(&self) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
         self.valid_until.store(0, Ordering::SeqCst);
+        self.changes.fetch_add(1, Ordering::SeqCst);
     }
 
     /// True while a reader of `epoch` may hand out records.
@@ -220,12 +284,28 @@ impl WorkerGate {
         } else {
             self.valid_until.store(nanos, Ordering::Release);
             self.bound.store(true, Ordering::Release);
+            self.changes.fetch_add(1, Ordering::SeqCst);
         }
     }
 
     /// The instance deleted its own worker row: its readers answer to their leases only.
     pub(crate) fn unbind(&self) {
         self.bound.store(false, Ordering::Release);
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Nanoseconds from `since_base` (after the gate's base) to the row's deadline; `None`
+    /// while unbound (no deadline).
+    fn open_for_at(&self, since_base: i64) -> Option<u64> {
+        if !self.bound.load(Ordering::Acquire) {
+            return None;
+        }
+        let since_base = u64::try_from(since_base).unwrap_or(0);
+        Some(
+            self.valid_until
+                .load(Ordering::Acquire)
+                .saturating_sub(since_base),
+        )
     }
 
     /// True while the readers may hand out records (as far as the worker row goes), at
@@ -259,6 +339,55 @@ mod tests {
         gate.revoke();
         assert!(!gate.is_open());
         assert!(!gate.is_expired());
+    }
+
+    /// Real time (no paused clock): the gates take notes on the coarse clock.
+    #[test]
+    fn with_a_note_taken_a_lost_worker_row_or_anchor_closes_the_gate_at_once() {
+        let (worker, anchor) = (unbound(), unbound());
+        worker.renewed(Instant::now());
+        let gate = LeaseGate::new(Instant::now(), Duration::from_secs(60), worker.clone())
+            .anchored(Some((anchor.clone(), anchor.epoch())));
+        assert!(gate.is_open());
+        assert!(gate.is_open(), "answered from the note");
+        worker.lost();
+        assert!(!gate.is_open(), "the worker row was lost");
+        worker.renewed(Instant::now());
+        assert!(gate.is_open(), "written again");
+        anchor.renewed(Instant::now());
+        assert!(gate.is_open(), "the anchor's row written");
+        anchor.lost();
+        assert!(!gate.is_open(), "the anchor's row was lost");
+        anchor.renewed(Instant::now());
+        assert!(
+            !gate.is_open(),
+            "lost since the shard was taken: closed for good"
+        );
+    }
+
+    #[test]
+    fn with_a_note_taken_a_worker_row_bound_late_closes_the_gate_at_its_own_deadline() {
+        let worker = Arc::new(WorkerGate::new(Duration::from_millis(20)));
+        let written = Instant::now();
+        let gate = LeaseGate::new(Instant::now(), Duration::from_secs(60), worker.clone());
+        assert!(
+            gate.is_open(),
+            "unbound: the lease alone decides, for a minute"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        // The first write of the worker row succeeds, sent 50 ms ago: its deadline passed.
+        worker.renewed(written);
+        assert!(!gate.is_open());
+    }
+
+    #[test]
+    fn with_a_note_taken_a_lease_not_renewed_closes_the_gate_at_its_deadline() {
+        // Open for longer than the coarse clock's lag allowance: the first check takes a note.
+        let gate = LeaseGate::new(Instant::now(), Duration::from_millis(200), unbound());
+        let _ = gate.is_open();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!gate.is_open());
+        assert!(gate.is_expired());
     }
 
     #[test]
