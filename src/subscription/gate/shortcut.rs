@@ -116,29 +116,29 @@ fn coarse_lag_ns() -> u64 {
 
 #[cfg(target_os = "linux")]
 fn coarse_ns() -> Option<u64> {
-    Some(nanos(rustix::time::clock_gettime(
-        rustix::time::ClockId::MonotonicCoarse,
-    )))
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)
+        .ok()
+        .map(nanos)
 }
 
 #[cfg(target_os = "linux")]
 fn monotonic_ns() -> Option<u64> {
-    Some(nanos(rustix::time::clock_gettime(
-        rustix::time::ClockId::Monotonic,
-    )))
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .ok()
+        .map(nanos)
 }
 
 #[cfg(target_os = "linux")]
 fn resolution_ns() -> Option<u64> {
-    Some(nanos(rustix::time::clock_getres(
-        rustix::time::ClockId::MonotonicCoarse,
-    )))
+    nix::time::clock_getres(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)
+        .ok()
+        .map(nanos)
 }
 
 #[cfg(target_os = "linux")]
-fn nanos(time: rustix::time::Timespec) -> u64 {
-    let seconds = u64::try_from(time.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(time.tv_nsec).unwrap_or(0);
+fn nanos(time: nix::sys::time::TimeSpec) -> u64 {
+    let seconds = u64::try_from(time.tv_sec()).unwrap_or(0);
+    let nanos = u64::try_from(time.tv_nsec()).unwrap_or(0);
     seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
