@@ -34,6 +34,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use clocks::{coarse_ns, monotonic_ns, resolution_ns};
+
 /// The least allowance for the coarse clock's lag behind the precise one: 50 ms.
 pub(super) const LAG_ALLOWANCE: Duration = Duration::from_millis(50);
 
@@ -119,47 +121,46 @@ fn coarse_lag_ns() -> u64 {
     })
 }
 
+/// The clocks, read through libc (its vDSO where there is one, the system call elsewhere).
 #[cfg(target_os = "linux")]
-fn coarse_ns() -> Option<u64> {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)
-        .ok()
-        .map(nanos)
+mod clocks {
+    use nix::sys::time::TimeSpec;
+    use nix::time::{ClockId, clock_getres, clock_gettime};
+
+    pub(super) fn coarse_ns() -> Option<u64> {
+        nanos(clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE))
+    }
+
+    pub(super) fn monotonic_ns() -> Option<u64> {
+        nanos(clock_gettime(ClockId::CLOCK_MONOTONIC))
+    }
+
+    pub(super) fn resolution_ns() -> Option<u64> {
+        nanos(clock_getres(ClockId::CLOCK_MONOTONIC_COARSE))
+    }
+
+    fn nanos(time: nix::Result<TimeSpec>) -> Option<u64> {
+        let time = time.ok()?;
+        let seconds = u64::try_from(time.tv_sec()).unwrap_or(0);
+        let nanos = u64::try_from(time.tv_nsec()).unwrap_or(0);
+        Some(seconds.saturating_mul(1_000_000_000).saturating_add(nanos))
+    }
 }
 
-#[cfg(target_os = "linux")]
-fn monotonic_ns() -> Option<u64> {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .ok()
-        .map(nanos)
-}
-
-#[cfg(target_os = "linux")]
-fn resolution_ns() -> Option<u64> {
-    nix::time::clock_getres(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)
-        .ok()
-        .map(nanos)
-}
-
-#[cfg(target_os = "linux")]
-fn nanos(time: nix::sys::time::TimeSpec) -> u64 {
-    let seconds = u64::try_from(time.tv_sec()).unwrap_or(0);
-    let nanos = u64::try_from(time.tv_nsec()).unwrap_or(0);
-    seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
-}
-
+/// No coarse clock: every check is precise.
 #[cfg(not(target_os = "linux"))]
-fn coarse_ns() -> Option<u64> {
-    None
-}
+mod clocks {
+    pub(super) fn coarse_ns() -> Option<u64> {
+        None
+    }
 
-#[cfg(not(target_os = "linux"))]
-fn monotonic_ns() -> Option<u64> {
-    None
-}
+    pub(super) fn monotonic_ns() -> Option<u64> {
+        None
+    }
 
-#[cfg(not(target_os = "linux"))]
-fn resolution_ns() -> Option<u64> {
-    None
+    pub(super) fn resolution_ns() -> Option<u64> {
+        None
+    }
 }
 
 #[cfg(test)]
