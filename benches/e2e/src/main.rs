@@ -25,7 +25,10 @@
 //! * (f) (b) reading with enhanced fan-out (`ReadSettings::fan_out`): the records are pushed
 //!   through SubscribeToShard instead of polled;
 //! * (g) only with `--diagnose`: (b) with `ReadSettings::background_reads(false)`, every
-//!   GetRecords polled by the consuming task instead of a task of its own.
+//!   GetRecords polled by the consuming task instead of a task of its own;
+//! * (h) only with `--diagnose`: (b) consumed by a plain loop, `next().await` then
+//!   `Delivery::ack`, without the combinators and the `AckSink`: what the subscription
+//!   itself costs, apart from the pipeline a user builds on it.
 //!
 //! It prints, per way, the median records/s, the median of the per-round ratios to (a), and
 //! the CPU seconds per 100,000 records of this process and of the emulator process. Times are
@@ -97,8 +100,9 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
   --records N   backlog size, 100-byte records (default 200000)
   --rounds R    timed rounds; each round drains the backlog once per way (default 5)
   --quick       smoke run: --records 20000 --rounds 1
-  --diagnose    also time (d): 4 ShardReaders, each drained on a task of its own, and
-                (g): (b) with every read polled by the consuming task
+  --diagnose    also time (d): 4 ShardReaders, each drained on a task of its own,
+                (g): (b) with every read polled by the consuming task, and (h): (b)
+                consumed by a loop of next() and ack(), without combinators or AckSink
   --ways LETTERS
                 only these ways (e.g. `b`, for a profile); the baseline (a) always runs
   --aggregated  load the backlog as KPL aggregates of up to 100 user records (this crate's
@@ -110,7 +114,7 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
   --emulator-pid PID
                 with --endpoint: the emulator's process, for its CPU column
   --lease-duration SECS
-                the lease duration and worker timeout of ways (b), (f) and (g) (default the
+                the lease duration and worker timeout of ways (b), (f), (g) and (h) (default the
                 library's, 10 s and 4 s); under valgrind, where the client runs some 50 times
                 slower than the clock, longer ones keep a lease or the worker row from lapsing
                 mid-drain and its shards' records from being read twice
@@ -120,7 +124,7 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
 
 ways: (a) raw SDK loop (the baseline), (b) Subscription + AckSink, (c) 4 ShardReaders merged
 with select_all, (e) a RustStream app on KinesisBroker, (f) (b) reading with enhanced fan-out;
-(d) and (g) with --diagnose.";
+(d), (g) and (h) with --diagnose.";
 
 #[derive(Debug)]
 struct Options {
@@ -181,8 +185,8 @@ impl Options {
                 "--diagnose" => options.diagnose = true,
                 "--ways" => {
                     let letters = it.next().ok_or("--ways needs letters, e.g. ab")?;
-                    if let Some(bad) = letters.chars().find(|c| !"abcdefg".contains(*c)) {
-                        return Err(format!("--ways: `{bad}` is not one of a b c d e f g"));
+                    if let Some(bad) = letters.chars().find(|c| !"abcdefgh".contains(*c)) {
+                        return Err(format!("--ways: `{bad}` is not one of a b c d e f g h"));
                     }
                     options.only = Some(letters.to_owned());
                 }
@@ -222,10 +226,11 @@ enum Way {
     BrokerFace,
     FanOut,
     InlineReads,
+    AckLoop,
 }
 
 impl Way {
-    const ALL: [Way; 7] = [
+    const ALL: [Way; 8] = [
         Way::Sdk,
         Way::Subscription,
         Way::SelectAll,
@@ -233,6 +238,7 @@ impl Way {
         Way::BrokerFace,
         Way::FanOut,
         Way::InlineReads,
+        Way::AckLoop,
     ];
     /// The ways of a run without `--diagnose`, in the first round's order.
     const DEFAULT: [Way; 5] = [
@@ -243,7 +249,7 @@ impl Way {
         Way::FanOut,
     ];
     /// The ways of a `--diagnose` run, in the first round's order.
-    const DIAGNOSE: [Way; 7] = [
+    const DIAGNOSE: [Way; 8] = [
         Way::Sdk,
         Way::Subscription,
         Way::SelectAll,
@@ -251,6 +257,7 @@ impl Way {
         Way::BrokerFace,
         Way::FanOut,
         Way::InlineReads,
+        Way::AckLoop,
     ];
 
     /// The way's letter, as `--ways` names it.
@@ -263,6 +270,7 @@ impl Way {
             Way::BrokerFace => 'e',
             Way::FanOut => 'f',
             Way::InlineReads => 'g',
+            Way::AckLoop => 'h',
         }
     }
 
@@ -275,6 +283,7 @@ impl Way {
             Way::BrokerFace => "(e) RustStream app, KinesisBroker",
             Way::FanOut => "(f) Subscription + AckSink, enhanced fan-out",
             Way::InlineReads => "(g) Subscription + AckSink, reads polled inline",
+            Way::AckLoop => "(h) Subscription, next() and ack() in a loop",
         }
     }
 }
@@ -415,7 +424,7 @@ async fn run(options: Options) -> Result<()> {
     // store land on no way's account.
     bench.drain(Way::Sdk, 0).await?;
 
-    let diagnostic = |o: &str| o.contains('d') || o.contains('g');
+    let diagnostic = |o: &str| o.contains(['d', 'g', 'h']);
     let all = if options.diagnose || options.only.as_deref().is_some_and(diagnostic) {
         &Way::DIAGNOSE[..]
     } else {
@@ -622,7 +631,7 @@ impl Bench {
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
             match way {
                 Way::Sdk => self.drain_sdk().await,
-                Way::Subscription | Way::FanOut | Way::InlineReads => {
+                Way::Subscription | Way::FanOut | Way::InlineReads | Way::AckLoop => {
                     self.drain_subscription(round, way).await
                 }
                 Way::SelectAll => self.drain_select_all().await,
@@ -748,19 +757,37 @@ impl Bench {
         // as the raw loop counts; the progress line's shared counter every 1,000 records.
         let seen = &*self.seen;
         let (mut records, mut bytes, mut errors) = (0usize, 0usize, 0usize);
-        let _ = (&mut subscription)
-            .errors_to(|_| errors += 1)
-            .take(self.records)
-            .inspect(|delivery| {
-                records += 1;
-                if records.is_multiple_of(1_000) {
-                    seen.fetch_add(1_000, Ordering::Relaxed);
+        if way == Way::AckLoop {
+            // The same counting, in a loop of the subscription's own calls.
+            while records < self.records {
+                match subscription.next().await {
+                    Some(Ok(delivery)) => {
+                        records += 1;
+                        if records.is_multiple_of(1_000) {
+                            seen.fetch_add(1_000, Ordering::Relaxed);
+                        }
+                        bytes += delivery.data().len();
+                        delivery.ack();
+                    }
+                    Some(Err(_)) => errors += 1,
+                    None => break,
                 }
-                bytes += delivery.data().len();
-            })
-            .map(Ok)
-            .forward(AckSink::new())
-            .await;
+            }
+        } else {
+            let _ = (&mut subscription)
+                .errors_to(|_| errors += 1)
+                .take(self.records)
+                .inspect(|delivery| {
+                    records += 1;
+                    if records.is_multiple_of(1_000) {
+                        seen.fetch_add(1_000, Ordering::Relaxed);
+                    }
+                    bytes += delivery.data().len();
+                })
+                .map(Ok)
+                .forward(AckSink::new())
+                .await;
+        }
         // Timed up to the last delivery's ack; the graceful stop (final checkpoints, lease
         // release) that follows is not part of the drain.
         let end = self.mark();
