@@ -77,6 +77,11 @@ fn main() -> Result<()> {
     if args.iter().any(|a| a == SERVE_EMULATOR) {
         return serve_emulator();
     }
+    // The library's tracing on stdout when RUST_LOG asks for it (to see why a drain stalls);
+    // without it no subscriber is installed, so the measured ways pay nothing for it.
+    if std::env::var_os("RUST_LOG").is_some() {
+        kinesis_dataflow_test_support::init_tracing();
+    }
     let options = match Options::parse(&args) {
         Ok(options) => options,
         Err(message) => {
@@ -283,7 +288,7 @@ impl Way {
             Way::BrokerFace => "(e) RustStream app, KinesisBroker",
             Way::FanOut => "(f) Subscription + AckSink, enhanced fan-out",
             Way::InlineReads => "(g) Subscription + AckSink, reads polled inline",
-            Way::AckLoop => "(h) Subscription, next() and ack() in a loop",
+            Way::AckLoop => "(h) Subscription, next() + ack()",
         }
     }
 }
@@ -751,12 +756,19 @@ impl Bench {
         if let Some(duration) = self.lease_duration {
             builder = builder.lease_duration(duration).worker_timeout(duration);
         }
+        // Says where a drain that takes far longer than it should is stuck.
+        let stage = Arc::new(AtomicUsize::new(STARTING));
+        let watchdog = tokio::spawn(watch_stage(stage.clone(), way, self.seen.clone()));
+        let _watchdog = AbortOnDrop(watchdog);
         let mut subscription = builder.start().await?;
+        stage.store(READING, Ordering::Relaxed);
         // The pipeline a user writes (the README's, without the batches): errors counted
         // through `errors_to`, deliveries acked through `AckSink`. Counted in plain integers,
         // as the raw loop counts; the progress line's shared counter every 1,000 records.
         let seen = &*self.seen;
         let (mut records, mut bytes, mut errors) = (0usize, 0usize, 0usize);
+        let target = self.records;
+        let mut closed = Ok(());
         if way == Way::AckLoop {
             // The same counting, in a loop of the subscription's own calls.
             while records < self.records {
@@ -774,13 +786,17 @@ impl Bench {
                 }
             }
         } else {
-            let _ = (&mut subscription)
+            closed = (&mut subscription)
                 .errors_to(|_| errors += 1)
                 .take(self.records)
                 .inspect(|delivery| {
                     records += 1;
                     if records.is_multiple_of(1_000) {
                         seen.fetch_add(1_000, Ordering::Relaxed);
+                        if records == target {
+                            // The last one: `take` ends the stream, `forward` closes the sink.
+                            stage.store(CLOSING, Ordering::Relaxed);
+                        }
                     }
                     bytes += delivery.data().len();
                 })
@@ -791,6 +807,11 @@ impl Bench {
         // Timed up to the last delivery's ack; the graceful stop (final checkpoints, lease
         // release) that follows is not part of the drain.
         let end = self.mark();
+        if let Err(e) = closed {
+            // The acks are counted, but their checkpoints were not confirmed: say so.
+            println!("      {} AckSink: {e}", &way.label()[..3]);
+        }
+        stage.store(STOPPING, Ordering::Relaxed);
         subscription.shutdown().await;
         // Checkpoint writes per shard over the drain and its final flush (the lease table's
         // cost; the default interval is 5 s, so a sub-second drain writes the start position,
@@ -967,4 +988,44 @@ fn report(
         format!(" -- {}", options.given.join(" "))
     };
     println!("command: cargo run --release --manifest-path benches/e2e/Cargo.toml{given}");
+}
+
+/// Where a subscription drain is: [`watch_stage`] names it when the drain takes too long.
+const STARTING: usize = 0;
+const READING: usize = 1;
+const CLOSING: usize = 2;
+const STOPPING: usize = 3;
+
+/// How long a drain may take before [`watch_stage`] says where it is (a drain takes seconds).
+const STAGE_REPORT_EVERY: Duration = Duration::from_secs(30);
+
+/// Every [`STAGE_REPORT_EVERY`] while a subscription drain runs, prints its stage and the
+/// records seen so far to stderr: a drain that stalls says whether it stalled starting,
+/// reading, closing the ack sink (its wait for the checkpoints) or stopping.
+async fn watch_stage(stage: Arc<AtomicUsize>, way: Way, seen: Arc<AtomicUsize>) {
+    let mut waited = Duration::ZERO;
+    loop {
+        tokio::time::sleep(STAGE_REPORT_EVERY).await;
+        waited += STAGE_REPORT_EVERY;
+        let at = match stage.load(Ordering::Relaxed) {
+            STARTING => "starting the subscription",
+            READING => "reading",
+            CLOSING => "closing the AckSink (waiting for the checkpoints to cover its acks)",
+            _ => "stopping the subscription (Subscription::shutdown)",
+        };
+        eprintln!(
+            "{} still running after {waited:?}: {at}; {} records seen",
+            way.label(),
+            seen.load(Ordering::Relaxed)
+        );
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
