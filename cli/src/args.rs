@@ -37,7 +37,11 @@ CHECKPOINT as stored, the lease COUNTER, AGE (time since the row was last writte
 writer's clock), and the lag from the checkpoint: BEHIND (MillisBehindLatest of the next
 record) and RECORDS (Kinesis records between the checkpoint and the tip, counted with
 GetRecords). The lag costs one GetShardIterator and one or more GetRecords per unfinished
-shard, which share the shard's read limit (5 calls a second) with the application.";
+shard, which share the shard's read limit (5 calls a second) with the application.
+
+A row of an earlier stream of the same name (deleted and created again) shows
+`- (earlier stream's row)` as its CHECKPOINT, with a note; its lag counts from the shard's
+beginning, where an instance reads it after replacing the row.";
 
 /// `workers --help`, after the options.
 const WORKERS_AFTER_HELP: &str = "\

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata};
 use kinesis_dataflow::DynamoLeaseStore;
-use kinesis_dataflow::lease::{KeyLayout, LeaseError, LeaseRow};
+use kinesis_dataflow::lease::{KeyLayout, Lease, LeaseError, LeaseRow};
 
 use crate::Failure;
 use crate::args::Target;
@@ -40,6 +40,16 @@ impl Shard {
     pub fn is_closed(&self) -> bool {
         self.ending_sequence_number.is_some()
     }
+}
+
+/// True when `row` was written for a shard of an earlier stream of the same name (deleted and
+/// created again): it records a starting sequence number other than the listed shard's. The
+/// library's rule (a row written before the number was recorded counts as this stream's):
+/// such a row is replaced at the next listing and the shard read from its beginning.
+pub fn is_earlier_stream(row: &Lease, shard: &Shard) -> bool {
+    row.starting_sequence_number
+        .as_deref()
+        .is_some_and(|seq| seq != shard.starting_sequence_number)
 }
 
 /// How long one call's attempt may go unanswered, and one call with its retries.

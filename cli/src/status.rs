@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::Failure;
 use crate::args::StatusArgs;
-use crate::aws::{self, Aws, Shard};
+use crate::aws::{self, Aws, Shard, is_earlier_stream};
 use crate::output;
 use crate::time;
 
@@ -48,8 +48,19 @@ struct Line {
     depth: usize,
     children: Vec<String>,
     row: Option<LeaseRow>,
+    /// The row was written for a shard of an earlier stream of the same name (deleted and
+    /// created again): an instance replaces it at its next listing and reads the shard from
+    /// its beginning, so its checkpoint says nothing of this stream.
+    earlier: bool,
     waiting: bool,
     lag: Lag,
+}
+
+impl Line {
+    /// The row says the shard was read to its end: SHARD_END, in a row of this stream.
+    fn is_finished(&self) -> bool {
+        !self.earlier && self.row.as_ref().is_some_and(|r| r.lease.is_finished())
+    }
 }
 
 /// One reading of the table and the stream.
@@ -128,9 +139,15 @@ async fn snapshot(aws: &Aws, stream: &str, records_cap: u64) -> Result<Snapshot,
 /// The lines of the tree, each with its row and whether that row waits for its parents; the
 /// lag not measured yet.
 fn lines(shards: &[Shard], by_id: &BTreeMap<String, LeaseRow>) -> Vec<Line> {
-    let listed: HashSet<&str> = shards.iter().map(|s| s.id.as_str()).collect();
-    let finished =
-        |id: &str| !listed.contains(id) || by_id.get(id).is_some_and(|r| r.lease.is_finished());
+    let listed: HashMap<&str, &Shard> = shards.iter().map(|s| (s.id.as_str(), s)).collect();
+    // As the library judges a parent: past the retention period, or SHARD_END in a row of
+    // this stream (not of an earlier stream of the same name).
+    let finished = |id: &str| match listed.get(id) {
+        None => true,
+        Some(shard) => by_id
+            .get(id)
+            .is_some_and(|r| r.lease.is_finished() && !is_earlier_stream(&r.lease, shard)),
+    };
     tree_order(shards)
         .into_iter()
         .map(|(depth, index)| {
@@ -141,10 +158,14 @@ fn lines(shards: &[Shard], by_id: &BTreeMap<String, LeaseRow>) -> Vec<Line> {
                 .map(|s| s.id.clone())
                 .collect();
             let row = by_id.get(&shard.id).cloned();
-            let waiting = row.as_ref().is_some_and(|r| !r.lease.is_finished())
-                && shard.parents.iter().any(|p| !finished(p));
+            let earlier = row
+                .as_ref()
+                .is_some_and(|r| is_earlier_stream(&r.lease, &shard));
+            let waiting =
+                row.is_some() && !finished(&shard.id) && shard.parents.iter().any(|p| !finished(p));
             Line {
                 row,
+                earlier,
                 shard,
                 depth,
                 children,
@@ -161,6 +182,8 @@ async fn measure_lags(aws: &Aws, stream: &str, lines: &mut [Line], cap: u64) {
         .map(|line| async move {
             match &line.row {
                 None => Lag::NotMeasured,
+                // Its checkpoint is an earlier stream's: the shard is read from its beginning.
+                Some(_) if line.earlier => lag(aws, stream, &line.shard.id, None, cap).await,
                 Some(row) => {
                     lag(
                         aws,
@@ -412,7 +435,8 @@ fn to_json(
                 "state": if line.shard.is_closed() { "closed" } else { "open" },
                 "starting_sequence_number": line.shard.starting_sequence_number,
                 "ending_sequence_number": line.shard.ending_sequence_number,
-                "finished": line.row.as_ref().is_some_and(|r| r.lease.is_finished()),
+                "finished": line.is_finished(),
+                "earlier_stream_row": line.earlier,
                 "waiting_for_parents": line.waiting,
                 "row": row,
                 "counter_delta": delta,
@@ -490,6 +514,9 @@ fn render(
     out
 }
 
+/// The CHECKPOINT cell of a row of an earlier stream of the same name.
+const EARLIER_STREAM_ROW: &str = "- (earlier stream's row)";
+
 /// The columns of the shard table.
 const HEADERS: [&str; 8] = [
     "SHARD",
@@ -511,11 +538,7 @@ fn summary(snap: &Snapshot) -> String {
         .filter_map(|l| l.row.as_ref()?.lease.owner.as_deref())
         .collect();
     let owners: HashSet<&str> = held.iter().copied().collect();
-    let finished = snap
-        .lines
-        .iter()
-        .filter(|l| l.row.as_ref().is_some_and(|r| r.lease.is_finished()))
-        .count();
+    let finished = snap.lines.iter().filter(|l| l.is_finished()).count();
     format!(
         "{} ({open} open, {} closed), {finished} finished; {} held by {}\n\n",
         output::count(snap.lines.len(), "shard"),
@@ -535,6 +558,15 @@ fn shard_cells(
     let id = &line.shard.id;
     let before = previous.and_then(|p| p.get(id)).copied();
     let [owner, checkpoint, counter, age] = match &line.row {
+        Some(row) if line.earlier => {
+            notes.push(format!(
+                "{id}: the row was written for an earlier stream of the same name (deleted and \
+                 created again): an instance replaces it at its next listing and reads the \
+                 shard from its beginning; BEHIND and RECORDS count from there"
+            ));
+            let [owner, _, counter, age] = row_cells(row, before, at_ms);
+            [owner, EARLIER_STREAM_ROW.to_owned(), counter, age]
+        }
         Some(row) => row_cells(row, before, at_ms),
         None => {
             notes.push(format!(
@@ -673,6 +705,56 @@ mod tests {
             order,
             vec![(0, "0"), (1, "2"), (1, "3"), (2, "4"), (0, "1"), (0, "5")]
         );
+    }
+
+    /// A row of shard `id`, its checkpoint `checkpoint`, written for a shard that started at
+    /// `starting`.
+    fn row(id: &str, checkpoint: Checkpoint, starting: &str) -> LeaseRow {
+        let mut lease = kinesis_dataflow::lease::Lease::new("orders", id, Vec::new());
+        lease.checkpoint = Some(checkpoint);
+        lease.starting_sequence_number = Some(starting.to_owned());
+        LeaseRow {
+            lease,
+            last_written_ms: Some(1_000),
+        }
+    }
+
+    /// The stream was deleted and created again; the rows are the earlier stream's. Its
+    /// SHARD_END finishes nothing of this stream (the child waits), its checkpoint is not
+    /// shown as this stream's, and the lag counts from the shard's beginning.
+    #[test]
+    fn rows_of_an_earlier_stream_of_the_same_name_are_told_apart() {
+        let shards = vec![shard("0", &[]), shard("1", &["0"]), shard("2", &[])];
+        let by_id: BTreeMap<String, LeaseRow> = [
+            row("0", Checkpoint::ShardEnd, "0-earlier"),
+            row("1", Checkpoint::Sequence("90".into()), "1"),
+            row("2", Checkpoint::Sequence("70".into()), "2-earlier"),
+        ]
+        .into_iter()
+        .map(|r| (r.lease.shard_id.clone(), r))
+        .collect();
+        let lines = lines(&shards, &by_id);
+        let by: HashMap<&str, &Line> = lines.iter().map(|l| (l.shard.id.as_str(), l)).collect();
+        assert!(by["0"].earlier && !by["0"].is_finished());
+        assert!(
+            !by["1"].earlier && by["1"].waiting,
+            "its parent is not finished"
+        );
+        assert!(by["2"].earlier && !by["2"].waiting);
+
+        let mut notes = Vec::new();
+        let cells = shard_cells(by["2"], None, 2_000, &mut notes);
+        assert_eq!(cells[3], EARLIER_STREAM_ROW);
+        assert!(
+            notes.len() == 1 && notes[0].contains("earlier stream of the same name"),
+            "{notes:?}"
+        );
+        // The same stream's rows read as before.
+        let mut same = by_id.clone();
+        same.insert("0".into(), row("0", Checkpoint::ShardEnd, "1"));
+        let lines = super::lines(&shards, &same);
+        assert!(lines.iter().all(|l| l.shard.id == "2" || !l.earlier));
+        assert!(lines[0].is_finished() && !lines[1].waiting);
     }
 
     #[test]

@@ -562,6 +562,18 @@ async fn a_reset_after_the_stream_was_created_again_applies_to_the_new_stream() 
 
     app.create_again(1).await;
     let before = app.put("before", 3).await;
+    // `status` tells the earlier stream's row apart: its checkpoint is not this stream's, and
+    // the lag counts from the shard's beginning, where an instance would read it.
+    let status = app.status().await;
+    let shard = &shards(&status)[0];
+    assert_eq!(shard["earlier_stream_row"], true, "{status:#}");
+    assert_eq!(shard["finished"], false, "{status:#}");
+    assert_eq!(shard["lag"]["records_behind"], 3, "{status:#}");
+    let table = app.run("status", &[]).await.ok().stdout;
+    assert!(
+        table.contains("earlier stream's row") && table.contains("earlier stream of the same name"),
+        "{table}"
+    );
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let between = jiff::Timestamp::now();
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -9,19 +9,9 @@ use kinesis_dataflow::position::Checkpoint;
 
 use super::plan::Change;
 use crate::args::{Position, ResetArgs};
-use crate::aws::Shard;
+use crate::aws::{Shard, is_earlier_stream};
 use crate::output;
 use crate::workers;
-
-/// True when `row` was written for a shard of an earlier stream of the same name: it records
-/// a starting sequence number other than the listed shard's. The library's rule (a row written
-/// before the number was recorded counts as this stream's): such a row is deleted at the next
-/// listing and the shard read from its beginning.
-pub(super) fn is_earlier_stream(row: &Lease, shard: &Shard) -> bool {
-    row.starting_sequence_number
-        .as_deref()
-        .is_some_and(|seq| seq != shard.starting_sequence_number)
-}
 
 /// True when the shard's row says it was read to its end: SHARD_END in a row of this stream.
 fn is_finished(row: &Lease, shard: &Shard) -> bool {

@@ -7,10 +7,10 @@ use kinesis_dataflow::StartingPoint;
 use kinesis_dataflow::lease::LeaseRow;
 use kinesis_dataflow::position::Checkpoint;
 
-use super::checks::{held_children, is_earlier_stream, notes, refusal};
+use super::checks::{held_children, notes, refusal};
 use crate::Failure;
 use crate::args::{Position, ResetArgs};
-use crate::aws::{self, Shard};
+use crate::aws::{self, Shard, is_earlier_stream};
 use crate::workers;
 
 /// A holder whose lease row was written this recently counts as live even without a worker
@@ -25,7 +25,7 @@ pub(super) struct Change {
     /// The checkpoint is not already `to`, or the row is of an earlier stream.
     pub(super) changed: bool,
     /// The row was written for a shard of an earlier stream of the same name: it is replaced
-    /// by a row of this shard (see [`is_earlier_stream`]).
+    /// by a row of this shard (see [`aws::is_earlier_stream`]).
     pub(super) earlier_stream: bool,
     /// Its holder counts as live.
     pub(super) live_owner: bool,
