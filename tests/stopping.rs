@@ -6,12 +6,14 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use kinesis_dataflow::api::SharedKinesis;
-use kinesis_dataflow::lease::{Lease, LeaseStore};
+use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
+use kinesis_dataflow::lease::{Lease, LeaseFuture, LeaseStore, SharedLeaseStore};
 use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{
     AckSink, Delivery, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore,
@@ -236,6 +238,64 @@ async fn a_hand_back_that_finds_its_lease_taken_fails_the_waiters_instead_of_han
     .await
     .expect("the ack sink's close does not hang");
     assert!(closed.is_err(), "no checkpoint covers them: {closed:?}");
+}
+
+/// A lease store whose checkpoint writes panic once `armed` (a bug in a store the user wrote):
+/// the shard's keeper task dies in the middle of a write.
+struct PanicsAtCheckpoints {
+    armed: Arc<AtomicBool>,
+}
+
+impl LeaseLayer for PanicsAtCheckpoints {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        if matches!(call, LeaseCall::Checkpoint { .. }) && self.armed.load(Ordering::SeqCst) {
+            return Box::pin(async { panic!("the store's checkpoint write panicked") });
+        }
+        next
+    }
+}
+
+/// The keeper that would write the checkpoint covering an ack sink's deliveries dies (here a
+/// panic in the store's write): the sink's close fails, saying nothing will be checkpointed,
+/// instead of asking for a write for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_sink_whose_checkpoint_writer_died_fails_instead_of_hanging() {
+    let (_memory, api, store) = setup(1, 3);
+    let armed = Arc::new(AtomicBool::new(false));
+    let layered: SharedLeaseStore = Arc::new(LayeredStore::new(
+        Arc::new(store.clone()),
+        PanicsAtCheckpoints {
+            armed: armed.clone(),
+        },
+    ));
+    let mut sub = support::reading::fast(&api, layered, STREAM, "panicky")
+        .initial_position(KinesisPosition::horizon())
+        .checkpoint_interval(Duration::from_secs(600))
+        .start()
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    while held.len() < 3 {
+        held.push(next(&mut sub).await);
+    }
+    armed.store(true, Ordering::SeqCst);
+    let closed = tokio::time::timeout(
+        PATIENCE,
+        futures::stream::iter(held.into_iter().map(Ok)).forward(AckSink::new()),
+    )
+    .await
+    .expect("the ack sink's close does not hang");
+    assert!(
+        matches!(closed, Err(KinesisError::Stopped { .. })),
+        "nothing checkpoints them: {closed:?}"
+    );
+    tokio::time::timeout(PATIENCE, sub.shutdown())
+        .await
+        .expect("the stop ends");
 }
 
 /// What each instance's handlers finished, by payload.

@@ -132,7 +132,8 @@ impl<T> Settle for Vec<Delivery<T>> {
 /// When durability cannot be reached the sink fails: the lease was lost
 /// ([`KinesisError::LeaseStore`] naming the stream and shard), the lease table could not be
 /// written (its error), a seek moved the shard ([`KinesisError::Superseded`]), or the
-/// subscription stopped before writing ([`KinesisError::Stopped`]). The deliveries stay
+/// subscription stopped before writing, or the shard's checkpoint writer ended without writing
+/// (a lease store that panicked in a call, say: [`KinesisError::Stopped`]). The deliveries stay
 /// settled; the shard's next reader delivers those the checkpoint does not cover again. A
 /// failed flush or close keeps what it waited for, so a second close never reports those
 /// deliveries durable: it fails again, or succeeds only once a checkpoint covers them.

@@ -196,6 +196,16 @@ impl Wrote {
     }
 }
 
+/// However the keeper ends (its work done, aborted, or a panic in a lease-store call it made),
+/// nothing settled afterwards is checkpointed by it: whoever waits for a checkpoint (an ack
+/// sink's close, a durable flush) is told so instead of asking for a write for ever. The ends
+/// that say it themselves came first, and the first word stays.
+impl Drop for KeeperTask {
+    fn drop(&mut self) {
+        self.no_more_writes();
+    }
+}
+
 impl KeeperTask {
     async fn run(mut self, mut inbox: UnboundedReceiver<Order>) {
         let now = Instant::now();
