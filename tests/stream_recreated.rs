@@ -47,6 +47,64 @@ async fn read_all(sub: &mut Subscription, expected: &BTreeSet<String>, what: &st
     support::reading::read_until(sub, expected, what, Duration::from_secs(30)).await;
 }
 
+/// Deletes `stream` and waits until it is gone, and a little more: kinesis-local derives a
+/// shard's starting sequence number from the second its stream was created (AWS takes seconds
+/// to delete and create a stream anyway).
+async fn delete_and_wait(client: &aws_sdk_kinesis::Client, stream: &str) {
+    client
+        .delete_stream()
+        .stream_name(stream)
+        .send()
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while client
+        .describe_stream_summary()
+        .stream_name(stream)
+        .send()
+        .await
+        .is_ok()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stream was never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+}
+
+/// Splits shard 0 of `stream` in two and waits until the stream is active again.
+async fn split(aws: &AwsKinesis, client: &aws_sdk_kinesis::Client, stream: &str) {
+    aws.split_shard(stream, "shardId-000000000000", &(u128::MAX / 2).to_string())
+        .await
+        .unwrap();
+    support::wait_active(client, stream).await;
+}
+
+/// Waits until the parent's row of `stream` says SHARD_END and both children's rows hold a
+/// sequence number.
+async fn checkpointed(store: &SharedLeaseStore, stream: &str) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let rows = store.list(stream).await.unwrap();
+            let parent_done = rows.iter().any(|l| {
+                l.shard_id == "shardId-000000000000" && l.checkpoint == Some(Checkpoint::ShardEnd)
+            });
+            let children = rows
+                .iter()
+                .filter(|l| matches!(l.checkpoint, Some(Checkpoint::Sequence(_))))
+                .count();
+            if parent_done && children == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("checkpoints written");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_created_again_under_the_same_name_is_read_from_its_own_start() {
     support::init_tracing();
@@ -65,14 +123,7 @@ async fn a_stream_created_again_under_the_same_name_is_read_from_its_own_start()
     // parent's row says SHARD_END).
     support::create_stream(&client, &stream, 1).await;
     let mut first = publish(&api, &stream, "first").await;
-    aws.split_shard(
-        &stream,
-        "shardId-000000000000",
-        &(u128::MAX / 2).to_string(),
-    )
-    .await
-    .unwrap();
-    support::wait_active(&client, &stream).await;
+    split(&aws, &client, &stream).await;
     first.extend(publish(&api, &stream, "split").await);
     let mut sub = builder(&api, &store, &stream)
         .start_at(KinesisPosition::horizon())
@@ -80,54 +131,59 @@ async fn a_stream_created_again_under_the_same_name_is_read_from_its_own_start()
         .await
         .unwrap();
     read_all(&mut sub, &first, "the first stream").await;
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let rows = store.list(&stream).await.unwrap();
-            let parent_done = rows.iter().any(|l| {
-                l.shard_id == "shardId-000000000000" && l.checkpoint == Some(Checkpoint::ShardEnd)
-            });
-            let children = rows
-                .iter()
-                .filter(|l| matches!(l.checkpoint, Some(Checkpoint::Sequence(_))))
-                .count();
-            if parent_done && children == 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("checkpoints written");
+    checkpointed(&store, &stream).await;
     sub.shutdown().await;
 
-    client
-        .delete_stream()
-        .stream_name(&stream)
-        .send()
-        .await
-        .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while client
-        .describe_stream_summary()
-        .stream_name(&stream)
-        .send()
-        .await
-        .is_ok()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the stream was never deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // kinesis-local derives a shard's starting sequence number from the second its stream was
-    // created (AWS takes seconds to delete and create a stream anyway).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    delete_and_wait(&client, &stream).await;
     support::create_stream(&client, &stream, 1).await;
 
     // The same application starts again: the old rows belong to the old stream.
     let mut sub = builder(&api, &store, &stream).start().await.unwrap();
     let second = publish(&api, &stream, "second").await;
     read_all(&mut sub, &second, "the stream created again").await;
+    sub.shutdown().await;
+}
+
+/// The stream was created again and split as before, while the earlier stream's children
+/// rows were still held (their reader crashed): only the parent's row was free to replace.
+/// Those rows say nothing of the new stream, so the new parent is read from its beginning,
+/// not passed as if its children had been read past it; then the children, once their rows
+/// are replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_created_again_and_split_again_reads_its_parent_while_old_rows_are_held() {
+    support::init_tracing();
+    let client = support::kinesis_client();
+    let aws = Arc::new(AwsKinesis::new(client.clone()));
+    let api: SharedKinesis = aws.clone();
+    let stream = support::unique_name("again-split");
+    let store: SharedLeaseStore = Arc::new(
+        DynamoLeaseStore::new(
+            support::dynamodb_client(),
+            support::unique_name("again-split-leases"),
+        )
+        .unwrap(),
+    );
+    support::create_stream(&client, &stream, 1).await;
+    let mut first = publish(&api, &stream, "first").await;
+    split(&aws, &client, &stream).await;
+    first.extend(publish(&api, &stream, "split").await);
+    let mut crashed = builder(&api, &store, &stream)
+        .start_at(KinesisPosition::horizon())
+        .start()
+        .await
+        .unwrap();
+    read_all(&mut crashed, &first, "the first stream").await;
+    checkpointed(&store, &stream).await;
+    // The parent was handed back at its end; the children's rows stay this instance's.
+    crashed.abort();
+
+    delete_and_wait(&client, &stream).await;
+    support::create_stream(&client, &stream, 1).await;
+    let mut second = publish(&api, &stream, "second").await;
+    split(&aws, &client, &stream).await;
+    second.extend(publish(&api, &stream, "second-split").await);
+
+    let mut sub = builder(&api, &store, &stream).start().await.unwrap();
+    read_all(&mut sub, &second, "the stream created and split again").await;
     sub.shutdown().await;
 }

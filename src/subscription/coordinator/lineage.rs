@@ -19,8 +19,9 @@
 //!   holds its children back, at any depth.
 //! * A row recorded for a shard of an earlier stream of the same name (its starting sequence
 //!   number differs from the listed shard's) is not the shard's: the shard is not read until
-//!   that row is replaced. A shard whose row is replaced so is new to the application, whose
-//!   stream was created again: it is read from its beginning, whatever the position.
+//!   that row is replaced, and the row does not count as its parents' being read past. A
+//!   shard whose row is replaced so is new to the application, whose stream was created
+//!   again: it is read from its beginning, whatever the position.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -107,20 +108,24 @@ impl<'a> Tree<'a> {
     }
 
     /// True when a listed child of the shard has been started (its row records where its
-    /// reader began, or how far it got): the shard itself is read past.
+    /// reader began, or how far it got): the shard itself is read past. A child's row of an
+    /// earlier stream of the same name says nothing of this stream's shards.
     fn read_past(&self, id: &str, rows: &BTreeMap<String, Lease>) -> bool {
         self.children.get(id).is_some_and(|children| {
             children.iter().any(|child| {
                 rows.get(*child).is_some_and(|row| {
-                    matches!(
-                        row.checkpoint,
-                        Some(
-                            Checkpoint::Start(_)
-                                | Checkpoint::Sequence(_)
-                                | Checkpoint::SubSequence(..)
-                                | Checkpoint::ShardEnd
+                    let earlier = (self.shards.get(*child))
+                        .is_some_and(|shard| is_other_generation(row, shard));
+                    !earlier
+                        && matches!(
+                            row.checkpoint,
+                            Some(
+                                Checkpoint::Start(_)
+                                    | Checkpoint::Sequence(_)
+                                    | Checkpoint::SubSequence(..)
+                                    | Checkpoint::ShardEnd
+                            )
                         )
-                    )
                 })
             })
         })
@@ -535,5 +540,47 @@ mod tests {
         // beginning.
         let new = create(&["0".to_owned()].into());
         assert_eq!(new.checkpoint, initial(StartingPoint::TrimHorizon));
+    }
+
+    /// The stream was created again and split as before. The earlier stream's rows of the
+    /// children are still held (by an instance that crashed), so only the parent's went: the
+    /// children's rows say nothing of the new stream, and the new parent is read, not passed
+    /// as if its children had read past it.
+    #[test]
+    fn rows_of_an_earlier_streams_children_do_not_pass_the_new_parent() {
+        let shards = vec![
+            shard("0", &[], true),
+            shard("1", &["0"], false),
+            shard("2", &["0"], false),
+        ];
+        let rows: BTreeMap<String, Lease> = ["1", "2"]
+            .into_iter()
+            .map(|id| {
+                let (id, mut old) = row(id, &["0"], Some(Checkpoint::Sequence("77".into())));
+                old.starting_sequence_number = Some("1".into());
+                (id, old)
+            })
+            .collect();
+        let recreated: HashSet<String> = ["0".to_owned()].into();
+        let frontier = Frontier {
+            position: None,
+            tip: tip(),
+            recreated: &recreated,
+        };
+        let created = new_rows(STREAM, &shards, &rows, &frontier);
+        assert_eq!(created.len(), 1, "{created:?}");
+        assert_eq!(created[0].shard_id, "0");
+        assert_eq!(created[0].checkpoint, initial(StartingPoint::TrimHorizon));
+        // Rows of this stream's children do read past it.
+        let rows: BTreeMap<String, Lease> = ["1", "2"]
+            .into_iter()
+            .map(|id| {
+                let (id, mut own) = row(id, &["0"], Some(Checkpoint::Sequence("77".into())));
+                own.starting_sequence_number = Some(shards[1].starting_sequence_number.clone());
+                (id, own)
+            })
+            .collect();
+        let created = new_rows(STREAM, &shards, &rows, &frontier);
+        assert_eq!(created[0].checkpoint, Some(Checkpoint::ShardEnd));
     }
 }
