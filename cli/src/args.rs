@@ -41,7 +41,7 @@ shard, which share the shard's read limit (5 calls a second) with the applicatio
 
 A row of an earlier stream of the same name (deleted and created again) shows
 `- (earlier stream's row)` as its CHECKPOINT, with a note; its lag counts from the shard's
-beginning, where an instance reads it after replacing the row.";
+beginning, where an instance reads it once the row is replaced (when nobody holds it).";
 
 /// `workers --help`, after the options.
 const WORKERS_AFTER_HELP: &str = "\

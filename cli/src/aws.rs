@@ -45,7 +45,8 @@ impl Shard {
 /// True when `row` was written for a shard of an earlier stream of the same name (deleted and
 /// created again): it records a starting sequence number other than the listed shard's. The
 /// library's rule (a row written before the number was recorded counts as this stream's):
-/// such a row is replaced at the next listing and the shard read from its beginning.
+/// such a row is replaced once nobody holds it (at a listing after its lease lapsed, or
+/// after its holder let it go) and the shard read from its beginning.
 pub fn is_earlier_stream(row: &Lease, shard: &Shard) -> bool {
     row.starting_sequence_number
         .as_deref()

@@ -49,7 +49,7 @@ struct Line {
     children: Vec<String>,
     row: Option<LeaseRow>,
     /// The row was written for a shard of an earlier stream of the same name (deleted and
-    /// created again): an instance replaces it at its next listing and reads the shard from
+    /// created again): an instance replaces it once nobody holds it and reads the shard from
     /// its beginning, so its checkpoint says nothing of this stream.
     earlier: bool,
     waiting: bool,
@@ -561,8 +561,9 @@ fn shard_cells(
         Some(row) if line.earlier => {
             notes.push(format!(
                 "{id}: the row was written for an earlier stream of the same name (deleted and \
-                 created again): an instance replaces it at its next listing and reads the \
-                 shard from its beginning; BEHIND and RECORDS count from there"
+                 created again): an instance replaces it once nobody holds it (at a listing \
+                 after its lease lapsed) and reads the shard from its beginning; BEHIND and \
+                 RECORDS count from there"
             ));
             let [owner, _, counter, age] = row_cells(row, before, at_ms);
             [owner, EARLIER_STREAM_ROW.to_owned(), counter, age]

@@ -793,10 +793,10 @@ impl Bench {
                     records += 1;
                     if records.is_multiple_of(1_000) {
                         seen.fetch_add(1_000, Ordering::Relaxed);
-                        if records == target {
-                            // The last one: `take` ends the stream, `forward` closes the sink.
-                            stage.store(CLOSING, Ordering::Relaxed);
-                        }
+                    }
+                    if records == target {
+                        // The last one: `take` ends the stream, `forward` closes the sink.
+                        stage.store(CLOSING, Ordering::Relaxed);
                     }
                     bytes += delivery.data().len();
                 })
