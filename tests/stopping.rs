@@ -1,7 +1,7 @@
 //! The life cycle's end on the in-memory transport and lease store: a graceful stop that the
 //! stream's end stands for (nothing left to write once it ends), a stop with slow handlers
 //! while another instance waits, and waits on durability that must end when the lease is
-//! gone instead of hanging.
+//! gone instead of hanging, and say why.
 
 mod support;
 
@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
-use kinesis_dataflow::lease::{Lease, LeaseFuture, LeaseStore, SharedLeaseStore};
+use kinesis_dataflow::lease::{Lease, LeaseError, LeaseFuture, LeaseStore, SharedLeaseStore};
 use kinesis_dataflow::position::Checkpoint;
 use kinesis_dataflow::{
     AckSink, Delivery, KinesisError, KinesisPosition, MemoryKinesis, MemoryLeaseStore,
@@ -296,6 +296,83 @@ async fn an_ack_sink_whose_checkpoint_writer_died_fails_instead_of_hanging() {
     tokio::time::timeout(PATIENCE, sub.shutdown())
         .await
         .expect("the stop ends");
+}
+
+/// A lease store whose next checkpoint write fails (a passing fault of the table) once
+/// `armed`; the writes after it succeed.
+struct FailsOnce {
+    armed: Arc<AtomicBool>,
+}
+
+impl LeaseLayer for FailsOnce {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        if matches!(call, LeaseCall::Checkpoint { .. }) && self.armed.swap(false, Ordering::SeqCst)
+        {
+            return Box::pin(async move {
+                Err(LeaseError::Invalid {
+                    table: "leases".into(),
+                    operation: call.operation(),
+                    message: "a passing fault".into(),
+                    source: None,
+                })
+            });
+        }
+        next
+    }
+}
+
+/// A checkpoint write failed once, long before the stop, and the next ones succeeded: what
+/// is acked after the stop is not covered because the stop came first, not because of that
+/// old failure, and the sink's close says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_after_the_stop_names_the_stop_not_an_old_passing_failure() {
+    let (_memory, api, store) = setup(1, 3);
+    let armed = Arc::new(AtomicBool::new(false));
+    let layered: SharedLeaseStore = Arc::new(LayeredStore::new(
+        Arc::new(store.clone()),
+        FailsOnce {
+            armed: armed.clone(),
+        },
+    ));
+    let mut sub = support::reading::fast(&api, layered, STREAM, "passing")
+        .initial_position(KinesisPosition::horizon())
+        .checkpoint_interval(Duration::from_millis(100))
+        .shutdown_timeout(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let first = next(&mut sub).await;
+    let sequence = first.sequence_number().to_owned();
+    armed.store(true, Ordering::SeqCst);
+    first.ack();
+    support::eventually(
+        "the failed write, then one that covers it",
+        PATIENCE,
+        async || {
+            !armed.load(Ordering::SeqCst)
+                && rows(&store)
+                    .await
+                    .iter()
+                    .any(|row| row.checkpoint == Some(Checkpoint::Sequence(sequence.clone())))
+        },
+    )
+    .await;
+    let held = vec![next(&mut sub).await, next(&mut sub).await];
+    sub.shutdown().await;
+    let closed = tokio::time::timeout(
+        PATIENCE,
+        futures::stream::iter(held.into_iter().map(Ok)).forward(AckSink::new()),
+    )
+    .await
+    .expect("the ack sink's close does not hang");
+    assert!(
+        matches!(closed, Err(KinesisError::Stopped { .. })),
+        "the stop is why: {closed:?}"
+    );
 }
 
 /// What each instance's handlers finished, by payload.

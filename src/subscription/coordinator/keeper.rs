@@ -170,7 +170,8 @@ struct KeeperTask {
     finished: bool,
     /// The coordinator was told the lease ran out.
     expired: bool,
-    /// The last failure of a write to the row.
+    /// The last failure of a write to the row, until a checkpoint write succeeds: why nothing
+    /// more is checkpointed when the keeper ends (else it stopped).
     last_error: Option<LeaseError>,
     /// Who holds the lease now, as read back after a write answered lost.
     taken_by: Option<String>,
@@ -365,6 +366,8 @@ impl KeeperTask {
                 tracing::debug!(shard = %self.shard, ?checkpoint, "checkpoint written");
                 self.lease = lease;
                 self.written = Some(checkpoint);
+                // What went wrong before is mended: it is no reason for what comes later.
+                self.last_error = None;
                 self.gate.renewed(sent);
                 Wrote::Yes
             }
