@@ -231,32 +231,75 @@ async fn a_hand_back_that_finds_its_lease_taken_fails_the_waiters_instead_of_han
         .await
         .expect("the stop ends once the lease is found lost")
         .unwrap();
-    let closed = tokio::time::timeout(
-        PATIENCE,
-        futures::stream::iter(held.into_iter().map(Ok)).forward(AckSink::new()),
-    )
-    .await
-    .expect("the ack sink's close does not hang");
+    let closed = ack_and_close(held).await;
     assert!(closed.is_err(), "no checkpoint covers them: {closed:?}");
 }
 
-/// A lease store whose checkpoint writes panic once `armed` (a bug in a store the user wrote):
-/// the shard's keeper task dies in the middle of a write.
-struct PanicsAtCheckpoints {
-    armed: Arc<AtomicBool>,
+/// What a [`FaultyCheckpoints`] store does to checkpoint writes once armed.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Every write panics (a bug in a store the user wrote): the keeper's task dies in it.
+    Panic,
+    /// The next write fails (a passing fault of the table); the ones after it succeed.
+    FailOnce,
 }
 
-impl LeaseLayer for PanicsAtCheckpoints {
+/// A lease store over `store` whose checkpoint writes meet `fault` once the returned flag is
+/// set.
+fn faulty_checkpoints(
+    store: &MemoryLeaseStore,
+    fault: Fault,
+) -> (SharedLeaseStore, Arc<AtomicBool>) {
+    let armed = Arc::new(AtomicBool::new(false));
+    let layer = FaultyCheckpoints {
+        armed: armed.clone(),
+        fault,
+    };
+    (
+        Arc::new(LayeredStore::new(Arc::new(store.clone()), layer)),
+        armed,
+    )
+}
+
+struct FaultyCheckpoints {
+    armed: Arc<AtomicBool>,
+    fault: Fault,
+}
+
+impl LeaseLayer for FaultyCheckpoints {
     fn around<'a, T: Send + 'a>(
         &'a self,
         call: LeaseCall<'a>,
         next: LeaseFuture<'a, T>,
     ) -> LeaseFuture<'a, T> {
-        if matches!(call, LeaseCall::Checkpoint { .. }) && self.armed.load(Ordering::SeqCst) {
-            return Box::pin(async { panic!("the store's checkpoint write panicked") });
+        if !matches!(call, LeaseCall::Checkpoint { .. }) {
+            return next;
         }
-        next
+        match self.fault {
+            Fault::Panic if self.armed.load(Ordering::SeqCst) => {
+                Box::pin(async { panic!("the store's checkpoint write panicked") })
+            }
+            Fault::FailOnce if self.armed.swap(false, Ordering::SeqCst) => Box::pin(async move {
+                Err(LeaseError::Invalid {
+                    table: "leases".into(),
+                    operation: call.operation(),
+                    message: "a passing fault".into(),
+                    source: None,
+                })
+            }),
+            _ => next,
+        }
     }
+}
+
+/// Acks `held` through an [`AckSink`] and closes it, within [`PATIENCE`].
+async fn ack_and_close(held: Vec<Delivery<Record>>) -> Result<(), KinesisError> {
+    tokio::time::timeout(
+        PATIENCE,
+        futures::stream::iter(held.into_iter().map(Ok)).forward(AckSink::new()),
+    )
+    .await
+    .expect("the ack sink's close does not hang")
 }
 
 /// The keeper that would write the checkpoint covering an ack sink's deliveries dies (here a
@@ -265,14 +308,8 @@ impl LeaseLayer for PanicsAtCheckpoints {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_sink_whose_checkpoint_writer_died_fails_instead_of_hanging() {
     let (_memory, api, store) = setup(1, 3);
-    let armed = Arc::new(AtomicBool::new(false));
-    let layered: SharedLeaseStore = Arc::new(LayeredStore::new(
-        Arc::new(store.clone()),
-        PanicsAtCheckpoints {
-            armed: armed.clone(),
-        },
-    ));
-    let mut sub = support::reading::fast(&api, layered, STREAM, "panicky")
+    let (faulty, armed) = faulty_checkpoints(&store, Fault::Panic);
+    let mut sub = support::reading::fast(&api, faulty, STREAM, "panicky")
         .initial_position(KinesisPosition::horizon())
         .checkpoint_interval(Duration::from_secs(600))
         .start()
@@ -283,12 +320,7 @@ async fn an_ack_sink_whose_checkpoint_writer_died_fails_instead_of_hanging() {
         held.push(next(&mut sub).await);
     }
     armed.store(true, Ordering::SeqCst);
-    let closed = tokio::time::timeout(
-        PATIENCE,
-        futures::stream::iter(held.into_iter().map(Ok)).forward(AckSink::new()),
-    )
-    .await
-    .expect("the ack sink's close does not hang");
+    let closed = ack_and_close(held).await;
     assert!(
         matches!(closed, Err(KinesisError::Stopped { .. })),
         "nothing checkpoints them: {closed:?}"
@@ -298,47 +330,14 @@ async fn an_ack_sink_whose_checkpoint_writer_died_fails_instead_of_hanging() {
         .expect("the stop ends");
 }
 
-/// A lease store whose next checkpoint write fails (a passing fault of the table) once
-/// `armed`; the writes after it succeed.
-struct FailsOnce {
-    armed: Arc<AtomicBool>,
-}
-
-impl LeaseLayer for FailsOnce {
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        call: LeaseCall<'a>,
-        next: LeaseFuture<'a, T>,
-    ) -> LeaseFuture<'a, T> {
-        if matches!(call, LeaseCall::Checkpoint { .. }) && self.armed.swap(false, Ordering::SeqCst)
-        {
-            return Box::pin(async move {
-                Err(LeaseError::Invalid {
-                    table: "leases".into(),
-                    operation: call.operation(),
-                    message: "a passing fault".into(),
-                    source: None,
-                })
-            });
-        }
-        next
-    }
-}
-
 /// A checkpoint write failed once, long before the stop, and the next ones succeeded: what
 /// is acked after the stop is not covered because the stop came first, not because of that
 /// old failure, and the sink's close says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_after_the_stop_names_the_stop_not_an_old_passing_failure() {
     let (_memory, api, store) = setup(1, 3);
-    let armed = Arc::new(AtomicBool::new(false));
-    let layered: SharedLeaseStore = Arc::new(LayeredStore::new(
-        Arc::new(store.clone()),
-        FailsOnce {
-            armed: armed.clone(),
-        },
-    ));
-    let mut sub = support::reading::fast(&api, layered, STREAM, "passing")
+    let (faulty, armed) = faulty_checkpoints(&store, Fault::FailOnce);
+    let mut sub = support::reading::fast(&api, faulty, STREAM, "passing")
         .initial_position(KinesisPosition::horizon())
         .checkpoint_interval(Duration::from_millis(100))
         .shutdown_timeout(Duration::from_millis(200))
@@ -346,29 +345,25 @@ async fn a_close_after_the_stop_names_the_stop_not_an_old_passing_failure() {
         .await
         .unwrap();
     let first = next(&mut sub).await;
-    let sequence = first.sequence_number().to_owned();
+    let sequence = Checkpoint::Sequence(first.sequence_number().to_owned());
     armed.store(true, Ordering::SeqCst);
     first.ack();
+    let covered = async || {
+        let rows = rows(&store).await;
+        !armed.load(Ordering::SeqCst)
+            && rows
+                .iter()
+                .any(|r| r.checkpoint.as_ref() == Some(&sequence))
+    };
     support::eventually(
         "the failed write, then one that covers it",
         PATIENCE,
-        async || {
-            !armed.load(Ordering::SeqCst)
-                && rows(&store)
-                    .await
-                    .iter()
-                    .any(|row| row.checkpoint == Some(Checkpoint::Sequence(sequence.clone())))
-        },
+        covered,
     )
     .await;
     let held = vec![next(&mut sub).await, next(&mut sub).await];
     sub.shutdown().await;
-    let closed = tokio::time::timeout(
-        PATIENCE,
-        futures::stream::iter(held.into_iter().map(Ok)).forward(AckSink::new()),
-    )
-    .await
-    .expect("the ack sink's close does not hang");
+    let closed = ack_and_close(held).await;
     assert!(
         matches!(closed, Err(KinesisError::Stopped { .. })),
         "the stop is why: {closed:?}"

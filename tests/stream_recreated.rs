@@ -47,6 +47,50 @@ async fn read_all(sub: &mut Subscription, expected: &BTreeSet<String>, what: &st
     support::reading::read_until(sub, expected, what, Duration::from_secs(30)).await;
 }
 
+/// The clients, a stream name and a lease table of one test.
+struct Setup {
+    client: aws_sdk_kinesis::Client,
+    aws: Arc<AwsKinesis>,
+    api: SharedKinesis,
+    stream: String,
+    store: SharedLeaseStore,
+}
+
+impl Setup {
+    fn new(prefix: &str) -> Self {
+        support::init_tracing();
+        let client = support::kinesis_client();
+        let aws = Arc::new(AwsKinesis::new(client.clone()));
+        let table = support::unique_name(&format!("{prefix}-leases"));
+        let store = DynamoLeaseStore::new(support::dynamodb_client(), table).unwrap();
+        Self {
+            api: aws.clone(),
+            aws,
+            client,
+            stream: support::unique_name(prefix),
+            store: Arc::new(store),
+        }
+    }
+
+    /// The first stream: one shard, split in two, everything read and checkpointed (the
+    /// parent's row says SHARD_END) by the subscription returned.
+    async fn first_stream_read(&self) -> Subscription {
+        let (api, stream) = (&self.api, &self.stream);
+        support::create_stream(&self.client, stream, 1).await;
+        let mut first = publish(api, stream, "first").await;
+        split(&self.aws, &self.client, stream).await;
+        first.extend(publish(api, stream, "split").await);
+        let mut sub = builder(api, &self.store, stream)
+            .start_at(KinesisPosition::horizon())
+            .start()
+            .await
+            .unwrap();
+        read_all(&mut sub, &first, "the first stream").await;
+        checkpointed(&self.store, stream).await;
+        sub
+    }
+}
+
 /// Deletes `stream` and waits until it is gone, and a little more: kinesis-local derives a
 /// shard's starting sequence number from the second its stream was created (AWS takes seconds
 /// to delete and create a stream anyway).
@@ -107,39 +151,22 @@ async fn checkpointed(store: &SharedLeaseStore, stream: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_created_again_under_the_same_name_is_read_from_its_own_start() {
-    support::init_tracing();
-    let client = support::kinesis_client();
-    let aws = Arc::new(AwsKinesis::new(client.clone()));
-    let api: SharedKinesis = aws.clone();
-    let stream = support::unique_name("again");
-    let store: SharedLeaseStore = Arc::new(
-        DynamoLeaseStore::new(
-            support::dynamodb_client(),
-            support::unique_name("again-leases"),
-        )
-        .unwrap(),
-    );
-    // The first stream: one shard, split in two, everything read and checkpointed (the
-    // parent's row says SHARD_END).
-    support::create_stream(&client, &stream, 1).await;
-    let mut first = publish(&api, &stream, "first").await;
-    split(&aws, &client, &stream).await;
-    first.extend(publish(&api, &stream, "split").await);
-    let mut sub = builder(&api, &store, &stream)
-        .start_at(KinesisPosition::horizon())
-        .start()
-        .await
-        .unwrap();
-    read_all(&mut sub, &first, "the first stream").await;
-    checkpointed(&store, &stream).await;
-    sub.shutdown().await;
+    let setup = Setup::new("again");
+    let Setup {
+        client,
+        api,
+        stream,
+        store,
+        ..
+    } = &setup;
+    setup.first_stream_read().await.shutdown().await;
 
-    delete_and_wait(&client, &stream).await;
-    support::create_stream(&client, &stream, 1).await;
+    delete_and_wait(client, stream).await;
+    support::create_stream(client, stream, 1).await;
 
     // The same application starts again: the old rows belong to the old stream.
-    let mut sub = builder(&api, &store, &stream).start().await.unwrap();
-    let second = publish(&api, &stream, "second").await;
+    let mut sub = builder(api, store, stream).start().await.unwrap();
+    let second = publish(api, stream, "second").await;
     read_all(&mut sub, &second, "the stream created again").await;
     sub.shutdown().await;
 }
@@ -151,39 +178,24 @@ async fn a_stream_created_again_under_the_same_name_is_read_from_its_own_start()
 /// are replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_created_again_and_split_again_reads_its_parent_while_old_rows_are_held() {
-    support::init_tracing();
-    let client = support::kinesis_client();
-    let aws = Arc::new(AwsKinesis::new(client.clone()));
-    let api: SharedKinesis = aws.clone();
-    let stream = support::unique_name("again-split");
-    let store: SharedLeaseStore = Arc::new(
-        DynamoLeaseStore::new(
-            support::dynamodb_client(),
-            support::unique_name("again-split-leases"),
-        )
-        .unwrap(),
-    );
-    support::create_stream(&client, &stream, 1).await;
-    let mut first = publish(&api, &stream, "first").await;
-    split(&aws, &client, &stream).await;
-    first.extend(publish(&api, &stream, "split").await);
-    let mut crashed = builder(&api, &store, &stream)
-        .start_at(KinesisPosition::horizon())
-        .start()
-        .await
-        .unwrap();
-    read_all(&mut crashed, &first, "the first stream").await;
-    checkpointed(&store, &stream).await;
+    let setup = Setup::new("again-split");
+    let Setup {
+        client,
+        aws,
+        api,
+        stream,
+        store,
+    } = &setup;
     // The parent was handed back at its end; the children's rows stay this instance's.
-    crashed.abort();
+    setup.first_stream_read().await.abort();
 
-    delete_and_wait(&client, &stream).await;
-    support::create_stream(&client, &stream, 1).await;
-    let mut second = publish(&api, &stream, "second").await;
-    split(&aws, &client, &stream).await;
-    second.extend(publish(&api, &stream, "second-split").await);
+    delete_and_wait(client, stream).await;
+    support::create_stream(client, stream, 1).await;
+    let mut second = publish(api, stream, "second").await;
+    split(aws, client, stream).await;
+    second.extend(publish(api, stream, "second-split").await);
 
-    let mut sub = builder(&api, &store, &stream).start().await.unwrap();
+    let mut sub = builder(api, store, stream).start().await.unwrap();
     read_all(&mut sub, &second, "the stream created and split again").await;
     sub.shutdown().await;
 }
