@@ -842,3 +842,54 @@ async fn an_import_leaves_leases_of_unlisted_shards_unread() {
         BTreeMap::from([(shard(0), Some(seq))])
     );
 }
+
+/// The application's row of the shard was written for an earlier stream of the same name
+/// (the stream was deleted and created again, its rows kept): an export writes where the
+/// application would read the new shard from (TRIM_HORIZON), not the earlier stream's
+/// SHARD_END; an import replaces the row with one of the new shard, holding the KCL's
+/// checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_an_earlier_stream_are_neither_exported_nor_kept_by_an_import() {
+    support::init_tracing();
+    let fx = Fixture::new("kcl-earlier", 1).await;
+    let seq = fx.put("e-0", 1).await;
+    let store = DynamoLeaseStore::new(fx.dynamodb.clone(), &fx.app_table).unwrap();
+    store.prepare().await.unwrap();
+    let mut earlier = Lease::new(&fx.stream, shard(0), Vec::new());
+    earlier.checkpoint = Some(Checkpoint::ShardEnd);
+    earlier.starting_sequence_number = Some("1".to_owned());
+    assert!(store.create(&earlier).await.unwrap());
+
+    let export = fx
+        .kcl("export", &fx.kcl_table, &fx.app_table, &[])
+        .await
+        .ok();
+    assert!(export.stdout.contains("earlier stream"), "{export:#?}");
+    let items = fx.items(&fx.kcl_table).await;
+    assert_eq!(
+        s_of(&items[&shard(0)], "checkpoint"),
+        "TRIM_HORIZON",
+        "{items:?}"
+    );
+
+    fx.kcl_put(&fx.kcl_table, KclRow::new(&shard(0), &seq, 0).0)
+        .await;
+    let import = fx.import(&[]).await.ok();
+    assert!(import.stdout.contains("earlier stream"), "{import:#?}");
+    let listed = support::list_shards(&fx.kinesis, &fx.stream).await.unwrap();
+    let row = store
+        .list(&fx.stream)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|l| l.shard_id == shard(0))
+        .unwrap();
+    assert_eq!(
+        row.starting_sequence_number.as_deref(),
+        listed[0]
+            .sequence_number_range()
+            .map(|r| r.starting_sequence_number()),
+        "the new shard's row: {row:?}"
+    );
+    assert_eq!(row.checkpoint, Some(Checkpoint::Sequence(seq)), "{row:?}");
+}

@@ -365,7 +365,8 @@ impl Migration {
     }
 
     /// Writes one shard's imported checkpoint: a new row, or the existing one taken, written
-    /// and released (each step fenced on the row as read).
+    /// and released, or a row of an earlier stream of the same name deleted and a new one
+    /// created (each step fenced on the row as read).
     async fn write_app(
         &self,
         shard: &ShardPlan,
@@ -376,8 +377,11 @@ impl Migration {
             table: self.app.table().to_owned(),
             row: shard.shard_id.clone(),
         };
+        let earlier = |row: &Lease| {
+            description.is_some_and(|d| row.is_other_generation(&d.starting_sequence_number))
+        };
         match &shard.app {
-            Some(row) => {
+            Some(row) if !earlier(row) => {
                 let held = match self.app.take(row, IMPORT_OWNER).await {
                     Err(LeaseError::Lost { .. }) => return Err(changed()),
                     other => other?,
@@ -385,7 +389,15 @@ impl Migration {
                 let written = self.app.checkpoint(&held, to).await?;
                 self.app.release(&written).await?;
             }
-            None => {
+            // A row of an earlier stream of the same name goes (fenced on the row as read),
+            // and the shard's own row takes its place, as the application would make it.
+            _ => {
+                if let Some(row) = &shard.app {
+                    match self.app.delete(row).await {
+                        Err(LeaseError::Lost { .. }) => return Err(changed()),
+                        other => other?,
+                    }
+                }
                 let parents =
                     description.map_or_else(Vec::new, |d| d.parents().map(str::to_owned).collect());
                 let mut lease = Lease::new(&*self.stream, &shard.shard_id, parents);

@@ -184,11 +184,22 @@ pub(crate) fn plan_import(
             },
         };
         let app = app_rows.get(id).map(|l| (*l).clone());
+        // A row of an earlier stream of the same name is not this shard's, whatever it holds.
+        let earlier =
+            (app.as_ref()).is_some_and(|a| a.is_other_generation(&shard.starting_sequence_number));
         let action = match target {
-            Ok(to) if app.as_ref().and_then(|a| a.checkpoint.as_ref()) == Some(&to) => {
+            Ok(to) if !earlier && app.as_ref().and_then(|a| a.checkpoint.as_ref()) == Some(&to) => {
                 Action::Unchanged
             }
-            Ok(to) => Action::Import(to),
+            Ok(to) => {
+                if earlier {
+                    notes.push(format!(
+                        "{id}: the application's row was written for an earlier stream of the \
+                         same name (deleted and created again): the import replaces it"
+                    ));
+                }
+                Action::Import(to)
+            }
             Err(why) => Action::Leave(why),
         };
         plans.push(ShardPlan {
@@ -251,7 +262,19 @@ pub(crate) fn plan_export(
             Some(lease) => {
                 let is_child = shard.parents().next().is_some();
                 let shape = reading.shapes.get(id).copied();
-                match position::to_kcl(lease.checkpoint.as_ref(), shape, is_child, unprocessed) {
+                // A row of an earlier stream of the same name says nothing of this shard,
+                // which the application would read from its beginning.
+                let checkpoint = if lease.is_other_generation(&shard.starting_sequence_number) {
+                    notes.push(format!(
+                        "{id}: the application's row was written for an earlier stream of the \
+                         same name (deleted and created again): exported as TRIM_HORIZON, where \
+                         the application would read the shard from"
+                    ));
+                    Some(Checkpoint::Start(StartingPoint::TrimHorizon))
+                } else {
+                    lease.checkpoint.clone()
+                };
+                match position::to_kcl(checkpoint.as_ref(), shape, is_child, unprocessed) {
                     None => {
                         needs.push((
                             id.to_owned(),
@@ -516,6 +539,49 @@ mod tests {
             }
         );
         assert!(matches!(plans[2].action, Action::Leave(_)));
+    }
+
+    /// The application's row of s0 was written for an earlier stream of the same name (the
+    /// stream was deleted and created again): an export writes where the application would
+    /// read the new shard from (its beginning), not the earlier stream's SHARD_END; an import
+    /// replaces that row even when its checkpoint is the one imported.
+    #[test]
+    fn rows_of_an_earlier_stream_are_not_taken_for_the_shards_own() {
+        let mut earlier = Lease::new("orders", "s0", Vec::new());
+        earlier.checkpoint = Some(Checkpoint::ShardEnd);
+        earlier.starting_sequence_number = Some("0-earlier".into());
+        let reading = Reading {
+            shards: vec![shard("s0", &[], false)],
+            kcl: vec![kcl("s0", KclCheckpoint::ShardEnd)],
+            app: vec![earlier],
+            ..Reading::default()
+        };
+        let (plans, notes) = plan_export(&reading, None, None).expect("a plan");
+        let Action::Export(row) = &plans[0].action else {
+            panic!("{:?}", plans[0].action)
+        };
+        assert_eq!(row.checkpoint, KclCheckpoint::TrimHorizon);
+        assert!(
+            notes.iter().any(|n| n.contains("earlier stream")),
+            "{notes:?}"
+        );
+
+        let (plans, notes) = plan_import(&reading, None, 0).expect("a plan");
+        assert_eq!(plans[0].action, Action::Import(Checkpoint::ShardEnd));
+        assert!(notes.iter().any(|n| n.contains("replaces it")), "{notes:?}");
+        // The shard's own row holding that checkpoint already is left as it is.
+        let mut own = reading.app[0].clone();
+        own.starting_sequence_number = Some("1".into());
+        let reading = Reading {
+            app: vec![own],
+            ..reading
+        };
+        let (plans, _) = plan_import(&reading, None, 0).expect("a plan");
+        assert_eq!(plans[0].action, Action::Unchanged);
+        let (plans, _) = plan_export(&reading, None, None).expect("a plan");
+        assert!(
+            matches!(&plans[0].action, Action::Export(row) if row.checkpoint == KclCheckpoint::ShardEnd)
+        );
     }
 
     #[test]

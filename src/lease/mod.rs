@@ -135,6 +135,15 @@ impl Default for WorkerLimits {
 }
 
 impl Lease {
+    /// True when the row was written for a shard of an earlier stream of the same name: it
+    /// records a starting sequence number other than `starting_sequence_number`, the listed
+    /// shard's. A row without one (written before it was recorded) counts as the shard's.
+    pub(crate) fn is_other_generation(&self, starting_sequence_number: &str) -> bool {
+        self.starting_sequence_number
+            .as_deref()
+            .is_some_and(|seq| seq != starting_sequence_number)
+    }
+
     /// A new, unowned lease with no checkpoint.
     #[must_use]
     pub fn new(

@@ -209,9 +209,7 @@ impl<'a> Tree<'a> {
 
 /// True when the row was written for a shard of an earlier stream of the same name.
 pub(crate) fn is_other_generation(row: &Lease, shard: &ShardDescription) -> bool {
-    row.starting_sequence_number
-        .as_deref()
-        .is_some_and(|seq| seq != shard.starting_sequence_number)
+    row.is_other_generation(&shard.starting_sequence_number)
 }
 
 /// The rows of the shards that may be read now, in listing order: not finished, the row of
