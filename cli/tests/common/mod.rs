@@ -83,3 +83,26 @@ pub async fn cli(args: &[&str]) -> Run {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// Asserts that `row` was written for the shard `stream` lists as `shard`: it records that
+/// shard's starting sequence number (not an earlier stream's of the same name).
+#[allow(
+    dead_code,
+    reason = "not every test binary looks at rows of a stream created again"
+)]
+pub async fn assert_row_of_listed_shard(
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+    shard: &str,
+    row: &kinesis_dataflow::lease::Lease,
+) {
+    let listed = support::list_shards(client, stream).await.unwrap();
+    let listed = listed.iter().find(|s| s.shard_id() == shard).unwrap();
+    assert_eq!(
+        row.starting_sequence_number.as_deref(),
+        listed
+            .sequence_number_range()
+            .map(|r| r.starting_sequence_number()),
+        "a row of the listed shard {shard}: {row:?}"
+    );
+}
