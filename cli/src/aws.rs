@@ -48,9 +48,7 @@ impl Shard {
 /// such a row is replaced once nobody holds it (at a listing after its lease lapsed, or
 /// after its holder let it go) and the shard read from its beginning.
 pub fn is_earlier_stream(row: &Lease, shard: &Shard) -> bool {
-    row.starting_sequence_number
-        .as_deref()
-        .is_some_and(|seq| seq != shard.starting_sequence_number)
+    row.is_other_generation(&shard.starting_sequence_number)
 }
 
 /// How long one call's attempt may go unanswered, and one call with its retries.

@@ -138,7 +138,18 @@ impl Lease {
     /// True when the row was written for a shard of an earlier stream of the same name: it
     /// records a starting sequence number other than `starting_sequence_number`, the listed
     /// shard's. A row without one (written before it was recorded) counts as the shard's.
-    pub(crate) fn is_other_generation(&self, starting_sequence_number: &str) -> bool {
+    ///
+    /// ```
+    /// use kinesis_dataflow::lease::Lease;
+    ///
+    /// let mut row = Lease::new("orders", "shardId-000000000000", vec![]);
+    /// assert!(!row.is_other_generation("49590"));
+    /// row.starting_sequence_number = Some("49590".into());
+    /// assert!(!row.is_other_generation("49590"));
+    /// assert!(row.is_other_generation("49611"));
+    /// ```
+    #[must_use]
+    pub fn is_other_generation(&self, starting_sequence_number: &str) -> bool {
         self.starting_sequence_number
             .as_deref()
             .is_some_and(|seq| seq != starting_sequence_number)
