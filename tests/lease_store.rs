@@ -22,7 +22,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, BillingMode, KeyType, TableStatus}
 use futures::StreamExt;
 use kinesis_dataflow::error::Operation;
 use kinesis_dataflow::lease::{KeyLayout, Lease, LeaseError, LeaseStore, SharedLeaseStore};
-use kinesis_dataflow::position::Checkpoint;
+use kinesis_dataflow::position::{Checkpoint, StartingPoint};
 use kinesis_dataflow::{DynamoLeaseStore, MemoryLeaseStore};
 
 const STREAM: &str = "orders";
@@ -149,6 +149,7 @@ both_stores!(
     worker_limits_round_trip,
     writes_by_a_non_holder_are_lost,
     delete_is_conditional_on_owner_and_counter,
+    replace_is_one_write_fenced_on_owner_and_counter,
     a_checkpoint_that_does_not_decode_is_refused,
     get_reads_a_repeated_id_once,
 );
@@ -320,6 +321,47 @@ async fn delete_is_conditional_on_owner_and_counter(store: SharedLeaseStore) {
     assert!(store.create(&free).await.expect("create again"));
     store.delete(&free).await.expect("delete an unowned row");
     assert!(store.list(STREAM).await.expect("list").is_empty());
+}
+
+async fn replace_is_one_write_fenced_on_owner_and_counter(store: SharedLeaseStore) {
+    // The row of an earlier stream's shard 0: began at 1, read to its end, held by "a".
+    let mut earlier = Lease::new(STREAM, SHARD, vec!["shardId-000000000009".into()]);
+    earlier.starting_sequence_number = Some("1".into());
+    earlier.checkpoint = Some(Checkpoint::ShardEnd);
+    assert!(store.create(&earlier).await.expect("create"));
+    let held = store.take(&earlier, "a").await.expect("take");
+    let renewed = store.renew(&held).await.expect("renew");
+    let mut new = Lease::new(STREAM, SHARD, vec![]);
+    new.starting_sequence_number = Some("2".into());
+    new.checkpoint = Some(Checkpoint::Start(StartingPoint::TrimHorizon));
+    // A stale view, or one with another owner or none, replaces nothing.
+    assert_lost(&store.replace(&held, &new).await.unwrap_err(), "a");
+    let mut impostor = renewed.clone();
+    impostor.owner = Some("b".into());
+    assert_lost(&store.replace(&impostor, &new).await.unwrap_err(), "b");
+    let mut unowned = renewed.clone();
+    unowned.owner = None;
+    assert!(store.replace(&unowned, &new).await.unwrap_err().is_lost());
+    assert_eq!(current(&store, STREAM, SHARD).await, renewed);
+
+    // The current view is replaced by the new row as given, with the next counter: the old
+    // holder's view is fenced, and so is a second replacement from it.
+    let written = store.replace(&renewed, &new).await.expect("replace");
+    assert_eq!(
+        written,
+        Lease {
+            counter: renewed.counter + 1,
+            ..new.clone()
+        }
+    );
+    assert_eq!(current(&store, STREAM, SHARD).await, written);
+    assert_lost(&store.renew(&renewed).await.unwrap_err(), "a");
+    assert_lost(&store.replace(&renewed, &new).await.unwrap_err(), "a");
+    // A missing row is not replaced either.
+    let mut missing = Lease::new(STREAM, "shardId-000000000005", vec![]);
+    missing.counter = 3;
+    assert!(store.replace(&missing, &new).await.unwrap_err().is_lost());
+    assert_eq!(store.list(STREAM).await.expect("list"), vec![written]);
 }
 
 async fn shard_end_round_trips(store: SharedLeaseStore) {

@@ -98,6 +98,13 @@ pub enum LeaseCall<'a> {
         /// The row as the caller saw it.
         lease: &'a Lease,
     },
+    /// [`LeaseStore::replace`].
+    Replace {
+        /// The row as the caller saw it.
+        old: &'a Lease,
+        /// The row put in its place.
+        new: &'a Lease,
+    },
 }
 
 impl LeaseCall<'_> {
@@ -109,7 +116,7 @@ impl LeaseCall<'_> {
             Self::Prepare => Operation::DescribeTable,
             Self::List { operation, .. } => *operation,
             Self::Get { .. } => Operation::BatchGetItem,
-            Self::Create { .. } => Operation::PutItem,
+            Self::Create { .. } | Self::Replace { .. } => Operation::PutItem,
             Self::Delete { .. } => Operation::DeleteItem,
             Self::Take { .. }
             | Self::Renew { .. }
@@ -131,6 +138,7 @@ impl LeaseCall<'_> {
             Self::Checkpoint { .. } => "checkpoint",
             Self::Release { .. } => "release",
             Self::Delete { .. } => "delete",
+            Self::Replace { .. } => "replace",
         }
     }
 }
@@ -243,5 +251,12 @@ impl<L: LeaseLayer> LeaseStore for LayeredStore<L> {
     fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
         self.layer
             .around(LeaseCall::Delete { lease }, self.inner.delete(lease))
+    }
+
+    fn replace<'a>(&'a self, old: &'a Lease, new: &'a Lease) -> LeaseFuture<'a, Lease> {
+        self.layer.around(
+            LeaseCall::Replace { old, new },
+            self.inner.replace(old, new),
+        )
     }
 }

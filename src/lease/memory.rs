@@ -27,7 +27,7 @@ fn call_of(operation: &str) -> Operation {
         "prepare" => Operation::DescribeTable,
         "list" => Operation::Query,
         "get" => Operation::BatchGetItem,
-        "create" => Operation::PutItem,
+        "create" | "replace" => Operation::PutItem,
         "delete" => Operation::DeleteItem,
         _ => Operation::UpdateItem,
     }
@@ -144,7 +144,7 @@ impl MemoryLeaseStore {
     }
 
     /// How many writes succeeded so far (a `create` that added a row, and every successful
-    /// `take`, `renew`, `checkpoint`, `release` and `delete`), across all streams.
+    /// `take`, `renew`, `checkpoint`, `release`, `delete` and `replace`), across all streams.
     #[must_use]
     pub fn writes(&self) -> u64 {
         self.lock().writes
@@ -373,6 +373,24 @@ impl LeaseStore for MemoryLeaseStore {
                     owner: lease.owner.clone().unwrap_or_else(|| NO_OWNER.to_owned()),
                 }),
             }
+        })
+    }
+
+    fn replace<'a>(&'a self, old: &'a Lease, new: &'a Lease) -> LeaseFuture<'a, Lease> {
+        Box::pin(async move {
+            self.delay().await;
+            let operation = "replace";
+            if let Some(checkpoint) = &new.checkpoint {
+                check_storable(operation, new, checkpoint)?;
+            }
+            let writer = old.owner.as_deref().unwrap_or(NO_OWNER);
+            self.write(operation, old, old.owner.as_deref(), writer, |row| {
+                *row = Lease {
+                    stream: row.stream.clone(),
+                    shard_id: row.shard_id.clone(),
+                    ..new.clone()
+                };
+            })
         })
     }
 }

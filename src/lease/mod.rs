@@ -241,4 +241,18 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// worker row of an instance that stopped), on condition that its owner and counter are
     /// still those in `lease`: a row written since is kept ([`LeaseError::Lost`]).
     fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()>;
+
+    /// Puts `new` in place of the row `old` in **one** conditional write: on condition that
+    /// the row's owner and counter are still those in `old` ([`LeaseError::Lost`] otherwise).
+    /// Returns the row as written: `new`'s fields, with a counter one past `old`'s, so a stale
+    /// holder of `old` is fenced.
+    ///
+    /// A subscription replaces so the row of a shard of an earlier stream of the same name
+    /// (a stream deleted and created again, see [`Lease::is_other_generation`]) with the new
+    /// shard's row, which says the shard is read from its beginning. It must be one write: the
+    /// row is the only record that the stream was created again, so a delete followed by a
+    /// create that fails (or that another instance's listing comes between) would leave the
+    /// shard with no row at all, taken for a new shard of a new application (read from the
+    /// tip, or passed when closed), and its records would never be read.
+    fn replace<'a>(&'a self, old: &'a Lease, new: &'a Lease) -> LeaseFuture<'a, Lease>;
 }

@@ -235,6 +235,10 @@ impl LeaseStore for RowCounter {
     fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
         self.table.delete(lease)
     }
+
+    fn replace<'a>(&'a self, old: &'a Lease, new: &'a Lease) -> LeaseFuture<'a, Lease> {
+        self.table.replace(old, new)
+    }
 }
 
 // ------------------------------------------------------------------------------------------

@@ -316,6 +316,10 @@ impl LeaseStore for DynamoLeaseStore {
     fn delete<'a>(&'a self, lease: &'a Lease) -> LeaseFuture<'a, ()> {
         Box::pin(self.do_delete(lease))
     }
+
+    fn replace<'a>(&'a self, old: &'a Lease, new: &'a Lease) -> LeaseFuture<'a, Lease> {
+        Box::pin(self.do_replace(old, new))
+    }
 }
 
 #[cfg(test)]

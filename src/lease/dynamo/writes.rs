@@ -1,6 +1,8 @@
 //! The reads behind `get`, and the writes fenced on the owner and counter the caller last saw
 //! (the Query or Scan behind `list` is in `inspect`).
 
+use std::collections::HashMap;
+
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, ReturnConsumedCapacity, ReturnValue,
 };
@@ -129,29 +131,55 @@ impl DynamoLeaseStore {
     pub(super) async fn do_delete(&self, lease: &Lease) -> Result<(), LeaseError> {
         let call = Operation::DeleteItem;
         let layout = self.key_layout().await?;
-        let mut delete = self
+        let (condition, names, values) = fenced_on(lease);
+        let delete = self
             .client
             .delete_item()
             .table_name(&*self.table)
             .set_key(Some(layout.key(&lease.stream, &lease.shard_id)))
-            .expression_attribute_names("#counter", COUNTER)
-            .expression_attribute_names("#owner", OWNER)
-            .expression_attribute_values(":expected", number(lease.counter));
-        delete = match &lease.owner {
-            None => {
-                delete.condition_expression("#counter = :expected AND attribute_not_exists(#owner)")
-            }
-            Some(owner) => delete
-                .condition_expression("#counter = :expected AND #owner = :owner")
-                .expression_attribute_values(":owner", AttributeValue::S(owner.clone())),
-        };
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values));
         match delete.send().await {
             Ok(_) => Ok(()),
-            Err(err) if is_condition_failure(&err) => Err(LeaseError::Lost {
-                stream: lease.stream.clone(),
-                shard: lease.shard_id.clone(),
-                owner: lease.owner.clone().unwrap_or_else(|| NO_OWNER.to_owned()),
-            }),
+            Err(err) if is_condition_failure(&err) => Err(lost(lease)),
+            Err(err) => Err(self.error(call, err)),
+        }
+    }
+
+    /// Puts `new` in place of `old` with one PutItem, fenced on `old`'s owner and counter as a
+    /// delete is; the row written has `old`'s key and the next counter.
+    pub(super) async fn do_replace(&self, old: &Lease, new: &Lease) -> Result<Lease, LeaseError> {
+        let call = Operation::PutItem;
+        if let Some(why) = (new.checkpoint.as_ref()).and_then(|c| unstorable(new, c)) {
+            return Err(self.invalid(call, &why));
+        }
+        let Some(counter) = old.counter.checked_add(1) else {
+            let why = format!(
+                "the counter of shard `{}` of stream `{}` cannot grow past u64::MAX",
+                old.shard_id, old.stream
+            );
+            return Err(self.invalid(call, &why));
+        };
+        let written = Lease {
+            stream: old.stream.clone(),
+            shard_id: old.shard_id.clone(),
+            counter,
+            ..new.clone()
+        };
+        let layout = self.key_layout().await?;
+        let (condition, names, values) = fenced_on(old);
+        let put = self
+            .client
+            .put_item()
+            .table_name(&*self.table)
+            .set_item(Some(to_item(&written, layout)))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values));
+        match put.send().await {
+            Ok(_) => Ok(written),
+            Err(err) if is_condition_failure(&err) => Err(lost(old)),
             Err(err) => Err(self.error(call, err)),
         }
     }
@@ -259,5 +287,38 @@ impl DynamoLeaseStore {
             }),
             Err(err) => Err(self.error(call, err)),
         }
+    }
+}
+
+/// The condition of a write fenced on the owner and counter in `lease` (a row nobody held:
+/// still nobody's), with its names and values.
+fn fenced_on(
+    lease: &Lease,
+) -> (
+    &'static str,
+    HashMap<String, String>,
+    HashMap<String, AttributeValue>,
+) {
+    let names = HashMap::from([
+        ("#counter".to_owned(), COUNTER.to_owned()),
+        ("#owner".to_owned(), OWNER.to_owned()),
+    ]);
+    let mut values = HashMap::from([(":expected".to_owned(), number(lease.counter))]);
+    let condition = match &lease.owner {
+        None => "#counter = :expected AND attribute_not_exists(#owner)",
+        Some(owner) => {
+            values.insert(":owner".to_owned(), AttributeValue::S(owner.clone()));
+            "#counter = :expected AND #owner = :owner"
+        }
+    };
+    (condition, names, values)
+}
+
+/// [`LeaseError::Lost`] for a fenced write on `lease` whose condition failed.
+fn lost(lease: &Lease) -> LeaseError {
+    LeaseError::Lost {
+        stream: lease.stream.clone(),
+        shard: lease.shard_id.clone(),
+        owner: lease.owner.clone().unwrap_or_else(|| NO_OWNER.to_owned()),
     }
 }
