@@ -7,13 +7,14 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
-use kinesis_dataflow::lease::{LeaseFuture, SharedLeaseStore};
+use kinesis_dataflow::lease::{LeaseError, LeaseFuture, SharedLeaseStore};
+use kinesis_dataflow::position::CLOCK_SKEW_ALLOWANCE;
 use kinesis_dataflow::subscription::ShutdownHandle;
 use kinesis_dataflow::{
     AwsKinesis, Delivery, KinesisPosition, MultiSubscription, ReadSettings, Record, StreamSet,
@@ -150,10 +151,15 @@ async fn b_reads_the_stream_created_again(
     b: &mut Subscription,
 ) {
     put(client, stream, "second").await;
+    b_reads(b, "second").await;
+}
+
+/// B reads the record `data` (acking everything).
+async fn b_reads(b: &mut Subscription, data: &str) {
     let read = tokio::time::timeout(PATIENCE, async {
         loop {
             match b.next().await {
-                Some(Ok(d)) if &d.data()[..] == b"second" => {
+                Some(Ok(d)) if d.data() == data.as_bytes() => {
                     d.ack();
                     break;
                 }
@@ -166,7 +172,7 @@ async fn b_reads_the_stream_created_again(
         }
     })
     .await;
-    assert!(read.is_ok(), "B reads the stream created again");
+    assert!(read.is_ok(), "B reads `{data}` of the stream created again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,6 +212,94 @@ async fn a_deleted_streams_rows_go_but_not_those_of_the_stream_created_again() {
         .await
         .expect("A stops");
     reading.await.unwrap();
+    tokio::time::timeout(PATIENCE, b.shutdown())
+        .await
+        .expect("B stops");
+}
+
+/// Fails every listing's read of the table while switched on (the instance's other calls go
+/// through): its next listing comes late.
+#[derive(Default)]
+struct ListingsFail(AtomicBool);
+
+impl LeaseLayer for ListingsFail {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        if !(matches!(call, LeaseCall::List { .. }) && self.0.load(Ordering::SeqCst)) {
+            return next;
+        }
+        Box::pin(async move {
+            Err(LeaseError::Unavailable {
+                table: "(the test's layer)".into(),
+                operation: call.operation(),
+                message: "listings fail for now".into(),
+                source: None,
+            })
+        })
+    }
+}
+
+/// A finds the stream deleted and removes its rows; the stream is created again and written
+/// to; B, which reads from the tip and held nothing, lists it only some seconds later. No row
+/// tells B that the stream was created again, but B's own last listing does: the shard began
+/// elsewhere then. B reads the new shard from its beginning, not from the tip (which would
+/// leave out what was written before B's listing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_created_again_after_its_rows_were_removed_is_read_from_its_start() {
+    support::events::record_events();
+    let client = support::kinesis_client();
+    let api: SharedKinesis = Arc::new(AwsKinesis::new(client.clone()));
+    let stream = support::unique_name("again-removed");
+    support::create_stream(&client, &stream, 1).await;
+    let table: SharedLeaseStore = Arc::new(support::lease_store("again-removed-leases"));
+    let a = start_a(&api, table.clone(), &stream).await;
+    put(&client, &stream, "first").await;
+    let (first, stop_a, reading) = hold_the_first_delivery(a).await;
+    first.ack();
+
+    // B joins while A holds the only shard.
+    let late = Arc::new(ListingsFail::default());
+    let b_store: SharedLeaseStore = Arc::new(LayeredStore::new(table.clone(), late.clone()));
+    let mut b = support::reading::fast(&api, b_store, &stream, "b")
+        .start()
+        .await
+        .unwrap();
+    let rows = table.list(&stream).await.unwrap();
+    let shard = rows.iter().find(|r| r.shard_id == "shardId-000000000000");
+    assert_eq!(
+        shard.and_then(|r| r.owner.as_deref()),
+        Some("a"),
+        "{rows:?}"
+    );
+
+    late.0.store(true, Ordering::SeqCst);
+    delete_until_a_finds_it_deleted(&client, &stream).await;
+    support::eventually(
+        "A removes the deleted stream's rows",
+        PATIENCE,
+        async || !support::events::events("removed the deleted stream's lease rows").is_empty(),
+    )
+    .await;
+    let rows = table.list(&stream).await.unwrap();
+    assert!(
+        rows.iter().all(|r| r.shard_id.starts_with("worker:")),
+        "{rows:?}"
+    );
+    tokio::time::timeout(PATIENCE, stop_a.shutdown())
+        .await
+        .expect("A stops");
+    reading.await.unwrap();
+
+    support::create_stream(&client, &stream, 1).await;
+    put(&client, &stream, "second").await;
+    // Well before B's next listing: the tip it would start at (then, less the clock skew
+    // allowance) leaves it out.
+    tokio::time::sleep(CLOCK_SKEW_ALLOWANCE + Duration::from_millis(1500)).await;
+    late.0.store(false, Ordering::SeqCst);
+    b_reads(&mut b, "second").await;
     tokio::time::timeout(PATIENCE, b.shutdown())
         .await
         .expect("B stops");

@@ -7,13 +7,15 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use kinesis_dataflow::api::PutRecordsEntry;
 use kinesis_dataflow::api::{KinesisAdmin, SharedKinesis};
-use kinesis_dataflow::lease::SharedLeaseStore;
-use kinesis_dataflow::position::Checkpoint;
+use kinesis_dataflow::lease::layer::{LayeredStore, LeaseCall, LeaseLayer};
+use kinesis_dataflow::lease::{LeaseError, LeaseFuture, SharedLeaseStore};
+use kinesis_dataflow::position::{CLOCK_SKEW_ALLOWANCE, Checkpoint};
 use kinesis_dataflow::{
     AwsKinesis, DynamoLeaseStore, KinesisPosition, ReadSettings, Subscription, SubscriptionBuilder,
 };
@@ -197,5 +199,65 @@ async fn a_stream_created_again_and_split_again_reads_its_parent_while_old_rows_
 
     let mut sub = builder(api, store, stream).start().await.unwrap();
     read_all(&mut sub, &second, "the stream created and split again").await;
+    sub.shutdown().await;
+}
+
+/// Fails the first write of shard 0's new row, whichever call makes it, as a throttled or
+/// timed-out write would; every other call goes through.
+#[derive(Default)]
+struct FirstNewRowFails(AtomicBool);
+
+impl LeaseLayer for FirstNewRowFails {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        let row = match call {
+            LeaseCall::Create { lease } | LeaseCall::Replace { new: lease, .. } => lease,
+            _ => return next,
+        };
+        if row.shard_id != "shardId-000000000000" || self.0.swap(true, Ordering::SeqCst) {
+            return next;
+        }
+        Box::pin(async move {
+            Err(LeaseError::Unavailable {
+                table: "(the test's layer)".into(),
+                operation: call.operation(),
+                message: "the first write of the new row fails".into(),
+                source: None,
+            })
+        })
+    }
+}
+
+/// The records of the stream created again were written before the application started
+/// again, and the first write of shard 0's new row fails. The row of the earlier stream is
+/// the only record that the stream was created again: were it deleted before the new row's
+/// write, the next listing would find no row and start the shard at the tip, skipping them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_created_again_is_read_from_its_start_when_its_new_row_fails_once() {
+    let setup = Setup::new("again-fails");
+    let Setup {
+        client,
+        api,
+        stream,
+        store,
+        ..
+    } = &setup;
+    setup.first_stream_read().await.shutdown().await;
+
+    delete_and_wait(client, stream).await;
+    support::create_stream(client, stream, 1).await;
+    let second = publish(api, stream, "second").await;
+    // Well before the start: the tip it would start at (the start time, less the clock skew
+    // allowance) leaves them out.
+    tokio::time::sleep(CLOCK_SKEW_ALLOWANCE + Duration::from_millis(1500)).await;
+
+    let layer = Arc::new(FirstNewRowFails::default());
+    let faulty: SharedLeaseStore = Arc::new(LayeredStore::new(store.clone(), layer.clone()));
+    let mut sub = builder(api, &faulty, stream).start().await.unwrap();
+    read_all(&mut sub, &second, "the stream created again").await;
+    assert!(layer.0.load(Ordering::SeqCst), "the fault was never met");
     sub.shutdown().await;
 }

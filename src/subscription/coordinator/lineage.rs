@@ -37,7 +37,8 @@ pub(crate) struct Frontier<'a> {
     pub(crate) position: Option<&'a KinesisPosition>,
     /// The time the tip stands for (AT_TIMESTAMP): when the subscription started, or now.
     pub(crate) tip: StartingPoint,
-    /// Shards whose row of an earlier stream of the same name was just removed: read from
+    /// Shards of a stream created again: their row of an earlier stream of the same name is
+    /// being replaced, or they began elsewhere at this instance's last listing. Read from
     /// their beginning.
     pub(crate) recreated: &'a HashSet<String>,
 }

@@ -37,9 +37,10 @@ pub(crate) struct Listing {
     pub(crate) declared: HashSet<String>,
 }
 
-/// The shards of a listing as far as the lease table cares: each shard's id and whether it
+/// The shards of a listing as far as the lease table cares: each shard's id, its starting
+/// sequence number (a stream created again in the same shape differs in it) and whether it
 /// is closed.
-pub(crate) type ShardSet = Vec<(String, bool)>;
+pub(crate) type ShardSet = Vec<(String, String, bool)>;
 
 /// The shortest time between two reads of the table asked for by events (the roster row
 /// moved, a shard finished), when the listing interval is not shorter.
@@ -98,7 +99,14 @@ impl Scans {
 pub(crate) fn shard_set(shards: &[ShardDescription]) -> ShardSet {
     let mut set: ShardSet = shards
         .iter()
-        .map(|s| (s.shard_id.clone(), s.ending_sequence_number.is_some()))
+        .map(|s| {
+            let closed = s.ending_sequence_number.is_some();
+            (
+                s.shard_id.clone(),
+                s.starting_sequence_number.clone(),
+                closed,
+            )
+        })
         .collect();
     set.sort();
     set
@@ -179,6 +187,12 @@ pub(crate) struct NewRowRule {
     /// Rows nobody held at the previous listing (free, or not written for the lease
     /// duration): a row of an earlier stream of the same name among them may be replaced.
     pub(crate) replaceable: HashSet<String>,
+    /// Each shard's starting sequence number as this instance's last listing that read the
+    /// table found it: a listed shard that has no row and began elsewhere then is of the
+    /// stream created again since (its earlier rows removed meanwhile: an instance found the
+    /// stream deleted, see [`end_when_deleted`](crate::subscription::SubscriptionConfig::end_when_deleted)),
+    /// and is read from its beginning.
+    pub(crate) known: Arc<HashMap<String, String>>,
     /// Fetch a [`Tip`] for each new row that begins at `tip` before creating it (while
     /// `start` runs).
     pub(crate) fetch_tips: bool,
@@ -210,26 +224,36 @@ pub(crate) async fn list(shared: Arc<Shared>, rule: NewRowRule) -> Result<Listin
         });
     }
     let mut rows = scan(&shared).await?;
-    let recreated = replace_other_generations(&shared, &shards, &mut rows, &rule).await;
-    let frontier = Frontier {
-        position: rule.position.as_ref(),
-        tip: rule.tip.clone(),
-        recreated: &recreated,
-    };
     let mut tips = HashMap::new();
     let mut created = HashSet::new();
     for _ in 0..CREATE_ROUNDS {
-        let new = lineage::new_rows(&shared.stream, &shards, &rows, &frontier);
+        let earlier = earlier_streams_rows(&shards, &rows, &rule.replaceable);
+        let recreated: HashSet<String> = (earlier.keys().cloned())
+            .chain(created_again(&shards, &rows, &rule.known))
+            .collect();
+        let frontier = Frontier {
+            position: rule.position.as_ref(),
+            tip: rule.tip.clone(),
+            recreated: &recreated,
+        };
+        let new = if earlier.is_empty() {
+            lineage::new_rows(&shared.stream, &shards, &rows, &frontier)
+        } else {
+            // Decided as if those rows were gone; each is then replaced in one write.
+            let mut rest = rows.clone();
+            rest.retain(|id, _| !earlier.contains_key(id));
+            lineage::new_rows(&shared.stream, &shards, &rest, &frontier)
+        };
         if new.is_empty() {
             break;
         }
         if rule.fetch_tips {
             fetch_tips(&shared, &new, &rule.tip, &mut tips).await;
         }
-        if create_all(&shared, new, &mut rows, &mut created).await? {
+        if create_all(&shared, new, &earlier, &mut rows, &mut created).await? {
             break;
         }
-        // Another instance created some first: its rows are the ones to go by.
+        // Another instance created or replaced some first: its rows are the ones to go by.
         rows = scan(&shared).await?;
     }
     tips.retain(|shard, _| created.contains(shard));
@@ -332,38 +356,41 @@ async fn fetch_tips(
     }
 }
 
-/// Deletes the rows of listed shards that were written for an earlier stream of the same name,
-/// when nobody holds them; returns those shards (their rows are created anew).
-async fn replace_other_generations(
-    shared: &Shared,
+/// The rows of listed shards that were written for an earlier stream of the same name, when
+/// nobody holds them: each is replaced by the new shard's row, read from its beginning.
+fn earlier_streams_rows(
     shards: &[ShardDescription],
-    rows: &mut BTreeMap<String, Lease>,
-    rule: &NewRowRule,
-) -> HashSet<String> {
-    let old: Vec<Lease> = shards
+    rows: &BTreeMap<String, Lease>,
+    replaceable: &HashSet<String>,
+) -> BTreeMap<String, Lease> {
+    shards
         .iter()
         .filter_map(|shard| {
             rows.get(&shard.shard_id)
                 .filter(|row| lineage::is_other_generation(row, shard))
-                .filter(|row| row.owner.is_none() || rule.replaceable.contains(&row.shard_id))
-                .cloned()
+                .filter(|row| row.owner.is_none() || replaceable.contains(&row.shard_id))
+                .map(|row| (row.shard_id.clone(), row.clone()))
         })
-        .collect();
-    let results = join_all(old.iter().map(|row| shared.store.delete(row))).await;
-    let mut recreated = HashSet::new();
-    for (row, result) in old.into_iter().zip(results) {
-        match result {
-            Ok(()) => {
-                tracing::info!(shard = %row.shard_id, "the row of a shard of an earlier stream of the same name was removed; the new shard is read from its beginning");
-                rows.remove(&row.shard_id);
-                recreated.insert(row.shard_id);
-            }
-            Err(e) => {
-                tracing::debug!(shard = %row.shard_id, error = %e, "a row of an earlier stream of the same name stays for now");
-            }
-        }
-    }
-    recreated
+        .collect()
+}
+
+/// The listed shards that have no row and began elsewhere at this instance's last listing
+/// (see [`NewRowRule::known`]).
+fn created_again(
+    shards: &[ShardDescription],
+    rows: &BTreeMap<String, Lease>,
+    known: &HashMap<String, String>,
+) -> Vec<String> {
+    shards
+        .iter()
+        .filter(|shard| !rows.contains_key(&shard.shard_id))
+        .filter(|shard| {
+            known
+                .get(&shard.shard_id)
+                .is_some_and(|seq| *seq != shard.starting_sequence_number)
+        })
+        .map(|shard| shard.shard_id.clone())
+        .collect()
 }
 
 async fn list_shards(shared: &Shared) -> Result<Vec<ShardDescription>, KinesisError> {
@@ -417,11 +444,13 @@ async fn fix_tip(shared: &Shared, shard: &str) -> Result<TipAt, KinesisError> {
 }
 
 /// Creates `new` level by level (a row only once the rows of its new parents exist), each
-/// level side by side within the work bound; notes the rows it created in `created`. Returns
-/// false when another instance created one of them first.
+/// level side by side within the work bound; a row of `earlier` (an earlier stream's) is
+/// replaced instead, in one write. Notes the rows it wrote in `created`. Returns false when
+/// another instance created or replaced one of them first.
 async fn create_all(
     shared: &Shared,
     new: Vec<Lease>,
+    earlier: &BTreeMap<String, Lease>,
     rows: &mut BTreeMap<String, Lease>,
     created: &mut HashSet<String>,
 ) -> Result<bool, LeaseError> {
@@ -441,19 +470,20 @@ async fn create_all(
         let batch: Vec<&Lease> = new.iter().filter(|l| depth[&l.shard_id] == level).collect();
         let results = join_all(batch.iter().map(|lease| async {
             let _permit = shared.permits.acquire().await;
-            shared.store.create(lease).await
+            write_new_row(shared, lease, earlier.get(&lease.shard_id)).await
         }))
         .await;
         let mut raced = false;
         for (lease, result) in batch.into_iter().zip(results) {
-            if result? {
-                if lease.checkpoint == Some(Checkpoint::ShardEnd) {
-                    tracing::info!(shard = %lease.shard_id, "a closed shard nothing will read (the subscription began after it): recorded as finished");
+            match result? {
+                Some(written) => {
+                    if written.checkpoint == Some(Checkpoint::ShardEnd) {
+                        tracing::info!(shard = %written.shard_id, "a closed shard nothing will read (the subscription began after it): recorded as finished");
+                    }
+                    created.insert(lease.shard_id.clone());
+                    rows.insert(lease.shard_id.clone(), written);
                 }
-                rows.insert(lease.shard_id.clone(), lease.clone());
-                created.insert(lease.shard_id.clone());
-            } else {
-                raced = true;
+                None => raced = true,
             }
         }
         if raced {
@@ -463,15 +493,71 @@ async fn create_all(
     Ok(true)
 }
 
+/// Creates `lease`'s row, or puts it in place of `earlier` (a row of an earlier stream of the
+/// same name) in one write; `None` when another instance wrote the row first.
+async fn write_new_row(
+    shared: &Shared,
+    lease: &Lease,
+    earlier: Option<&Lease>,
+) -> Result<Option<Lease>, LeaseError> {
+    let Some(earlier) = earlier else {
+        let created = shared.store.create(lease).await?;
+        return Ok(created.then(|| lease.clone()));
+    };
+    match shared.store.replace(earlier, lease).await {
+        Ok(written) => {
+            tracing::info!(shard = %lease.shard_id, "the row of a shard of an earlier stream of the same name was replaced; the new shard is read from its beginning");
+            Ok(Some(written))
+        }
+        Err(e) if e.is_lost() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn listed(id: &str, starting: &str) -> ShardDescription {
+        ShardDescription {
+            shard_id: id.to_owned(),
+            parent_shard_id: None,
+            adjacent_parent_shard_id: None,
+            starting_hash_key: "0".into(),
+            ending_hash_key: "1".into(),
+            starting_sequence_number: starting.to_owned(),
+            ending_sequence_number: None,
+        }
+    }
+
+    #[test]
+    fn a_shard_without_a_row_that_began_elsewhere_at_the_last_listing_was_created_again() {
+        let shards = [listed("a", "20"), listed("b", "21"), listed("c", "22")];
+        let known: HashMap<String, String> = [("a", "10"), ("b", "21"), ("d", "13")]
+            .map(|(id, seq)| (id.to_owned(), seq.to_owned()))
+            .into();
+        let mut rows = BTreeMap::new();
+        // `a` began at 10 then, 20 now: created again. `b` is as it was; `c` is new.
+        assert_eq!(created_again(&shards, &rows, &known), ["a"]);
+        // A row of `a` (the stream created again's, or an earlier one's: replaced apart)
+        // decides.
+        rows.insert("a".to_owned(), Lease::new("s", "a", vec![]));
+        assert!(created_again(&shards, &rows, &known).is_empty());
+        // A stream created again in the same shape is a change of shards: the table is read.
+        assert_ne!(
+            shard_set(&shards),
+            shard_set(&[listed("a", "10"), listed("b", "21"), listed("c", "22")])
+        );
+    }
 
     #[test]
     fn the_table_is_read_when_the_shards_change_when_asked_and_at_the_safety_interval() {
         let interval = Duration::from_secs(10);
         let t0 = Instant::now();
-        let shards: ShardSet = vec![("a".into(), false), ("b".into(), true)];
+        let shards: ShardSet = vec![
+            ("a".into(), "1".into(), false),
+            ("b".into(), "2".into(), true),
+        ];
         let mut scans = Scans::default();
         assert_eq!(scans.skip_unless_changed(t0, interval), None, "first");
         scans.scanned(t0, shards.clone(), 3);

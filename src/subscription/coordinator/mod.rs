@@ -266,7 +266,7 @@ impl Default for Listings {
             not_found: 0,
             unlisted: HashMap::new(),
             delete_refused: false,
-            generation: HashMap::new(),
+            generation: Arc::default(),
         }
     }
 }
@@ -287,9 +287,10 @@ struct Listings {
     unlisted: HashMap<String, Instant>,
     /// A delete was refused in a way retrying cannot fix (already said at warn level).
     delete_refused: bool,
-    /// Each shard's starting sequence number at the last listing: the stream's generation,
-    /// which tells a deleted stream's rows from those of a stream created again in its name.
-    generation: HashMap<String, String>,
+    /// Each shard's starting sequence number at the last listing that read the table (the
+    /// shards are the same at a listing that did not): the stream's generation, which tells
+    /// a deleted stream's rows from those of a stream created again in its name.
+    generation: Arc<HashMap<String, String>>,
 }
 
 /// This instance among the others.

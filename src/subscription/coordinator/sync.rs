@@ -2,6 +2,7 @@
 //! deletes), and tell `start` when the first one is done.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -37,6 +38,7 @@ impl Coordinator {
                 StartingPoint::since(SystemTime::now())
             },
             replaceable: self.listings.replaceable.clone(),
+            known: self.listings.generation.clone(),
             fetch_tips: self.startup.tell.is_some(),
             unless_shards,
             refuse_unlisted: (config.start_at.clone())
@@ -129,15 +131,17 @@ impl Coordinator {
     pub(super) fn on_listing(&mut self, mut listing: Listing) {
         self.listings.running = false;
         self.listings.not_found = 0;
-        self.listings.generation = (listing.shards.iter())
-            .map(|s| (s.shard_id.clone(), s.starting_sequence_number.clone()))
-            .collect();
         self.instance.health.listed(true);
         if !listing.scanned {
             // The shards are as they were: the table is read at the next safety scan, or
             // when the roster row moves.
             return;
         }
+        self.listings.generation = Arc::new(
+            (listing.shards.iter())
+                .map(|s| (s.shard_id.clone(), s.starting_sequence_number.clone()))
+                .collect(),
+        );
         if self.startup.tell.is_some() {
             self.startup.tips.extend(std::mem::take(&mut listing.tips));
         }
