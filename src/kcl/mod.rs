@@ -365,8 +365,8 @@ impl Migration {
     }
 
     /// Writes one shard's imported checkpoint: a new row, or the existing one taken, written
-    /// and released, or a row of an earlier stream of the same name deleted and a new one
-    /// created (each step fenced on the row as read).
+    /// and released, or a row of an earlier stream of the same name replaced by the shard's
+    /// (in one write, fenced on the row as read).
     async fn write_app(
         &self,
         shard: &ShardPlan,
@@ -389,23 +389,23 @@ impl Migration {
                 let written = self.app.checkpoint(&held, to).await?;
                 self.app.release(&written).await?;
             }
-            // A row of an earlier stream of the same name goes (fenced on the row as read),
-            // and the shard's own row takes its place, as the application would make it.
+            // The shard's own row, as the application would make it, is created, or takes
+            // the place of a row of an earlier stream of the same name in one write (fenced on
+            // the row as read).
             _ => {
-                if let Some(row) = &shard.app {
-                    match self.app.delete(row).await {
-                        Err(LeaseError::Lost { .. }) => return Err(changed()),
-                        other => other?,
-                    }
-                }
                 let parents =
                     description.map_or_else(Vec::new, |d| d.parents().map(str::to_owned).collect());
                 let mut lease = Lease::new(&*self.stream, &shard.shard_id, parents);
                 lease.starting_sequence_number =
                     description.map(|d| d.starting_sequence_number.clone());
                 lease.checkpoint = Some(to.clone());
-                if !self.app.create(&lease).await? {
-                    return Err(changed());
+                match &shard.app {
+                    Some(row) => match self.app.replace(row, &lease).await {
+                        Err(LeaseError::Lost { .. }) => return Err(changed()),
+                        other => drop(other?),
+                    },
+                    None if !self.app.create(&lease).await? => return Err(changed()),
+                    None => {}
                 }
             }
         }

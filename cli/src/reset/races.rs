@@ -283,41 +283,36 @@ async fn a_row_of_an_earlier_stream_is_replaced_by_one_of_the_listed_shard() {
     assert!(after.counter > 3, "{after:?}");
 }
 
-/// Creates the listed shard's row (as an instance's listing does) right after the reset
-/// deletes the row of the earlier stream.
-struct CreatesAfterTheDelete(MemoryLeaseStore);
+/// Replaces the row of the earlier stream by the listed shard's (as an instance's listing does
+/// once the reset's hold has lapsed) right before the reset's own replacement.
+struct ReplacedFirst(MemoryLeaseStore);
 
-impl LeaseLayer for CreatesAfterTheDelete {
+impl LeaseLayer for ReplacedFirst {
     fn around<'a, T: Send + 'a>(
         &'a self,
         call: LeaseCall<'a>,
         next: LeaseFuture<'a, T>,
     ) -> LeaseFuture<'a, T> {
-        if !matches!(call, LeaseCall::Delete { .. }) {
+        let LeaseCall::Replace { old, .. } = call else {
             return next;
-        }
+        };
         Box::pin(async move {
-            let deleted = next.await?;
             let mut new = Lease::new(STREAM, SHARD, vec![]);
             new.starting_sequence_number = Some("2".into());
-            assert!(self.0.create(&new).await.unwrap());
-            Ok(deleted)
+            self.0.replace(old, &new).await.unwrap();
+            next.await
         })
     }
 }
 
-/// An instance's listing creates the shard's row between the reset's deletion of the
-/// earlier stream's row and its creation of the new one: the reset fails (exit status 1)
-/// saying so, and the instance's row is left as it made it.
+/// An instance's listing replaces the earlier stream's row first: the reset fails (exit
+/// status 1) saying so, and the instance's row is left as it made it.
 #[tokio::test(start_paused = true)]
-async fn a_row_created_by_an_instance_during_the_replacement_fails_the_reset_clearly() {
+async fn a_row_replaced_by_an_instance_first_fails_the_reset_clearly() {
     let store = MemoryLeaseStore::new();
     earlier_stream_row(&store).await;
     let (args, plan) = horizon_plan_listing(&store, Some("2"), false).await;
-    let layered = LayeredStore::new(
-        Arc::new(store.clone()),
-        CreatesAfterTheDelete(store.clone()),
-    );
+    let layered = LayeredStore::new(Arc::new(store.clone()), ReplacedFirst(store.clone()));
     let failed = apply(&layered, &args, &plan.changes)
         .await
         .result()
@@ -326,15 +321,19 @@ async fn a_row_created_by_an_instance_during_the_replacement_fails_the_reset_cle
     assert!(
         failed
             .message
-            .contains("an instance created the row of this stream's shard meanwhile")
+            .contains("the row changed while the reset held it")
             && failed.message.contains("run the reset again"),
         "{}",
         failed.message
     );
     let after = row(&store).await;
     assert_eq!(
-        (after.owner, after.checkpoint, after.counter),
-        (None, None, 0)
+        (
+            after.owner,
+            after.checkpoint,
+            after.starting_sequence_number
+        ),
+        (None, None, Some("2".into()))
     );
 }
 
