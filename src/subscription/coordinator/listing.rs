@@ -188,8 +188,8 @@ pub(crate) struct NewRowRule {
     /// duration): a row of an earlier stream of the same name among them may be replaced.
     pub(crate) replaceable: HashSet<String>,
     /// Each shard's starting sequence number as this instance's last listing that read the
-    /// table found it: a listed shard that has no row and began elsewhere then is of the
-    /// stream created again since (its earlier rows removed meanwhile: an instance found the
+    /// table knew it ([`generation_after`]): a listed shard that has no row and began
+    /// elsewhere then is of the stream created again since (its earlier rows removed meanwhile: an instance found the
     /// stream deleted, see [`end_when_deleted`](crate::subscription::SubscriptionConfig::end_when_deleted)),
     /// and is read from its beginning.
     pub(crate) known: Arc<HashMap<String, String>>,
@@ -393,6 +393,33 @@ fn created_again(
         .collect()
 }
 
+/// Each shard's starting sequence number as this instance knows it after a listing that read
+/// the table (see [`NewRowRule::known`]): the listed shard's when its row is of this stream;
+/// the row's own when it is an earlier stream's (not replaced yet: held); as known before when
+/// the shard has no row (another instance created it first at each try). So a row of the
+/// earlier stream removed later (by an instance that found that stream deleted) still leaves
+/// the shard known as created again.
+pub(crate) fn generation_after(
+    before: &HashMap<String, String>,
+    shards: &[ShardDescription],
+    rows: &BTreeMap<String, Lease>,
+) -> HashMap<String, String> {
+    shards
+        .iter()
+        .filter_map(|shard| {
+            let id = &shard.shard_id;
+            let seq = match rows.get(id) {
+                Some(row) if lineage::is_other_generation(row, shard) => {
+                    row.starting_sequence_number.clone()?
+                }
+                Some(_) => shard.starting_sequence_number.clone(),
+                None => before.get(id)?.clone(),
+            };
+            Some((id.clone(), seq))
+        })
+        .collect()
+}
+
 async fn list_shards(shared: &Shared) -> Result<Vec<ShardDescription>, KinesisError> {
     let timeout = shared.config.call_timeout();
     match tokio::time::timeout(
@@ -548,6 +575,34 @@ mod tests {
             shard_set(&shards),
             shard_set(&[listed("a", "10"), listed("b", "21"), listed("c", "22")])
         );
+    }
+
+    #[test]
+    fn a_shard_is_known_by_the_stream_its_row_is_of() {
+        let shards = [
+            listed("a", "20"),
+            listed("b", "21"),
+            listed("c", "22"),
+            listed("e", "24"),
+        ];
+        let before: HashMap<String, String> = [("a", "10"), ("b", "11"), ("c", "12"), ("d", "13")]
+            .map(|(id, seq)| (id.to_owned(), seq.to_owned()))
+            .into();
+        let row = |id: &str, seq: &str| {
+            let mut row = Lease::new("s", id, vec![]);
+            row.starting_sequence_number = Some(seq.to_owned());
+            (id.to_owned(), row)
+        };
+        // `a`: a row of this stream. `b`: an earlier stream's row, still held. `c`: no row
+        // (created elsewhere meanwhile, not seen yet). `d`: not listed. `e`: new, no row.
+        let rows: BTreeMap<String, Lease> = [row("a", "20"), row("b", "11")].into();
+        let after = generation_after(&before, &shards, &rows);
+        let expected: HashMap<String, String> = [("a", "20"), ("b", "11"), ("c", "12")]
+            .map(|(id, seq)| (id.to_owned(), seq.to_owned()))
+            .into();
+        assert_eq!(after, expected);
+        // `b`'s earlier row removed later: the shard is still known as created again.
+        assert_eq!(created_again(&shards, &BTreeMap::new(), &after), ["b", "c"]);
     }
 
     #[test]

@@ -287,9 +287,10 @@ struct Listings {
     unlisted: HashMap<String, Instant>,
     /// A delete was refused in a way retrying cannot fix (already said at warn level).
     delete_refused: bool,
-    /// Each shard's starting sequence number at the last listing that read the table (the
-    /// shards are the same at a listing that did not): the stream's generation, which tells
-    /// a deleted stream's rows from those of a stream created again in its name.
+    /// Each shard's starting sequence number as the last listing that read the table knew it
+    /// ([`listing::generation_after`]; the shards are the same at a listing that did not):
+    /// the stream's generation, which tells a deleted stream's rows from those of a stream
+    /// created again in its name, and a shard created again after its rows were removed.
     generation: Arc<HashMap<String, String>>,
 }
 

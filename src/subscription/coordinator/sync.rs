@@ -137,11 +137,11 @@ impl Coordinator {
             // when the roster row moves.
             return;
         }
-        self.listings.generation = Arc::new(
-            (listing.shards.iter())
-                .map(|s| (s.shard_id.clone(), s.starting_sequence_number.clone()))
-                .collect(),
-        );
+        self.listings.generation = Arc::new(listing::generation_after(
+            &self.listings.generation,
+            &listing.shards,
+            &listing.rows,
+        ));
         if self.startup.tell.is_some() {
             self.startup.tips.extend(std::mem::take(&mut listing.tips));
         }
