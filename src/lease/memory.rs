@@ -438,6 +438,16 @@ mod tests {
     }
 
     #[test]
+    fn replace_is_one_write() {
+        let (store, free) = seeded();
+        let mut new = Lease::new("s", "shardId-0", vec![]);
+        new.starting_sequence_number = Some("2".into());
+        let written = block(store.replace(&free, &new)).unwrap();
+        assert_eq!(written.counter, 1);
+        assert_eq!(store.writes(), 2, "the create, then one write");
+    }
+
+    #[test]
     fn take_of_a_missing_row_is_lost() {
         let store = MemoryLeaseStore::new();
         let err = block(store.take(&Lease::new("s", "x", vec![]), "a")).unwrap_err();
