@@ -283,6 +283,57 @@ async fn a_row_of_an_earlier_stream_is_replaced_by_one_of_the_listed_shard() {
     assert!(after.counter > 3, "{after:?}");
 }
 
+/// Applies the replacement, then answers that its condition failed, as a transport's retry
+/// of a write that landed is answered.
+struct ReplacedButLost;
+
+impl LeaseLayer for ReplacedButLost {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: LeaseCall<'a>,
+        next: LeaseFuture<'a, T>,
+    ) -> LeaseFuture<'a, T> {
+        let LeaseCall::Replace { old, .. } = call else {
+            return next;
+        };
+        Box::pin(async move {
+            next.await?;
+            Err(LeaseError::Lost {
+                stream: old.stream.clone(),
+                shard: old.shard_id.clone(),
+                owner: old.owner.clone().unwrap_or_default(),
+            })
+        })
+    }
+}
+
+/// The reset's replacement lands but is answered as lost: the row read back is the reset's
+/// own write, so the reset goes on, and releases it.
+#[tokio::test(start_paused = true)]
+async fn a_replacement_that_landed_but_was_answered_lost_is_settled_by_reading_back() {
+    let store = MemoryLeaseStore::new();
+    earlier_stream_row(&store).await;
+    let (args, plan) = horizon_plan_listing(&store, Some("2"), false).await;
+    let layered = LayeredStore::new(Arc::new(store.clone()), ReplacedButLost);
+    apply(&layered, &args, &plan.changes)
+        .await
+        .result()
+        .unwrap();
+    let after = row(&store).await;
+    assert_eq!(
+        (
+            after.owner,
+            after.checkpoint,
+            after.starting_sequence_number
+        ),
+        (
+            None,
+            Some(Checkpoint::Start(StartingPoint::TrimHorizon)),
+            Some("2".into())
+        )
+    );
+}
+
 /// Replaces the row of the earlier stream by the listed shard's (as an instance's listing does
 /// once the reset's hold has lapsed) right before the reset's own replacement.
 struct ReplacedFirst(MemoryLeaseStore);

@@ -1,6 +1,6 @@
 //! Replacing a row of an earlier stream of the same name by a row of the listed shard.
 
-use kinesis_dataflow::lease::{Lease, LeaseStore};
+use kinesis_dataflow::lease::{Lease, LeaseError, LeaseStore};
 
 use super::plan::Change;
 
@@ -19,22 +19,36 @@ pub(super) async fn replace(
         format!("replacing the row of `{id}` written for an earlier stream of the same name");
     match store.replace(held, &row).await {
         Ok(written) => Ok(written),
-        Err(e) if e.is_lost() => Err((
-            format!(
-                "{failed} failed: the row changed while the reset held it ({e}); run the reset \
-                 again"
-            ),
-            None,
-        )),
+        // The write may have landed all the same (an answer lost; a retry of a write that
+        // landed is refused as Lost): the row read back says.
         Err(e) => match read_back(store, &row).await {
-            // The write landed all the same (a timeout): the row read back says.
-            Some(found) if found.owner == row.owner && found.counter == row.counter => Ok(found),
+            Ok(Some(found)) if is_written(&found, &row) => Ok(found),
             found => {
-                let still_held = found.filter(|found| found == held).map(|_| held.clone());
-                Err((format!("{failed} failed: {e}"), still_held))
+                let why = if e.is_lost() {
+                    format!("the row changed while the reset held it ({e}); run the reset again")
+                } else {
+                    e.to_string()
+                };
+                // Still the reset's when it reads back as held, or cannot be read (a release
+                // of a row that changed is fenced and refused).
+                let still_held = match found {
+                    Ok(Some(found)) => (found == *held).then(|| held.clone()),
+                    Ok(None) => None,
+                    Err(_) => Some(held.clone()),
+                };
+                Err((format!("{failed} failed: {why}"), still_held))
             }
         },
     }
+}
+
+/// True when `found` is `row` as the reset wrote it: its owner, its shard's starting sequence
+/// number, and the counter the write gave it (the reset never renews its hold, so nobody else
+/// writes that counter with that owner).
+fn is_written(found: &Lease, row: &Lease) -> bool {
+    found.owner == row.owner
+        && found.counter == row.counter
+        && found.starting_sequence_number == row.starting_sequence_number
 }
 
 /// The row of the listed shard that replaces `held`: held by the reset, at the new checkpoint,
@@ -53,11 +67,8 @@ fn replacement(held: &Lease, change: &Change) -> Lease {
     }
 }
 
-/// The row of `row`'s shard as the table holds it now, if it could be read.
-async fn read_back(store: &dyn LeaseStore, row: &Lease) -> Option<Lease> {
+/// The row of `row`'s shard as the table holds it now (`None`: there is none).
+async fn read_back(store: &dyn LeaseStore, row: &Lease) -> Result<Option<Lease>, LeaseError> {
     let ids = [row.shard_id.clone()];
-    match store.get(&row.stream, &ids).await {
-        Ok(rows) => rows.into_iter().next(),
-        Err(_) => None,
-    }
+    Ok(store.get(&row.stream, &ids).await?.into_iter().next())
 }
