@@ -1044,3 +1044,39 @@ async fn a_put_records_call_that_never_answers_is_given_up_and_made_again() {
         );
     }
 }
+
+/// Panics in the first PutRecords call it sees (a bug in a transport layer), while the
+/// collecting task carries it.
+#[derive(Default)]
+struct PanicsOnce(std::sync::atomic::AtomicBool);
+
+impl KinesisLayer for PanicsOnce {
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: Vec<PutRecordsEntry>,
+        inner: &'a dyn KinesisApi,
+    ) -> ApiFuture<'a, PutRecordsOutput> {
+        if self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return inner.put_records(stream, entries);
+        }
+        Box::pin(async move { panic!("a transport layer's bug (the test's)") })
+    }
+}
+
+/// The collecting task dies while it carries a publish's call (the transport panics in it):
+/// the call may have been made, so it is retried, through a new collecting task, as after a
+/// call that went unanswered; everything is stored.
+#[tokio::test(start_paused = true)]
+async fn a_call_lost_with_its_collecting_task_is_retried() {
+    let memory = MemoryKinesis::new();
+    memory.add_stream("orders", 1).unwrap();
+    let api = Layered::new(Arc::new(memory.clone()), PanicsOnce::default()).shared();
+    let publisher = Publisher::new(api, "orders");
+    let published = publisher
+        .publish_batch(records(&["a", "b"], 2))
+        .await
+        .unwrap();
+    assert_eq!(published.len(), 4);
+    assert_eq!(stored(&memory, "orders", SHARD0).len(), 4);
+}

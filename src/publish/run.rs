@@ -87,10 +87,13 @@ impl<'p> Run<'p> {
                 Ok(failed) => failed,
                 Err(Stop::Call(error))
                     if self.plan.unstored() == self.published.len()
-                        && !self.maybe_stored.contains(&true) =>
+                        && !self.maybe_stored.contains(&true)
+                        && !matches!(error, KinesisError::PublisherStopped { .. }) =>
                 {
                     // Nothing was written, and nothing may have been (no call failed as a whole,
-                    // no entry went without a result): the call's own error says it best.
+                    // no entry went without a result): the call's own error says it best. (Not
+                    // when the collecting publisher stopped: the error would not hand the
+                    // records back, and a caller publishing again needs them.)
                     return Err(error);
                 }
                 Err(Stop::Call(error)) => {
@@ -392,6 +395,7 @@ pub(super) fn error_kind(error: &KinesisError) -> &'static str {
         KinesisError::StreamNotFound { .. } => "StreamNotFound",
         KinesisError::AccessDenied { .. } => "AccessDenied",
         KinesisError::InvalidArgument { .. } => "InvalidArgument",
+        KinesisError::PublisherStopped { .. } => "PublisherStopped",
         _ => "Error",
     }
 }

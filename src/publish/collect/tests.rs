@@ -89,7 +89,8 @@ fn a_publish_does_not_wait_on_a_runtime_that_is_not_running() {
 
 /// The collecting task is gone with its runtime, and a new one cannot start on a runtime
 /// that is shutting down (tokio drops such a task inside `spawn`): the publish answers
-/// that the publisher stopped, rather than spawning again and again under the lock.
+/// that the publisher stopped, rather than spawning again and again under the lock, and
+/// hands the record back (never sent).
 #[test]
 fn a_publish_on_a_runtime_shutting_down_says_the_publisher_stopped() {
     let kinesis = MemoryKinesis::new();
@@ -112,9 +113,19 @@ fn a_publish_on_a_runtime_shutting_down_says_the_publisher_stopped() {
     let answer = done_rx
         .recv_timeout(Duration::from_secs(10))
         .expect("the publish returned");
+    let Err(KinesisError::PublishFailed(failure)) = answer else {
+        panic!("expected PublishFailed, got {answer:?}");
+    };
+    assert_eq!(failure.last_code, "PublisherStopped", "{failure:?}");
+    assert_eq!(failure.failed.len(), 1);
+    let back = &failure.failed[0];
+    assert_eq!(
+        (back.record.data.as_ref(), back.maybe_stored),
+        (&b"2"[..], false)
+    );
     assert!(
-        matches!(answer, Err(KinesisError::PublisherStopped { .. })),
-        "{answer:?}"
+        failure.to_string().contains("stopped before it answered"),
+        "{failure}"
     );
 }
 
