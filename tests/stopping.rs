@@ -307,6 +307,7 @@ async fn ack_and_close(held: Vec<Delivery<Record>>) -> Result<(), KinesisError> 
 /// instead of asking for a write for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_sink_whose_checkpoint_writer_died_fails_instead_of_hanging() {
+    support::events::record_events();
     let (_memory, api, store) = setup(1, 3);
     let (faulty, armed) = faulty_checkpoints(&store, Fault::Panic);
     let mut sub = support::reading::fast(&api, faulty, STREAM, "panicky")
@@ -328,6 +329,17 @@ async fn an_ack_sink_whose_checkpoint_writer_died_fails_instead_of_hanging() {
     tokio::time::timeout(PATIENCE, sub.shutdown())
         .await
         .expect("the stop ends");
+    // The stop's summary does not say the shard was handed back. (Other tests of this binary
+    // run beside this one: keep to this instance's lines.)
+    let mine = |message: &str| {
+        (support::events::events_starting(message).into_iter())
+            .filter(|fields| fields.get("owner").map(String::as_str) == Some("panicky"))
+            .collect::<Vec<_>>()
+    };
+    assert!(mine("subscription stopped; final checkpoints written").is_empty());
+    let summary = mine("subscription stopped; some shards could not");
+    assert_eq!(summary.len(), 1, "{summary:?}");
+    assert_eq!(summary[0].get("failed").map(String::as_str), Some("1"));
 }
 
 /// A checkpoint write failed once, long before the stop, and the next ones succeeded: what

@@ -502,7 +502,9 @@ impl KeeperTask {
     /// SHARD_END is written: the lease goes back, and the coordinator starts the children.
     async fn finish(&mut self) {
         tracing::info!(shard = %self.shard, "shard finished (SHARD_END checkpointed)");
-        self.give_back().await;
+        // Counted like a hand-back: a stop that meets this keeper finished counts it so.
+        let released = self.give_back().await;
+        self.tally.count(released);
         let _ = self
             .reports
             .send(Report::Finished(self.shard.clone(), self.id));

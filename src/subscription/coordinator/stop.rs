@@ -31,7 +31,9 @@ impl Coordinator {
         }
         let bound = self.config().shutdown_timeout + self.config().call_timeout();
         let mut pending = BTreeSet::new();
-        let wound_down = tokio::time::timeout_at(began + bound, self.wind_down(&mut pending)).await;
+        let mut keepers = 0;
+        let wind_down = self.wind_down(&mut pending, &mut keepers);
+        let wound_down = tokio::time::timeout_at(began + bound, wind_down).await;
         if wound_down.is_ok() {
             let row = self.instance.worker.delete_at_stop(&self.shared).await;
             self.leave_group(row);
@@ -51,13 +53,14 @@ impl Coordinator {
                  duration, and their unsettled records are read again"
             );
         }
-        self.log_stopped(before, wound_down.is_ok());
+        self.log_stopped(before, keepers, wound_down.is_ok());
     }
 
     /// Waits for every hand-back and job, renewing the worker row meanwhile (so no other
     /// instance declares this one gone while its handlers finish); the caller then deletes
-    /// the worker row and tells the others. `pending` names the shards not handed back yet.
-    async fn wind_down(&mut self, pending: &mut BTreeSet<String>) {
+    /// the worker row and tells the others. `pending` names the shards not handed back yet;
+    /// `keepers` counts the shard keepers waited for.
+    async fn wind_down(&mut self, pending: &mut BTreeSet<String>, keepers: &mut usize) {
         let mut hand_backs: HandBacks = std::mem::take(&mut self.shards.releasing)
             .into_iter()
             .map(|(shard, task)| {
@@ -65,6 +68,7 @@ impl Coordinator {
                 task.map(move |_| shard).boxed()
             })
             .collect();
+        *keepers = hand_backs.len();
         let mut renew = interval(self.config().worker_renew_interval());
         renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         while !(hand_backs.is_empty() && self.inbox.jobs.is_empty()) {
@@ -125,9 +129,12 @@ impl Coordinator {
     }
 
     /// The stop's last line: how many shards were handed back, and whether any could not be.
-    fn log_stopped(&self, before: (usize, usize), complete: bool) {
+    /// A keeper of the `keepers` waited for that said nothing (it died: a panic; or it had
+    /// stopped before, its lease lost) did not hand its shard back.
+    fn log_stopped(&self, before: (usize, usize), keepers: usize, complete: bool) {
         let (all_released, all_failed) = self.shared.releases.counts();
         let (released, failed) = (all_released - before.0, all_failed - before.1);
+        let failed = failed.max(keepers.saturating_sub(released));
         if failed == 0 && complete {
             tracing::info!(
                 released,
