@@ -1064,19 +1064,23 @@ impl KinesisLayer for PanicsOnce {
     }
 }
 
-/// The collecting task dies while it carries a publish's call (the transport panics in it):
-/// the call may have been made, so it is retried, through a new collecting task, as after a
-/// call that went unanswered; everything is stored.
+/// The task carrying a collected call dies (the transport panics in it): the publish hands
+/// every record back as possibly stored (the call may have been made), not an error without
+/// them; publishing them again works.
 #[tokio::test(start_paused = true)]
-async fn a_call_lost_with_its_collecting_task_is_retried() {
+async fn a_call_lost_with_its_task_hands_the_records_back() {
     let memory = MemoryKinesis::new();
     memory.add_stream("orders", 1).unwrap();
     let api = Layered::new(Arc::new(memory.clone()), PanicsOnce::default()).shared();
     let publisher = Publisher::new(api, "orders");
-    let published = publisher
-        .publish_batch(records(&["a", "b"], 2))
-        .await
-        .unwrap();
-    assert_eq!(published.len(), 4);
+    let sent = records(&["a", "b"], 2);
+    let failure = failure(publisher.publish_batch(sent.clone()).await);
+    assert_eq!(failure.written(), 0);
+    assert_eq!(failure.last_code, "PublisherStopped", "{failure:?}");
+    let back: Vec<OutgoingRecord> = failure.failed.iter().map(|f| f.record.clone()).collect();
+    assert_eq!(back, sent);
+    assert!(failure.failed.iter().all(|f| f.maybe_stored), "{failure:?}");
+
+    publisher.publish_batch(back).await.unwrap();
     assert_eq!(stored(&memory, "orders", SHARD0).len(), 4);
 }

@@ -279,10 +279,10 @@ pub enum KinesisError {
     /// runtime it ran on shut down): whether the publish's records were written is unknown.
     ///
     /// Only an aggregating publisher (whose task packs the records) answers a publish with
-    /// this error, and cannot hand the records back. Otherwise the publish's calls go through
-    /// the task: a call it stopped while carrying is retried (it may be stored), and a publish
-    /// that cannot go on ends in [`PublishFailed`](Self::PublishFailed), which hands back
-    /// every record not written, with this error as the last.
+    /// this error, and cannot hand the records back. Otherwise only the publish's calls go
+    /// through the task, and the publish ends in [`PublishFailed`](Self::PublishFailed),
+    /// which hands back every record not written (those of the unanswered call as possibly
+    /// stored), with this error's kind, `PublisherStopped`, as the last code.
     #[error(
         "the collecting publisher of stream `{stream}` stopped before it answered (its tokio \
          runtime shut down); its records may or may not be written: publish them again"

@@ -38,7 +38,8 @@ pub struct EntryError {
     /// The service's error code for the entry (`ProvisionedThroughputExceededException`,
     /// `InternalFailure`, `KMSAccessDeniedException`, ...), or for a whole call that failed,
     /// the kind of error: `Throttled`, `ServiceError`, `StreamNotFound`, `AccessDenied`,
-    /// `InvalidArgument` or `Error`.
+    /// `InvalidArgument`, `PublisherStopped` (a collecting publisher's task stopped before it
+    /// answered) or `Error`.
     pub code: String,
     /// The service's message (for a whole failed call, the error's text).
     pub message: String,

@@ -240,9 +240,7 @@ impl Collector {
         let (answer, answered) = oneshot::channel();
         let records = entries.len();
         self.hand_over(publisher, Work::Call { entries, answer }, records, bytes)?;
-        answered
-            .await
-            .unwrap_or_else(|_| Err(lost_with_the_task(publisher)))
+        answered.await.unwrap_or_else(|_| Err(stopped(publisher)))
     }
 
     /// Publishes checked `records` (of these `sizes`), packed into aggregates with the other
@@ -307,20 +305,6 @@ impl Collector {
             ));
             queues.push((runtime, sender));
         }
-    }
-}
-
-/// The error of a call whose collecting task stopped while it carried the call (its runtime
-/// shut down, or it panicked): the call may have been made, as after a call that went
-/// unanswered, and is retried as such (a new collecting task starts, on a runtime that runs).
-fn lost_with_the_task(publisher: &Publisher) -> KinesisError {
-    KinesisError::Service {
-        operation: crate::error::Operation::PutRecords,
-        stream: publisher.stream().to_owned(),
-        message: "the collecting task stopped while it carried the call; its records may be \
-                  stored"
-            .to_owned(),
-        source: None,
     }
 }
 

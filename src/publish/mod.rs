@@ -71,7 +71,7 @@
 //! | an entry fails with `InternalFailure`, or any code not in the next row | resent in the next round |
 //! | an entry fails with `AccessDeniedException`, `KMSAccessDeniedException`, `KMSDisabledException`, `KMSInvalidStateException`, `KMSNotFoundException`, `KMSOptInRequired`, `ResourceNotFoundException`, `ValidationException` or `InvalidArgumentException` | stops: [`KinesisError::PublishFailed`] |
 //! | a whole call fails and [`KinesisError::is_retryable`] (throttled, a 5xx, a dropped connection) | its records are resent in the next round |
-//! | the collecting task of a [`collect`](Publisher::collect)ing publisher stops while it carries a call (a panic in it, its runtime shut down) | as a call that went unanswered: resent in the next round, through a new collecting task; when none can start (the runtime is shutting down), [`KinesisError::PublishFailed`] hands every unwritten record back |
+//! | a [`collect`](Publisher::collect)ing publisher's task stops before it answers a call (a panic in the task carrying the call, its runtime shutting down) | stops: [`KinesisError::PublishFailed`] hands every unwritten record back, those of that call as possibly stored (whether it was made cannot be told) |
 //! | a whole call fails otherwise, before any record was written or may have been (an unknown stream: [`KinesisError::StreamNotFound`]; denied access) | that error, at once |
 //! | a whole call fails otherwise, after some records were written, or after an earlier call failed as a whole (its records may be stored) | stops: [`KinesisError::PublishFailed`] |
 //! | records are left after the last counted round, or once the patience has run out | [`KinesisError::PublishFailed`] |

@@ -87,13 +87,10 @@ impl<'p> Run<'p> {
                 Ok(failed) => failed,
                 Err(Stop::Call(error))
                     if self.plan.unstored() == self.published.len()
-                        && !self.maybe_stored.contains(&true)
-                        && !matches!(error, KinesisError::PublisherStopped { .. }) =>
+                        && !self.maybe_stored.contains(&true) =>
                 {
                     // Nothing was written, and nothing may have been (no call failed as a whole,
-                    // no entry went without a result): the call's own error says it best. (Not
-                    // when the collecting publisher stopped: the error would not hand the
-                    // records back, and a caller publishing again needs them.)
+                    // no entry went without a result): the call's own error says it best.
                     return Err(error);
                 }
                 Err(Stop::Call(error)) => {
@@ -243,8 +240,13 @@ impl<'p> Run<'p> {
         );
         self.round_failed_otherwise = true;
         if !error.is_retryable() {
+            // The collecting publisher stopped before it answered (a panic in the task that
+            // carried the call, or its runtime shutting down): the call may have been made,
+            // and the publish cannot tell. Its records are handed back as possibly stored.
+            let maybe_sent = matches!(error, KinesisError::PublisherStopped { .. });
             for &i in call {
                 self.last_error[i] = Some(cause.clone());
+                self.maybe_stored[i] |= maybe_sent;
             }
             return Err(Stop::Call(error));
         }

@@ -90,7 +90,8 @@ fn a_publish_does_not_wait_on_a_runtime_that_is_not_running() {
 /// The collecting task is gone with its runtime, and a new one cannot start on a runtime
 /// that is shutting down (tokio drops such a task inside `spawn`): the publish answers
 /// that the publisher stopped, rather than spawning again and again under the lock, and
-/// hands the record back (never sent).
+/// hands the record back. Whether the request reached the task before the runtime's workers
+/// dropped it is up to the threads: either way the record is possibly stored.
 #[test]
 fn a_publish_on_a_runtime_shutting_down_says_the_publisher_stopped() {
     let kinesis = MemoryKinesis::new();
@@ -121,7 +122,7 @@ fn a_publish_on_a_runtime_shutting_down_says_the_publisher_stopped() {
     let back = &failure.failed[0];
     assert_eq!(
         (back.record.data.as_ref(), back.maybe_stored),
-        (&b"2"[..], false)
+        (&b"2"[..], true)
     );
     assert!(
         failure.to_string().contains("stopped before it answered"),
