@@ -91,6 +91,14 @@ impl Setup {
         checkpointed(&self.store, stream).await;
         sub
     }
+
+    /// The first stream read and stopped cleanly, then deleted and created again (one shard)
+    /// under the same name.
+    async fn read_then_created_again(&self) {
+        self.first_stream_read().await.shutdown().await;
+        delete_and_wait(&self.client, &self.stream).await;
+        support::create_stream(&self.client, &self.stream, 1).await;
+    }
 }
 
 /// Deletes `stream` and waits until it is gone, and a little more: kinesis-local derives a
@@ -155,16 +163,9 @@ async fn checkpointed(store: &SharedLeaseStore, stream: &str) {
 async fn a_stream_created_again_under_the_same_name_is_read_from_its_own_start() {
     let setup = Setup::new("again");
     let Setup {
-        client,
-        api,
-        stream,
-        store,
-        ..
+        api, stream, store, ..
     } = &setup;
-    setup.first_stream_read().await.shutdown().await;
-
-    delete_and_wait(client, stream).await;
-    support::create_stream(client, stream, 1).await;
+    setup.read_then_created_again().await;
 
     // The same application starts again: the old rows belong to the old stream.
     let mut sub = builder(api, store, stream).start().await.unwrap();
@@ -239,16 +240,9 @@ impl LeaseLayer for FirstNewRowFails {
 async fn a_stream_created_again_is_read_from_its_start_when_its_new_row_fails_once() {
     let setup = Setup::new("again-fails");
     let Setup {
-        client,
-        api,
-        stream,
-        store,
-        ..
+        api, stream, store, ..
     } = &setup;
-    setup.first_stream_read().await.shutdown().await;
-
-    delete_and_wait(client, stream).await;
-    support::create_stream(client, stream, 1).await;
+    setup.read_then_created_again().await;
     let second = publish(api, stream, "second").await;
     // Well before the start: the tip it would start at (the start time, less the clock skew
     // allowance) leaves them out.
