@@ -189,9 +189,9 @@ pub(crate) struct NewRowRule {
     pub(crate) replaceable: HashSet<String>,
     /// Each shard's starting sequence number as this instance's last listing that read the
     /// table knew it ([`generation_after`]): a listed shard that has no row and began
-    /// elsewhere then is of the stream created again since (its earlier rows removed meanwhile: an instance found the
-    /// stream deleted, see [`end_when_deleted`](crate::subscription::SubscriptionConfig::end_when_deleted)),
-    /// and is read from its beginning.
+    /// elsewhere then is of the stream created again since, and is read from its beginning.
+    /// (Its earlier rows were removed meanwhile: an instance found the stream deleted, see
+    /// [`end_when_deleted`](crate::subscription::SubscriptionConfig::end_when_deleted).)
     pub(crate) known: Arc<HashMap<String, String>>,
     /// Fetch a [`Tip`] for each new row that begins at `tip` before creating it (while
     /// `start` runs).
