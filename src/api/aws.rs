@@ -1,5 +1,6 @@
 //! The AWS SDK client behind [`KinesisApi`] and [`KinesisAdmin`].
 
+mod decode;
 mod fan_out;
 mod lanes;
 
@@ -79,8 +80,15 @@ pub(crate) fn require_region(config: &aws_config::SdkConfig) -> Result<(), Kines
 
 impl AwsKinesis {
     /// Wraps a ready SDK client.
+    ///
+    /// The transport keeps a copy of the client with one interceptor added: it decodes the
+    /// transport's own GetRecords answers straight into records, which costs less than the
+    /// SDK's decoding and its conversion (see the guide, [*Reading one
+    /// shard*](crate::guide::reading)). Every other call, and any answer it does not decode,
+    /// is the SDK's as configured.
     #[must_use]
     pub fn new(client: Client) -> Self {
+        let client = decode::with_decoder(&client);
         let region = client
             .config()
             .region()
@@ -427,17 +435,32 @@ impl KinesisApi for AwsKinesis {
         limit: u32,
     ) -> ApiFuture<'a, GetRecordsOutput> {
         Box::pin(async move {
-            let out = self
+            let call = self
                 .client
                 .get_records()
                 .shard_iterator(iterator)
                 .limit(i32::try_from(limit).unwrap_or(i32::MAX))
-                .send()
-                .await;
+                .send();
+            let (out, decoded) = decode::decoding(call).await;
             // On a read task's thread, where answers are decoded: the records dropped since
             // the last answer are freed here rather than on the consumer's thread.
             self.graveyard.clear();
             let out = out.map_err(|e| self.error(Operation::GetRecords, stream, Some(shard), e))?;
+            if let Some(answer) = decoded {
+                let millis_behind_latest = answer.millis_behind_latest.map(not_negative);
+                return Ok(GetRecordsOutput {
+                    records: Record::answer(
+                        stream,
+                        shard,
+                        millis_behind_latest,
+                        answer.reads,
+                        Some(&self.graveyard),
+                    ),
+                    next_shard_iterator: answer.next_shard_iterator,
+                    millis_behind_latest,
+                    child_shards: answer.child_shards,
+                });
+            }
             let millis_behind_latest = out.millis_behind_latest.map(not_negative);
             let records = records(
                 out.records,

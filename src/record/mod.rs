@@ -57,6 +57,7 @@ impl Eq for Record {}
 
 /// What a read answer says of one record, before it joins the answer's other records
 /// ([`Record::answer`]).
+#[derive(Debug)]
 pub(crate) struct Read {
     pub(crate) sequence_number: Text,
     pub(crate) partition_key: Text,
