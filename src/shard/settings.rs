@@ -132,10 +132,9 @@ impl ReadSettings {
     /// until it has records to hand on (still at most one answer buffered). Off, the read only
     /// makes progress while the stream is polled, and each answer is decoded by the task that
     /// consumes it, in line with the consumer's own work. In the project's drain benchmark
-    /// the two cost the same CPU per record within what the machine can tell (user-mode CPU
-    /// in one process, rounds in turn: 1.26 to 1.31 of the raw SDK loop's on, 1.28 to 1.32
-    /// off); on suits a consumer whose own work per record is heavy, off one that wants
-    /// every answer decoded on its own task.
+    /// the two cost the same CPU per record within what the machine can tell (BENCHMARKS.md,
+    /// *User and kernel time*); on suits a consumer whose own work per record is heavy, off
+    /// one that wants every answer decoded on its own task.
     #[must_use]
     pub fn background_reads(mut self, on: bool) -> Self {
         self.background_reads = on;
