@@ -81,14 +81,24 @@ pub(crate) fn require_region(config: &aws_config::SdkConfig) -> Result<(), Kines
 impl AwsKinesis {
     /// Wraps a ready SDK client.
     ///
-    /// The transport keeps a copy of the client with one interceptor added: it decodes the
-    /// transport's own GetRecords answers straight into records, which costs less than the
-    /// SDK's decoding and its conversion (see the guide, [*Reading one
+    /// The transport calls through a copy of the client with one interceptor added: it
+    /// decodes the transport's own GetRecords answers straight into records, which costs less
+    /// than the SDK's decoding and its conversion (see the guide, [*Reading one
     /// shard*](crate::guide::reading)). Every other call, and any answer it does not decode,
-    /// is the SDK's as configured.
+    /// is the SDK's as configured; interceptors of the application's see those answers' SDK
+    /// output without its records.
+    ///
+    /// The copy is a client of its own: unless the configuration names its HTTP client and
+    /// identity cache, it has its own connections and credentials cache, beside those of the
+    /// client given here. [`from_conf`](Self::from_conf) and [`from_env`](Self::from_env)
+    /// build one client only.
     #[must_use]
     pub fn new(client: Client) -> Self {
-        let client = decode::with_decoder(&client);
+        Self::calling(decode::with_decoder(&client))
+    }
+
+    /// The transport over `client`, which has the decoder already.
+    fn calling(client: Client) -> Self {
         let region = client
             .config()
             .region()
@@ -145,7 +155,12 @@ impl AwsKinesis {
     /// Builds a client from a shared SDK configuration.
     #[must_use]
     pub fn from_conf(config: &aws_config::SdkConfig) -> Self {
-        Self::new(Client::new(config))
+        Self::from_builder(aws_sdk_kinesis::config::Builder::from(config))
+    }
+
+    /// The transport over the one client `config` makes (with the decoder).
+    pub(crate) fn from_builder(config: aws_sdk_kinesis::config::Builder) -> Self {
+        Self::calling(decode::client_with_decoder(config))
     }
 
     /// Builds a client from the standard AWS environment (region, credential chain, endpoint
@@ -155,7 +170,9 @@ impl AwsKinesis {
         Self::from_conf(&config)
     }
 
-    /// The SDK client underneath.
+    /// The SDK client the transport calls through: the one given to [`new`](Self::new) (or
+    /// built from the configuration) with the transport's GetRecords decoder among its
+    /// interceptors, which does nothing for calls made through it directly.
     #[must_use]
     pub fn client(&self) -> &Client {
         &self.client

@@ -307,7 +307,7 @@ impl KinesisBroker {
                 Transport::Memory(kinesis) => (Arc::new(kinesis.clone()), None),
                 Transport::Aws(aws) => {
                     let (kinesis, dynamo) = aws.clients().await?;
-                    (Arc::new(AwsKinesis::new(kinesis)), Some(dynamo))
+                    (Arc::new(AwsKinesis::from_builder(kinesis)), Some(dynamo))
                 }
             };
         let store = self.leases_to_use(dynamo, &application)?;
@@ -397,13 +397,14 @@ impl AwsTransport {
         }
     }
 
-    /// The Kinesis and DynamoDB clients, once the credentials are checked. Endpoints set on
-    /// the broker are set on each client, so they win over the environment's
+    /// The Kinesis client's configuration (the transport builds its client from it) and the
+    /// DynamoDB client, once the credentials are checked. Endpoints set on the broker are set
+    /// on each, so they win over the environment's
     /// (`AWS_ENDPOINT_URL_KINESIS`, ...), which the SDK would otherwise prefer to the
     /// configuration's.
     async fn clients(
         &self,
-    ) -> Result<(aws_sdk_kinesis::Client, aws_sdk_dynamodb::Client), KinesisError> {
+    ) -> Result<(aws_sdk_kinesis::config::Builder, aws_sdk_dynamodb::Client), KinesisError> {
         let config = self.sdk_config().await;
         crate::api::aws::require_region(&config)?;
         check_credentials(&config).await?;
@@ -415,10 +416,7 @@ impl AwsTransport {
         if let Some(url) = self.dynamodb_endpoint.as_ref().or(self.endpoint.as_ref()) {
             dynamo = dynamo.endpoint_url(url.clone());
         }
-        Ok((
-            aws_sdk_kinesis::Client::from_conf(kinesis.build()),
-            aws_sdk_dynamodb::Client::from_conf(dynamo.build()),
-        ))
+        Ok((kinesis, aws_sdk_dynamodb::Client::from_conf(dynamo.build())))
     }
 }
 

@@ -3,9 +3,9 @@
 //! The SDK decodes an answer through its generic, schema-driven deserializer into its own
 //! record types, which the transport then converted: per record, a walk of the schema for
 //! every member, a `String` for each of its strings and a `Blob`. Here a successful answer's
-//! body is decoded by `serde_json` into the fields the seam keeps (strings borrowed from the
-//! body until they are kept, payloads decoded by the SDK's own base64 decoder, arrival times
-//! read as the SDK reads them) and left in a task-local slot for the transport to take once
+//! body is decoded by `serde_json` into the fields the seam keeps (each string copied once,
+//! into the field kept; payloads decoded from the body's text in place by the SDK's own base64
+//! decoder; arrival times read as the SDK reads them) and left in a task-local slot for the transport to take once
 //! the call returns; the SDK's output then carries no records.
 //!
 //! An interceptor on the transport's copy of the client ([`with_decoder`]) puts [`Decoder`]
@@ -67,9 +67,14 @@ pub(super) async fn decoding<F: Future>(call: F) -> (F::Output, Option<Decoded>)
         .await
 }
 
-/// `client` with [`DecodeHere`] among its interceptors.
+/// A copy of `client` with [`DecodeHere`] among its interceptors.
 pub(super) fn with_decoder(client: &Client) -> Client {
     Client::from_conf(client.config().to_builder().interceptor(DecodeHere).build())
+}
+
+/// The client `config` makes, with [`DecodeHere`] among its interceptors.
+pub(super) fn client_with_decoder(config: aws_sdk_kinesis::config::Builder) -> Client {
+    Client::from_conf(config.interceptor(DecodeHere).build())
 }
 
 /// The client's interceptor: a call made inside [`decoding`] (a GetRecords call of the
@@ -156,6 +161,9 @@ impl DeserializeResponse for Decoder {
         response: &HttpResponse,
         cfg: &ConfigBag,
     ) -> Result<Output, OrchestratorError<Error>> {
+        // An earlier attempt's answer is not this one's (only a retry classifier of the
+        // application's own retries a decoded answer).
+        let _ = ANSWER.try_with(|answer| answer.borrow_mut().take());
         let body = match response.body().bytes() {
             Some(body) if response.status().is_success() && ANSWER.try_with(|_| ()).is_ok() => body,
             _ => {
@@ -178,7 +186,11 @@ impl DeserializeResponse for Decoder {
             .set_records(Some(Vec::new()))
             .build()
             .map_err(|e| OrchestratorError::other(BoxError::from(e)))?;
-        tracing::trace!(records = decoded.reads.len(), "GetRecords answer decoded");
+        tracing::trace!(
+            records = decoded.reads.len(),
+            request_id = response.headers().get("x-amzn-RequestId"),
+            "GetRecords answer decoded"
+        );
         match ANSWER.try_with(|answer| *answer.borrow_mut() = Some(decoded)) {
             Ok(()) => Ok(Output::erase(output)),
             // Checked above: the call runs on the task that made it.
@@ -189,8 +201,10 @@ impl DeserializeResponse for Decoder {
     }
 }
 
-/// The body of a successful GetRecords answer, its strings borrowed where they hold no
-/// escapes. Members it does not name are skipped.
+/// The body of a successful GetRecords answer. A record's sequence number and payload text
+/// are borrowed from the body where they hold no escapes (the payload is then decoded from
+/// it; the sequence number copied once, into the field kept); members it does not name are
+/// skipped.
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct Body<'a> {
@@ -214,8 +228,8 @@ struct BodyRecord<'a> {
     approximate_arrival_timestamp: Option<&'a RawValue>,
     #[serde(borrow)]
     data: Cow<'a, str>,
-    #[serde(borrow, default)]
-    partition_key: Option<Cow<'a, str>>,
+    #[serde(default)]
+    partition_key: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -237,11 +251,7 @@ fn decode(body: &[u8]) -> Result<Decoded, String> {
             .map_err(|e| format!("a record's Data is not base64: {e}"))?;
         reads.push(Read {
             sequence_number: record.sequence_number.into_owned().into(),
-            partition_key: record
-                .partition_key
-                .map(Cow::into_owned)
-                .unwrap_or_default()
-                .into(),
+            partition_key: record.partition_key.unwrap_or_default().into(),
             data: Bytes::from(data),
             approximate_arrival: match record.approximate_arrival_timestamp {
                 Some(raw) => arrival(raw.get())?,
