@@ -1,17 +1,29 @@
 //! GetRecords answers are decoded by the transport itself (`src/api/aws/decode.rs`), not by
-//! the SDK: against kinesis-local, every answer it decodes must say what the SDK's decoding of
-//! the same answer says, for keys and payloads that need escapes and every base64 letter,
-//! up to a closed shard's last answer with its children.
+//! the SDK: every answer it decodes must say what the SDK's decoding of the same answer says.
+//! Against kinesis-local: keys and payloads that need escapes and every base64 letter, up to a
+//! closed shard's last answer with its children. In process, through the SDK's whole call
+//! path with an HTTP client that answers from a list: members missing or null, both forms of
+//! timestamp, bodies the transport leaves to the SDK, and an answer after a retried error.
 
 mod support;
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
 use kinesis_dataflow::AwsKinesis;
 use kinesis_dataflow::api::{ChildShard, KinesisApi};
+use tracing::Instrument;
 
 const SHARD0: &str = "shardId-000000000000";
 
@@ -59,6 +71,16 @@ struct Answer {
     children: Vec<ChildShard>,
 }
 
+/// What either decoding made of an answer, more exactly than against an emulator (the
+/// answers are the same bytes both times).
+#[derive(Debug, PartialEq)]
+struct Exact {
+    records: Vec<Seen>,
+    next: Option<String>,
+    millis_behind: Option<u64>,
+    children: Vec<ChildShard>,
+}
+
 async fn by_sdk(client: &aws_sdk_kinesis::Client, iterator: &str) -> (Answer, Option<String>) {
     let out = client
         .get_records()
@@ -98,6 +120,7 @@ async fn by_sdk(client: &aws_sdk_kinesis::Client, iterator: &str) -> (Answer, Op
 async fn by_transport(api: &AwsKinesis, stream: &str, iterator: &str) -> Answer {
     let out = api
         .get_records(stream, &Arc::from(SHARD0), iterator.to_owned(), 250)
+        .instrument(tracing::info_span!("case", test = "emulator"))
         .await
         .expect("GetRecords through the transport");
     Answer {
@@ -115,6 +138,15 @@ async fn by_transport(api: &AwsKinesis, stream: &str, iterator: &str) -> Answer 
         has_millis_behind: out.millis_behind_latest.is_some(),
         children: out.child_shards,
     }
+}
+
+/// The events logged with `message` inside the span of test `test` (the two tests of this
+/// binary run side by side).
+fn events_of(message: &str, test: &str) -> Vec<support::events::Fields> {
+    support::events::events(message)
+        .into_iter()
+        .filter(|fields| fields.get("test").map(String::as_str) == Some(test))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,15 +209,185 @@ async fn the_transport_decodes_every_answer_as_the_sdk_does() {
         assert!(calls < 1_000, "the closed shard never ended");
     }
     assert_eq!(records, payloads.len());
-    let decoded = support::events::events("GetRecords answer decoded");
+    let decoded = events_of("GetRecords answer decoded", "emulator");
     assert_eq!(
         decoded.len(),
         calls,
         "every answer decoded by the transport"
     );
-    let left = support::events::events("GetRecords answer left to the SDK's decoder");
+    let left = events_of("GetRecords answer left to the SDK's decoder", "emulator");
     assert!(
         left.is_empty(),
         "answers the transport did not decode: {left:?}"
     );
+}
+
+/// An HTTP client answering every request with the next of its answers.
+#[derive(Debug, Clone, Default)]
+struct Answers(Arc<Mutex<VecDeque<(u16, &'static str)>>>);
+
+impl Answers {
+    fn push(&self, status: u16, body: &'static str) {
+        self.0.lock().unwrap().push_back((status, body));
+    }
+}
+
+impl HttpConnector for Answers {
+    fn call(&self, _request: HttpRequest) -> HttpConnectorFuture {
+        let (status, body) = self.0.lock().unwrap().pop_front().expect("an answer left");
+        let response = HttpResponse::new(
+            StatusCode::try_from(status).expect("a status"),
+            SdkBody::from(body),
+        );
+        HttpConnectorFuture::ready(Ok(response))
+    }
+}
+
+impl HttpClient for Answers {
+    fn http_connector(
+        &self,
+        _settings: &HttpConnectorSettings,
+        _components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(self.clone())
+    }
+}
+
+/// Successful answers: members missing or null, escapes, timestamps of both forms.
+const DECODED: [&str; 6] = [
+    r#"{"Records": [
+        {"SequenceNumber": "49", "ApproximateArrivalTimestamp": 1.7332000001234E9,
+         "Data": "aGVsbG8\/Pz8=", "PartitionKey": "k\u00e9y \"1\"\t", "EncryptionType": "KMS"},
+        {"SequenceNumber": "50", "ApproximateArrivalTimestamp": 1733200000.123456789,
+         "Data": "", "PartitionKey": "k2"},
+        {"SequenceNumber": "51", "ApproximateArrivalTimestamp": 1733200001, "Data": "/w==",
+         "PartitionKey": "k3"}
+     ], "NextShardIterator": "AAA", "MillisBehindLatest": 1500}"#,
+    r#"{"Records": [{"SequenceNumber": "1", "Data": "aGk="}], "NextShardIterator": "n"}"#,
+    r#"{"Records": [{"SequenceNumber": "1", "Data": "aGk=", "PartitionKey": null,
+         "ApproximateArrivalTimestamp": null}], "MillisBehindLatest": null}"#,
+    r#"{"Records": null, "MillisBehindLatest": 0, "ChildShards": [
+        {"ShardId": "shardId-2", "ParentShards": ["shardId-0", "shardId-1"],
+         "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"}},
+        {"ShardId": "shardId-3", "ParentShards": null}]}"#,
+    r#"{"Records": [], "NextShardIterator": "x", "MillisBehindLatest": 0,
+        "SomethingNew": {"a": [1, 2.5, null]}}"#,
+    "{}",
+];
+
+/// Bodies the transport leaves to the SDK, and what the SDK makes of them.
+const LEFT: [&str; 4] = [
+    r#"{"Records": [{"SequenceNumber": "1"}]}"#,
+    r#"{"Records": [{"Data": "aGk="}]}"#,
+    r#"{"Records": [{"SequenceNumber": "1", "Data": "aGk=",
+         "ApproximateArrivalTimestamp": "1733200000"}]}"#,
+    r#"{"Records": 3}"#,
+];
+
+fn answers_client(answers: &Answers) -> aws_sdk_kinesis::Client {
+    let config = aws_sdk_kinesis::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("id", "secret", None, None, "test"))
+        .http_client(answers.clone())
+        .build();
+    aws_sdk_kinesis::Client::from_conf(config)
+}
+
+async fn exact_by_sdk(client: &aws_sdk_kinesis::Client) -> Result<Exact, String> {
+    let out = client
+        .get_records()
+        .shard_iterator("it")
+        .send()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(Exact {
+        records: out
+            .records
+            .into_iter()
+            .map(|r| Seen {
+                sequence_number: r.sequence_number,
+                partition_key: r.partition_key.unwrap_or_default(),
+                data: r.data.into_inner(),
+                arrival: r
+                    .approximate_arrival_timestamp
+                    .and_then(|t| SystemTime::try_from(t).ok()),
+            })
+            .collect(),
+        next: out.next_shard_iterator,
+        millis_behind: out
+            .millis_behind_latest
+            .map(|m| u64::try_from(m).unwrap_or(0)),
+        children: out
+            .child_shards
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| ChildShard {
+                shard_id: c.shard_id,
+                parent_shards: c.parent_shards,
+            })
+            .collect(),
+    })
+}
+
+async fn exact_by_transport(api: &AwsKinesis) -> Result<Exact, String> {
+    let out = api
+        .get_records("s", &Arc::from(SHARD0), "it".to_owned(), 100)
+        .instrument(tracing::info_span!("case", test = "shapes"))
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(Exact {
+        records: out
+            .records
+            .iter()
+            .map(|r| Seen {
+                sequence_number: r.sequence_number().to_owned(),
+                partition_key: r.partition_key().to_owned(),
+                data: r.data().to_vec(),
+                arrival: r.approximate_arrival(),
+            })
+            .collect(),
+        next: out.next_shard_iterator,
+        millis_behind: out.millis_behind_latest,
+        children: out.child_shards,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_shape_of_answer_reads_as_the_sdk_reads_it() {
+    support::events::record_events();
+    let answers = Answers::default();
+    let api = AwsKinesis::new(answers_client(&answers));
+    for (i, body) in DECODED.iter().chain(&LEFT).enumerate() {
+        answers.push(200, body);
+        answers.push(200, body);
+        let expected = exact_by_sdk(api.client()).await;
+        let decoded = exact_by_transport(&api).await;
+        match (&expected, &decoded) {
+            (Ok(expected), Ok(decoded)) => assert_eq!(decoded, expected, "body {i}: {body}"),
+            // Only a body left to the SDK may fail (the same way both times).
+            (Err(_), Err(_)) if i >= DECODED.len() => {}
+            _ => panic!("body {i}: the SDK read {expected:?}, the transport {decoded:?}"),
+        }
+    }
+    // An error answer, retried by the SDK, then records.
+    answers.push(
+        500,
+        r#"{"__type": "InternalFailure", "message": "try again"}"#,
+    );
+    answers.push(200, DECODED[1]);
+    let decoded = exact_by_transport(&api)
+        .await
+        .expect("the retried call's records");
+    assert_eq!(decoded.records.len(), 1);
+    assert_eq!(decoded.next.as_deref(), Some("n"));
+
+    let events = events_of("GetRecords answer decoded", "shapes");
+    assert_eq!(
+        events.len(),
+        DECODED.len() + 1,
+        "the transport decoded them: {events:#?}"
+    );
+    let left = events_of("GetRecords answer left to the SDK's decoder", "shapes");
+    assert_eq!(left.len(), LEFT.len(), "left to the SDK: {left:?}");
 }
