@@ -2,16 +2,16 @@
 //!
 //! [`Record`] is a place in a shared, reference-counted group of records: what the group's
 //! records have in common (shard, stream, the read's lag) once, then each record's own fields
-//! (its payload as [`Bytes`], its key and sequence number either moved from the SDK's strings
-//! or shared with other records). A clone of a record allocates nothing and moving one through
-//! a pipeline copies 16 bytes: a delivery keeps a clone for its redelivery. The records of one
-//! GetRecords answer share their groups, 64 records to one, instead of an allocation (and two
-//! shared names to count) for each record: the allocator, then the memory each record's
-//! fields take, were the largest parts of the reader's own cost per record. Keeping one record
-//! keeps its neighbours' fields too, which [`Record::detach`] undoes. The reader moves the SDK's
-//! buffers into it without copying the payload; the user records of one aggregate share its
-//! sequence number and its key table, and the in-memory transport's records share its stored
-//! strings.
+//! (its payload as [`Bytes`], its key and sequence number either strings of their own, moved
+//! in as the transport decoded them, or shared with other records). A clone of a record
+//! allocates nothing and moving one through a pipeline copies 16 bytes: a delivery keeps a
+//! clone for its redelivery. The records of one GetRecords answer share their groups, 64
+//! records to one, instead of an allocation (and two shared names to count) for each record:
+//! the allocator, then the memory each record's fields take, were the largest parts of the
+//! reader's own cost per record. Keeping one record keeps its neighbours' fields too, which
+//! [`Record::detach`] undoes. A payload is the buffer the transport decoded it into, not
+//! copied; the user records of one aggregate share its sequence number and its key table,
+//! and the in-memory transport's records share its stored strings.
 
 use std::cmp::Ordering;
 use std::ops::Deref;
@@ -132,8 +132,8 @@ impl std::fmt::Debug for Record {
     }
 }
 
-/// A string field of a record: the SDK's `String` moved in as it is (no copy, no shrinking),
-/// or shared with other records (no allocation).
+/// A string field of a record: a `String` of its own, moved in as the transport decoded it
+/// (no copy, no shrinking), or shared with other records (no allocation).
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Text {
     Owned(String),
@@ -199,7 +199,7 @@ impl Record {
     }
 
     /// Builds a record alone, with `millis_behind_latest` the lag of the read that returned
-    /// it. Its key and sequence number are moved from the SDK's strings (`String`), or shared
+    /// it. Its key and sequence number are moved from the transport's strings (`String`), or shared
     /// with other records (`Arc<str>`: the in-memory transport's stored strings, no allocation
     /// for either).
     pub(crate) fn read(
