@@ -4,14 +4,16 @@
 //! record types, which the transport then converted: per record, a walk of the schema for
 //! every member, a `String` for each of its strings and a `Blob`. Here a successful answer's
 //! body is decoded by `serde_json` into the fields the seam keeps (each string copied once,
-//! into the field kept; payloads decoded from the body's text in place by the SDK's own base64
-//! decoder; arrival times read as the SDK reads them) and left in a task-local slot for the transport to take once
-//! the call returns; the SDK's output then carries no records.
+//! into the field kept; payloads decoded from the body's text in place by the SDK's own
+//! base64 decoder; arrival times read as the SDK reads them) and left in a task-local slot
+//! for the transport to take once the call returns; the SDK's output then carries no
+//! records.
 //!
-//! An interceptor on the transport's copy of the client ([`with_decoder`]) puts [`Decoder`]
-//! in front of the operation's own deserializer for the calls made inside [`decoding`] (the
-//! transport's GetRecords calls) and for no other. One interceptor on the client rather than
-//! one per call: a customised call has the SDK build a configuration layer of its own.
+//! An interceptor on the client the transport calls through ([`with_decoder`],
+//! [`client_with_decoder`]) puts [`Decoder`] in front of the operation's own deserializer for
+//! the calls made inside [`decoding`] (the transport's GetRecords calls) and for no other. One
+//! interceptor on the client rather than one per call: a customised call has the SDK build a
+//! configuration layer of its own.
 //!
 //! Everything else is the SDK's: the request, its signing, retries and their classification,
 //! timeouts. An answer this module does not decode (an error status, a body of another
