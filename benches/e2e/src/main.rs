@@ -13,8 +13,9 @@
 //!
 //! * (a) baseline: the raw SDK, one tokio task per shard, GetShardIterator then GetRecords
 //!   (Limit 10,000) along NextShardIterator until the shard's share of the backlog is read;
-//! * (b) `Subscription` over `AwsKinesis` with a fresh `MemoryLeaseStore` and owner each round,
-//!   every delivery acknowledged through the `AckSink`;
+//! * (b) `Subscription` over `AwsKinesis` with a fresh `MemoryLeaseStore` and owner each round
+//!   (with `--dynamodb`, a `DynamoLeaseStore` table of its own in dynalite), every delivery
+//!   acknowledged through the `AckSink`;
 //! * (c) four `ShardStream`s merged with `futures::stream::select_all`;
 //! * (d) only with `--diagnose`: four `ShardStream`s, each drained on a tokio task of its own
 //!   (the shape of (a)), which separates the reader's own cost from that of one task driving
@@ -47,17 +48,20 @@ use aws_sdk_kinesis::types::ShardIteratorType;
 use futures::{StreamExt, TryStreamExt};
 use kinesis_dataflow::api::SharedKinesis;
 use kinesis_dataflow::broker::{KinesisBroker, KinesisStream};
+use kinesis_dataflow::lease::SharedLeaseStore;
 use kinesis_dataflow::publish::Aggregate;
 use kinesis_dataflow::{
-    AckSink, AwsKinesis, DeliveryStreamExt, KinesisPosition, MemoryLeaseStore, ReadSettings,
-    ShardStream, StartingPoint, Subscription,
+    AckSink, AwsKinesis, DeliveryStreamExt, DynamoLeaseStore, KinesisPosition, MemoryLeaseStore,
+    ReadSettings, ShardStream, StartingPoint, Subscription,
 };
 use kinesis_dataflow::{OutgoingRecord, Publisher};
 use kinesis_dataflow_e2e::{
     BoxError, CpuClock, Emulator, Frame, PUT_BATCH, Progress, RECORD_BYTES, Result, SERVE_EMULATOR,
     entry, median, monotonic_ns, put_entries, serve_emulator,
 };
-use kinesis_dataflow_test_support::{create_stream_shards, sdk_config_at};
+use kinesis_dataflow_test_support::{
+    Kind, create_stream_shards, dynamodb_client_at, ensure_npm_packages, sdk_config_at,
+};
 use ruststream::runtime::{AppInfo, Context, Handle, HandlerOutcome, RustStream, subscriber};
 
 const STREAM: &str = "e2e-drain";
@@ -123,6 +127,8 @@ usage: cargo run --release --manifest-path benches/e2e/Cargo.toml -- [options]
                 library's, 10 s and 4 s); under valgrind, where the client runs some 50 times
                 slower than the clock, longer ones keep a lease or the worker row from lapsing
                 mid-drain and its shards' records from being read twice
+  --dynamodb    the leases of ways (b), (f), (g) and (h) in DynamoDB (dynalite, started from
+                harness/'s npm lockfile, a table per drain) instead of in memory
   --windows     print each timed window on CLOCK_MONOTONIC (`window (b) FROM TO`, in ns), to
                 cut a `perf record -k CLOCK_MONOTONIC` profile by way (benches/e2e/perf-ways.sh)
   --help        this text
@@ -151,6 +157,8 @@ struct Options {
     lease_duration: Option<Duration>,
     /// Print each timed window on `CLOCK_MONOTONIC` (for cutting a `perf` profile by way).
     windows: bool,
+    /// The subscription ways keep their leases in DynamoDB (dynalite) instead of in memory.
+    dynamodb: bool,
     /// The arguments as given, for the command line the report repeats.
     given: Vec<String>,
 }
@@ -168,6 +176,7 @@ impl Options {
             emulator_pid: None,
             lease_duration: None,
             windows: false,
+            dynamodb: false,
             given: args.to_vec(),
         };
         let (mut records, mut rounds) = (None, None);
@@ -197,6 +206,7 @@ impl Options {
                 }
                 "--aggregated" => options.aggregated = true,
                 "--windows" => options.windows = true,
+                "--dynamodb" => options.dynamodb = true,
                 "--endpoint" => {
                     options.endpoint = Some(it.next().ok_or("--endpoint needs a URL")?.to_owned());
                 }
@@ -353,6 +363,11 @@ struct Bench {
     /// The subscription ways' lease duration and worker timeout, when not the library's
     /// defaults.
     lease_duration: Option<Duration>,
+    /// With `--dynamodb`: the lease tables' DynamoDB (dynalite) and the emulator, kept running.
+    dynamodb: Option<(
+        aws_sdk_dynamodb::Client,
+        kinesis_dataflow_test_support::Emulator,
+    )>,
 }
 
 async fn run(options: Options) -> Result<()> {
@@ -382,6 +397,21 @@ async fn run(options: Options) -> Result<()> {
     };
     let config = sdk_config_at(&endpoint);
     let client = Client::new(&config);
+    let dynamodb = match options.dynamodb {
+        true => {
+            ensure_npm_packages()?;
+            let logs = std::env::temp_dir().join(format!("e2e-drain-{}", std::process::id()));
+            std::fs::create_dir_all(&logs)?;
+            let dynalite =
+                kinesis_dataflow_test_support::Emulator::start(Kind::DynamoDb, &logs).await?;
+            println!(
+                "leases of ways (b), (f), (g), (h) in DynamoDB: dynalite at {}",
+                dynalite.endpoint()
+            );
+            Some((dynamodb_client_at(dynalite.endpoint()), dynalite))
+        }
+        false => None,
+    };
 
     let shards = create_stream_shards(&client, STREAM, SHARDS).await?;
     let started = Instant::now();
@@ -423,6 +453,7 @@ async fn run(options: Options) -> Result<()> {
         seen: Arc::new(AtomicUsize::new(0)),
         rounds: options.rounds,
         lease_duration: options.lease_duration,
+        dynamodb,
     };
 
     // One untimed drain first, so connection set-up and the emulator's first touches of its
@@ -739,17 +770,24 @@ impl Bench {
         Ok(total)
     }
 
-    /// (b) The core: a subscription with in-memory leases, every delivery acked; (f) the same
-    /// reading with enhanced fan-out; (g) the same with every read polled by the consuming
-    /// task instead of a task of its own.
+    /// (b) The core: a subscription with in-memory leases (in DynamoDB with `--dynamodb`, a
+    /// table per drain), every delivery acked; (f) the same reading with enhanced fan-out;
+    /// (g) the same with every read polled by the consuming task instead of a task of its own.
     async fn drain_subscription(&self, round: usize, way: Way) -> Result<Drained> {
-        let leases = MemoryLeaseStore::new();
+        let memory = MemoryLeaseStore::new();
+        let leases: SharedLeaseStore = match &self.dynamodb {
+            Some((client, _)) => Arc::new(DynamoLeaseStore::new(
+                client.clone(),
+                format!("e2e-drain-{round}-{}", way.letter()),
+            )?),
+            None => Arc::new(memory.clone()),
+        };
         let settings = match way {
             Way::FanOut => self.read_settings().fan_out("e2e-drain"),
             Way::InlineReads => self.read_settings().background_reads(false),
             _ => self.read_settings(),
         };
-        let mut builder = Subscription::builder(self.api.clone(), Arc::new(leases.clone()), STREAM)
+        let mut builder = Subscription::builder(self.api.clone(), leases, STREAM)
             .owner(format!("e2e-drain-{round}"))
             .start_at(KinesisPosition::horizon())
             .read_settings(settings);
@@ -816,13 +854,15 @@ impl Bench {
         // Checkpoint writes per shard over the drain and its final flush (the lease table's
         // cost; the default interval is 5 s, so a sub-second drain writes the start position,
         // at most one interval's checkpoint, and the final one).
-        let writes: Vec<u64> = self
-            .backlog
-            .keys()
-            .map(|shard| leases.checkpoint_writes(STREAM, shard))
-            .collect();
-        let way = &way.label()[..3];
-        println!("      {way} checkpoint writes per shard: {writes:?}");
+        if self.dynamodb.is_none() {
+            let writes: Vec<u64> = self
+                .backlog
+                .keys()
+                .map(|shard| memory.checkpoint_writes(STREAM, shard))
+                .collect();
+            let way = &way.label()[..3];
+            println!("      {way} checkpoint writes per shard: {writes:?}");
+        }
         Ok(Drained {
             records,
             bytes,
